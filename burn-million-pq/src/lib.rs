@@ -1,0 +1,7 @@
+//! # burn-million-pq
+//!
+//! MILLION (product-quantized K/V with lookup-table attention).
+//!
+//! **Status: not implemented yet.** This crate is an empty placeholder in the workspace so that
+//! the dependency graph of the design is in place; it exports nothing. The work is tracked in
+//! issue 4.
