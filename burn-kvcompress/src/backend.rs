@@ -1,0 +1,18 @@
+//! Backend aliases for the backends this crate is built with (cargo features `ndarray`,
+//! `wgpu`, `cuda`, `tch`). All models compute in `f32`.
+
+#[cfg(feature = "ndarray")]
+/// The CPU reference backend (`ndarray`, f32).
+pub type NdArray = burn::backend::NdArray<f32>;
+
+#[cfg(feature = "wgpu")]
+/// The wgpu backend (any GPU, or the CPU through Mesa's lavapipe), f32.
+pub type Wgpu = burn::backend::Wgpu<f32, i32>;
+
+#[cfg(feature = "cuda")]
+/// The CUDA backend, f32.
+pub type Cuda = burn::backend::Cuda<f32, i32>;
+
+#[cfg(feature = "tch")]
+/// The LibTorch backend, f32.
+pub type LibTorch = burn::backend::LibTorch<f32>;

@@ -1,0 +1,68 @@
+//! Plain-tensor attention over uncompressed K/V: the dense cache's implementation and the
+//! reference that compressed schemes' kernels are tested against.
+
+use burn::tensor::{activation::softmax, backend::Backend, Tensor};
+
+use super::AttendOptions;
+use crate::error::CacheError;
+
+/// Checks query and cached K/V shapes for a GQA attention call and returns
+/// `(batch, heads, q_len, head_dim)`.
+///
+/// `q`: `[batch, heads, q_len, head_dim]`; the cache holds `[batch, kv_heads, total_len, head_dim]`.
+pub fn check_attend_shapes(
+    q_dims: [usize; 4],
+    cache_dims: [usize; 4],
+    options: &AttendOptions,
+) -> Result<(usize, usize, usize, usize), CacheError> {
+    let [batch, heads, q_len, head_dim] = q_dims;
+    let [cache_batch, kv_heads, total_len, cache_head_dim] = cache_dims;
+    let expected = format!("[{cache_batch}, a multiple of {kv_heads}, 1..={total_len}, {cache_head_dim}]");
+    if batch != cache_batch
+        || head_dim != cache_head_dim
+        || heads == 0
+        || heads % kv_heads != 0
+        || q_len == 0
+        || q_len > total_len
+    {
+        return Err(CacheError::Shape { what: "queries", expected, found: q_dims.to_vec() });
+    }
+    if options.key_start.len() != batch {
+        return Err(CacheError::Request(format!(
+            "key_start has {} rows for a batch of {batch}",
+            options.key_start.len()
+        )));
+    }
+    if options.window == Some(0) {
+        return Err(CacheError::Request("a sliding window of 0 attends to nothing".into()));
+    }
+    Ok((batch, heads, q_len, head_dim))
+}
+
+/// Scaled-dot-product attention with GQA, causal masking, left padding and an optional sliding
+/// window, on plain tensors.
+///
+/// - `q`: `[batch, heads, q_len, head_dim]`, the queries of the last `q_len` slots;
+/// - `k`, `v`: `[batch, kv_heads, total_len, head_dim]`;
+/// - returns `[batch, heads, q_len, head_dim]`.
+pub fn attention_reference<B: Backend>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    options: &AttendOptions,
+) -> Result<Tensor<B, 4>, CacheError> {
+    let (batch, heads, q_len, head_dim) = check_attend_shapes(q.dims(), k.dims(), options)?;
+    let [_, kv_heads, total_len, _] = k.dims();
+    let group = heads / kv_heads;
+    // Query heads of one KV head are adjacent: fold them into the row dimension.
+    let q = q.reshape([batch, kv_heads, group * q_len, head_dim]);
+    let scores = q.matmul(k.swap_dims(2, 3)) * options.scale;
+    let forbidden = options.forbidden_mask::<B>(q_len, total_len, &scores.device()).repeat_dim(2, group).expand([
+        batch,
+        kv_heads,
+        group * q_len,
+        total_len,
+    ]);
+    let probs = softmax(scores.mask_fill(forbidden, f32::NEG_INFINITY), 3);
+    Ok(probs.matmul(v).reshape([batch, heads, q_len, head_dim]))
+}

@@ -1,0 +1,94 @@
+//! The dense cache: keys and values kept as they are. Bit-exact with a plain forward pass.
+
+use burn::tensor::{backend::Backend, Tensor};
+use serde::{Deserialize, Serialize};
+
+use super::{attention_reference, AttendOptions, CacheGeometry, KvCache, KvScheme};
+use crate::error::CacheError;
+
+/// The scheme that compresses nothing (`--kv dense`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DenseScheme;
+
+/// Uncompressed K/V of one layer, `[batch, kv_heads, len, head_dim]` each.
+#[derive(Debug, Clone)]
+pub struct DenseCache<B: Backend> {
+    geometry: CacheGeometry,
+    k: Option<Tensor<B, 4>>,
+    v: Option<Tensor<B, 4>>,
+}
+
+impl<B: Backend> DenseCache<B> {
+    /// An empty cache for the given geometry.
+    pub fn new(geometry: CacheGeometry) -> Self {
+        Self { geometry, k: None, v: None }
+    }
+
+    /// The cached keys and values, `[batch, kv_heads, len, head_dim]` each (None while empty).
+    pub fn keys_values(&self) -> Option<(Tensor<B, 4>, Tensor<B, 4>)> {
+        Some((self.k.clone()?, self.v.clone()?))
+    }
+
+    fn check_kv(&self, what: &'static str, t: &Tensor<B, 4>) -> Result<(), CacheError> {
+        let [batch, kv_heads, new, head_dim] = t.dims();
+        let g = self.geometry;
+        if batch != g.batch || kv_heads != g.kv_heads || head_dim != g.head_dim || new == 0 {
+            return Err(CacheError::Shape {
+                what,
+                expected: format!("[{}, {}, >=1, {}]", g.batch, g.kv_heads, g.head_dim),
+                found: t.dims().to_vec(),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn concat<B: Backend>(old: Option<Tensor<B, 4>>, new: Tensor<B, 4>) -> Tensor<B, 4> {
+    match old {
+        Some(old) => Tensor::cat(vec![old, new], 2),
+        None => new,
+    }
+}
+
+impl<B: Backend> KvCache<B> for DenseCache<B> {
+    fn append(&mut self, k: Tensor<B, 4>, v: Tensor<B, 4>) -> Result<(), CacheError> {
+        self.check_kv("keys", &k)?;
+        self.check_kv("values", &v)?;
+        if k.dims() != v.dims() {
+            return Err(CacheError::Shape {
+                what: "values",
+                expected: format!("the keys' shape {:?}", k.dims()),
+                found: v.dims().to_vec(),
+            });
+        }
+        self.k = Some(concat(self.k.take(), k));
+        self.v = Some(concat(self.v.take(), v));
+        Ok(())
+    }
+
+    fn attend(&self, q: Tensor<B, 4>, options: &AttendOptions) -> Result<Tensor<B, 4>, CacheError> {
+        let (k, v) = self.keys_values().ok_or_else(|| CacheError::Request("attention over an empty cache".into()))?;
+        attention_reference(q, k, v, options)
+    }
+
+    fn len(&self) -> usize {
+        self.k.as_ref().map_or(0, |k| k.dims()[2])
+    }
+
+    fn memory_bytes(&self) -> usize {
+        let g = self.geometry;
+        2 * g.batch * g.kv_heads * self.len() * g.head_dim * std::mem::size_of::<f32>()
+    }
+}
+
+impl<B: Backend> KvScheme<B> for DenseScheme {
+    type Cache = DenseCache<B>;
+
+    fn new_cache(&self, _layer: usize, geometry: CacheGeometry, _device: &B::Device) -> Self::Cache {
+        DenseCache::new(geometry)
+    }
+
+    fn name(&self) -> String {
+        "dense".into()
+    }
+}

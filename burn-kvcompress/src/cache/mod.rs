@@ -1,0 +1,15 @@
+//! The KV cache abstraction every compression scheme implements, and the dense baseline.
+//!
+//! A cache holds one layer's post-RoPE keys and values for a batch of sequences and computes
+//! attention of new queries over them directly on its own (possibly compressed) representation.
+//! A [`KvScheme`] is the configuration that builds one cache per layer.
+
+mod attention;
+mod dense;
+mod options;
+mod scheme;
+
+pub use attention::{attention_reference, check_attend_shapes};
+pub use dense::{DenseCache, DenseScheme};
+pub use options::AttendOptions;
+pub use scheme::{CacheGeometry, KvCache, KvScheme, LayerCaches};

@@ -1,0 +1,171 @@
+//! The decoder-only language model (Llama or Mistral) over any KV cache scheme.
+
+use burn::{
+    module::Module,
+    nn::{Embedding, Linear, RmsNorm},
+    tensor::{backend::Backend, Int, Tensor, TensorData},
+};
+
+use super::{DecoderLayer, ModelConfig, RotaryEmbedding};
+use crate::cache::{AttendOptions, CacheGeometry, KvCache, KvScheme, LayerCaches};
+use crate::error::RunError;
+
+/// Which positions' logits a forward pass returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Logits {
+    /// Every input position: `[batch, seq, vocab]`.
+    All,
+    /// Only the last input position: `[batch, 1, vocab]` (skips the output head elsewhere).
+    Last,
+}
+
+/// A Llama or Mistral decoder. The weights are independent of the KV cache: the same model runs
+/// with any [`KvScheme`], whose per-layer caches are passed to every forward call.
+#[derive(Module, Debug)]
+pub struct CausalLm<B: Backend> {
+    /// Token embedding, `[vocab, hidden]`.
+    pub embedding: Embedding<B>,
+    /// Decoder layers.
+    pub layers: Vec<DecoderLayer<B>>,
+    /// Final norm.
+    pub norm: RmsNorm<B>,
+    /// Output head `[hidden, vocab]`; `None` when tied to the embedding.
+    pub lm_head: Option<Linear<B>>,
+    /// RoPE tables.
+    pub rope: RotaryEmbedding<B>,
+    #[module(skip)]
+    config: ModelConfig,
+}
+
+impl<B: Backend> CausalLm<B> {
+    /// Assembles a model from its parts; `config` must describe them (loaders check shapes).
+    pub fn from_parts(
+        config: ModelConfig,
+        embedding: Embedding<B>,
+        layers: Vec<DecoderLayer<B>>,
+        norm: RmsNorm<B>,
+        lm_head: Option<Linear<B>>,
+        device: &B::Device,
+    ) -> Self {
+        let rope = RotaryEmbedding::new(config.head_dim, config.max_position, config.rope_theta, device);
+        Self { embedding, layers, norm, lm_head, rope, config }
+    }
+
+    /// The hyper-parameters.
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// Builds empty per-layer caches of `scheme` for `batch` sequences.
+    pub fn new_cache<S: KvScheme<B>>(&self, scheme: &S, batch: usize, device: &B::Device) -> LayerCaches<S::Cache> {
+        let c = self.config();
+        let geometry = CacheGeometry { batch, kv_heads: c.num_kv_heads, heads: c.num_heads, head_dim: c.head_dim };
+        let layers = (0..c.num_layers).map(|l| scheme.new_cache(l, geometry, device)).collect();
+        LayerCaches::new(layers, batch)
+    }
+
+    /// Runs `tokens` (one row of equal length per batch sequence) through the model, appending to
+    /// `caches`, and returns logits `[batch, seq, vocab]` (or `[batch, 1, vocab]` for
+    /// [`Logits::Last`]).
+    pub fn forward<C: KvCache<B>>(
+        &self,
+        tokens: &[Vec<u32>],
+        caches: &mut LayerCaches<C>,
+        logits: Logits,
+    ) -> Result<Tensor<B, 3>, RunError> {
+        let (batch, seq) = self.check_tokens(tokens, caches)?;
+        let start = caches.len();
+        let positions: Vec<usize> = (0..batch)
+            .flat_map(|b| {
+                let pad = caches.key_start[b];
+                (start..start + seq).map(move |slot| slot.saturating_sub(pad))
+            })
+            .collect();
+        if let Some(&max) = positions.iter().max() {
+            if max >= self.rope.max_position() {
+                return Err(RunError::Input(format!(
+                    "position {max} is beyond the model's context of {}",
+                    self.rope.max_position()
+                )));
+            }
+        }
+        let options = AttendOptions {
+            scale: 1.0 / (self.config().head_dim as f32).sqrt(),
+            key_start: caches.key_start.clone(),
+            window: self.config().sliding_window,
+        };
+        let device = self.embedding.weight.device();
+        let ids: Vec<i64> = tokens.iter().flatten().map(|&t| t as i64).collect();
+        let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [batch, seq]), &device);
+        let mut x = self.embedding.forward(ids);
+        for (layer, cache) in self.layers.iter().zip(caches.layers.iter_mut()) {
+            x = layer.forward(x, &self.rope, &positions, cache, &options)?;
+        }
+        if logits == Logits::Last {
+            x = x.narrow(1, seq - 1, 1);
+        }
+        Ok(self.head(self.norm.forward(x)))
+    }
+
+    /// Prefills prompts of different lengths as one batch: rows are left-padded to the longest,
+    /// padding is masked out of attention and RoPE positions start at each row's first token.
+    /// `caches` must be empty. Returns the logits of each row's last prompt token, `[batch, vocab]`.
+    pub fn prefill_padded<C: KvCache<B>>(
+        &self,
+        prompts: &[Vec<u32>],
+        caches: &mut LayerCaches<C>,
+        pad_token: u32,
+    ) -> Result<Tensor<B, 2>, RunError> {
+        if caches.len() != 0 {
+            return Err(RunError::Input("prefill_padded needs an empty cache".into()));
+        }
+        let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+        caches.key_start = prompts.iter().map(|p| longest - p.len()).collect();
+        let rows: Vec<Vec<u32>> = prompts
+            .iter()
+            .map(|p| std::iter::repeat_n(pad_token, longest - p.len()).chain(p.iter().copied()).collect())
+            .collect();
+        let logits = self.forward(&rows, caches, Logits::Last)?;
+        let [batch, _, vocab] = logits.dims();
+        Ok(logits.reshape([batch, vocab]))
+    }
+
+    /// Output head: `[batch, seq, hidden]` to `[batch, seq, vocab]`.
+    fn head(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        match &self.lm_head {
+            Some(head) => head.forward(x),
+            None => {
+                let [batch, seq, hidden] = x.dims();
+                let weight = self.embedding.weight.val();
+                let vocab = weight.dims()[0];
+                x.reshape([batch * seq, hidden]).matmul(weight.transpose()).reshape([batch, seq, vocab])
+            }
+        }
+    }
+
+    fn check_tokens<C: KvCache<B>>(
+        &self,
+        tokens: &[Vec<u32>],
+        caches: &LayerCaches<C>,
+    ) -> Result<(usize, usize), RunError> {
+        let batch = tokens.len();
+        let seq = tokens.first().map_or(0, Vec::len);
+        if batch == 0 || seq == 0 {
+            return Err(RunError::Input("no tokens to run".into()));
+        }
+        if tokens.iter().any(|row| row.len() != seq) {
+            return Err(RunError::Input("batch rows must have equal lengths (left-pad them)".into()));
+        }
+        if batch != caches.key_start.len() {
+            return Err(RunError::Input(format!(
+                "{batch} token rows for a cache built for a batch of {}",
+                caches.key_start.len()
+            )));
+        }
+        let vocab = self.config().vocab_size;
+        if let Some(bad) = tokens.iter().flatten().find(|&&t| t as usize >= vocab) {
+            return Err(RunError::Input(format!("token id {bad} is outside the vocabulary of {vocab}")));
+        }
+        Ok((batch, seq))
+    }
+}

@@ -1,0 +1,90 @@
+//! The architecture hyper-parameters of a Llama or Mistral model.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::LoadError;
+
+/// Which decoder architecture a checkpoint uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Architecture {
+    /// Llama: RoPE, RMSNorm, SwiGLU, GQA, full causal attention.
+    Llama,
+    /// Mistral: Llama with sliding-window attention.
+    Mistral,
+}
+
+/// Hyper-parameters of a [`CausalLm`](super::CausalLm). Serializes to JSON.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelConfig {
+    /// The architecture.
+    pub architecture: Architecture,
+    /// Vocabulary size (rows of the embedding and of the output head).
+    pub vocab_size: usize,
+    /// Width of the residual stream.
+    pub hidden_size: usize,
+    /// Width of the SwiGLU feed-forward layer.
+    pub intermediate_size: usize,
+    /// Number of decoder layers.
+    pub num_layers: usize,
+    /// Query heads.
+    pub num_heads: usize,
+    /// Key/value heads (GQA when fewer than `num_heads`).
+    pub num_kv_heads: usize,
+    /// Dimension of one head.
+    pub head_dim: usize,
+    /// RoPE base frequency.
+    pub rope_theta: f32,
+    /// RMSNorm epsilon.
+    pub rms_norm_eps: f64,
+    /// Whether the output head reuses the token embedding.
+    pub tie_embeddings: bool,
+    /// Sliding attention window (Mistral); `None` is full attention.
+    pub sliding_window: Option<usize>,
+    /// Longest sequence the RoPE table covers.
+    pub max_position: usize,
+}
+
+impl ModelConfig {
+    /// Checks the configuration for inconsistencies a forward pass could not survive.
+    pub fn validate(&self) -> Result<(), LoadError> {
+        let fail = |msg: String| Err(LoadError::InvalidConfig(msg));
+        let positive = [
+            ("vocab_size", self.vocab_size),
+            ("hidden_size", self.hidden_size),
+            ("intermediate_size", self.intermediate_size),
+            ("num_layers", self.num_layers),
+            ("num_heads", self.num_heads),
+            ("num_kv_heads", self.num_kv_heads),
+            ("head_dim", self.head_dim),
+            ("max_position", self.max_position),
+        ];
+        if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            return fail(format!("{name} must be positive"));
+        }
+        if self.num_heads % self.num_kv_heads != 0 {
+            return fail(format!(
+                "num_heads ({}) is not a multiple of num_kv_heads ({})",
+                self.num_heads, self.num_kv_heads
+            ));
+        }
+        if self.head_dim % 2 != 0 {
+            return fail(format!("head_dim ({}) must be even for RoPE", self.head_dim));
+        }
+        if !(self.rope_theta.is_finite() && self.rope_theta > 1.0) {
+            return fail(format!("rope_theta ({}) must be finite and > 1", self.rope_theta));
+        }
+        if !(self.rms_norm_eps.is_finite() && self.rms_norm_eps > 0.0) {
+            return fail(format!("rms_norm_eps ({}) must be finite and > 0", self.rms_norm_eps));
+        }
+        if self.sliding_window == Some(0) {
+            return fail("sliding_window must be positive".into());
+        }
+        Ok(())
+    }
+
+    /// Query heads per KV head.
+    pub fn group_size(&self) -> usize {
+        self.num_heads / self.num_kv_heads
+    }
+}

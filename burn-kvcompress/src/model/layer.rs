@@ -1,0 +1,103 @@
+//! One decoder layer: RMSNorm, GQA self-attention through a KV cache, RMSNorm, SwiGLU.
+
+use burn::{
+    module::Module,
+    nn::{Linear, RmsNorm},
+    tensor::{activation::silu, backend::Backend, Tensor},
+};
+
+use super::RotaryEmbedding;
+use crate::cache::{AttendOptions, KvCache};
+use crate::error::CacheError;
+
+/// Self-attention projections. Weights are `[d_in, d_out]` (Burn's `Linear` layout).
+#[derive(Module, Debug)]
+pub struct SelfAttention<B: Backend> {
+    /// `[hidden, heads * head_dim]`.
+    pub q_proj: Linear<B>,
+    /// `[hidden, kv_heads * head_dim]`.
+    pub k_proj: Linear<B>,
+    /// `[hidden, kv_heads * head_dim]`.
+    pub v_proj: Linear<B>,
+    /// `[heads * head_dim, hidden]`.
+    pub o_proj: Linear<B>,
+    /// Query heads.
+    pub num_heads: usize,
+    /// Key/value heads.
+    pub num_kv_heads: usize,
+    /// Dimension of one head.
+    pub head_dim: usize,
+}
+
+impl<B: Backend> SelfAttention<B> {
+    /// `x`: `[batch, seq, hidden]` at RoPE `positions` (`[batch, seq]`, row-major); appends the new
+    /// keys/values to `cache` and returns the attention output `[batch, seq, hidden]`.
+    pub fn forward<C: KvCache<B>>(
+        &self,
+        x: Tensor<B, 3>,
+        rope: &RotaryEmbedding<B>,
+        positions: &[usize],
+        cache: &mut C,
+        options: &AttendOptions,
+    ) -> Result<Tensor<B, 3>, CacheError> {
+        let [batch, seq, _] = x.dims();
+        let split = |t: Tensor<B, 3>, heads: usize| t.reshape([batch, seq, heads, self.head_dim]).swap_dims(1, 2);
+        let q = split(self.q_proj.forward(x.clone()), self.num_heads);
+        let k = split(self.k_proj.forward(x.clone()), self.num_kv_heads);
+        let v = split(self.v_proj.forward(x), self.num_kv_heads);
+        let q = rope.apply(q, positions);
+        let k = rope.apply(k, positions);
+        cache.append(k, v)?;
+        let out = cache.attend(q, options)?;
+        let out = out.swap_dims(1, 2).reshape([batch, seq, self.num_heads * self.head_dim]);
+        Ok(self.o_proj.forward(out))
+    }
+}
+
+/// SwiGLU feed-forward: `down(silu(gate(x)) * up(x))`.
+#[derive(Module, Debug)]
+pub struct FeedForward<B: Backend> {
+    /// `[hidden, intermediate]`.
+    pub gate_proj: Linear<B>,
+    /// `[hidden, intermediate]`.
+    pub up_proj: Linear<B>,
+    /// `[intermediate, hidden]`.
+    pub down_proj: Linear<B>,
+}
+
+impl<B: Backend> FeedForward<B> {
+    /// `[batch, seq, hidden]` to `[batch, seq, hidden]`.
+    pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        let gate = silu(self.gate_proj.forward(x.clone()));
+        self.down_proj.forward(gate * self.up_proj.forward(x))
+    }
+}
+
+/// A pre-norm decoder layer.
+#[derive(Module, Debug)]
+pub struct DecoderLayer<B: Backend> {
+    /// Norm before attention.
+    pub attn_norm: RmsNorm<B>,
+    /// Self-attention.
+    pub attention: SelfAttention<B>,
+    /// Norm before the feed-forward layer.
+    pub mlp_norm: RmsNorm<B>,
+    /// Feed-forward layer.
+    pub mlp: FeedForward<B>,
+}
+
+impl<B: Backend> DecoderLayer<B> {
+    /// `x`: `[batch, seq, hidden]` to `[batch, seq, hidden]`, appending to `cache`.
+    pub fn forward<C: KvCache<B>>(
+        &self,
+        x: Tensor<B, 3>,
+        rope: &RotaryEmbedding<B>,
+        positions: &[usize],
+        cache: &mut C,
+        options: &AttendOptions,
+    ) -> Result<Tensor<B, 3>, CacheError> {
+        let attn = self.attention.forward(self.attn_norm.forward(x.clone()), rope, positions, cache, options)?;
+        let x = x + attn;
+        Ok(x.clone() + self.mlp.forward(self.mlp_norm.forward(x)))
+    }
+}

@@ -1,0 +1,11 @@
+//! Llama and Mistral decoders generic over the KV cache scheme.
+
+mod causal_lm;
+mod config;
+mod layer;
+mod rope;
+
+pub use causal_lm::{CausalLm, Logits};
+pub use config::{Architecture, ModelConfig};
+pub use layer::{DecoderLayer, FeedForward, SelfAttention};
+pub use rope::RotaryEmbedding;

@@ -1,0 +1,71 @@
+//! Helpers shared by the integration tests: reference files, model paths, comparisons.
+#![allow(dead_code, missing_docs)]
+
+use std::path::PathBuf;
+
+use burn::tensor::{backend::Backend, Tensor};
+use burn_kvcompress::paths::default_model_path;
+use serde_json::Value;
+
+pub type Cpu = burn_kvcompress::backend::NdArray;
+
+/// A shared reference file, parsed.
+pub fn shared_json(relative: &str) -> Value {
+    let path = shared_dir().join(relative);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    serde_json::from_str(&text).expect("reference JSON")
+}
+
+pub fn hf_tiny_dir(name: &str) -> PathBuf {
+    shared_dir().join("reference/hf-tiny").join(name)
+}
+
+pub use burn_kvcompress::paths::shared_dir;
+
+/// The real model (`$KVC_MODEL` or the model cache); fails (never skips) when it has not been
+/// fetched.
+pub fn model_path() -> PathBuf {
+    let path = default_model_path();
+    assert!(
+        path.is_file(),
+        "model file {} not found: run `cargo xtask fetch-model` (or set KVC_MODEL to the GGUF file)",
+        path.display()
+    );
+    path
+}
+
+/// A file under this crate's `tests/fixtures/`.
+pub fn fixture(rel: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(rel)
+}
+
+/// Decodes a hex string.
+pub fn from_hex(s: &str) -> Vec<u8> {
+    assert!(s.len().is_multiple_of(2), "odd-length hex string");
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("invalid hex")).collect()
+}
+
+pub fn u32s(v: &Value) -> Vec<u32> {
+    v.as_array().expect("array").iter().map(|x| x.as_u64().expect("integer") as u32).collect()
+}
+
+pub fn f32s(v: &Value) -> Vec<f32> {
+    v.as_array().expect("array").iter().map(|x| x.as_f64().expect("number") as f32).collect()
+}
+
+pub fn to_vec<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
+    t.into_data().convert::<f32>().into_vec().expect("f32 data")
+}
+
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "length mismatch");
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+/// Token ids sorted by descending logit (stable on ties), first `k`.
+pub fn top_k(logits: &[f32], k: usize) -> Vec<u32> {
+    let mut ids: Vec<u32> = (0..logits.len() as u32).collect();
+    ids.sort_by(|&a, &b| logits[b as usize].total_cmp(&logits[a as usize]));
+    ids.truncate(k);
+    ids
+}
