@@ -1,0 +1,110 @@
+//! The prefill-then-decode loop.
+
+use std::time::Instant;
+
+use burn::tensor::{backend::Backend, Tensor};
+
+use super::{Sampler, SamplingConfig};
+use crate::{
+    cache::{KvCache, LayerCaches},
+    error::RunError,
+    model::{CausalLm, Logits},
+};
+
+/// Options of a generation run. Serializes to JSON.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct GenerateOptions {
+    /// Most tokens to generate per sequence.
+    pub max_new_tokens: usize,
+    /// Tokens that end a sequence (EOS); the stop token is included in the output.
+    pub stop_tokens: Vec<u32>,
+    /// Token picking.
+    pub sampling: SamplingConfig,
+}
+
+/// The result of a generation run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Generation {
+    /// New tokens per sequence.
+    pub tokens: Vec<Vec<u32>>,
+    /// Prompt tokens processed (padding excluded).
+    pub prompt_tokens: usize,
+    /// Seconds spent in prefill.
+    pub prefill_seconds: f64,
+    /// Decode steps run.
+    pub decode_steps: usize,
+    /// Seconds spent in decode steps.
+    pub decode_seconds: f64,
+}
+
+fn rows_of<B: Backend>(logits: Tensor<B, 2>) -> Vec<Vec<f32>> {
+    let [batch, vocab] = logits.dims();
+    let flat: Vec<f32> = logits.into_data().convert::<f32>().into_vec().expect("f32 logits");
+    (0..batch).map(|b| flat[b * vocab..(b + 1) * vocab].to_vec()).collect()
+}
+
+/// Generates continuations of several prompts at once (left-padded into one batch) through
+/// `caches`, which must be empty and built for `prompts.len()` sequences. `on_token(row, token)`
+/// is called for every new token as soon as it is chosen.
+pub fn generate_batch<B: Backend, C: KvCache<B>>(
+    model: &CausalLm<B>,
+    caches: &mut LayerCaches<C>,
+    prompts: &[Vec<u32>],
+    options: &GenerateOptions,
+    mut on_token: impl FnMut(usize, u32),
+) -> Result<Generation, RunError> {
+    if prompts.is_empty() || prompts.iter().any(Vec::is_empty) {
+        return Err(RunError::Input("every prompt needs at least one token".into()));
+    }
+    let mut samplers: Vec<Sampler> = (0..prompts.len())
+        .map(|row| {
+            let mut config = options.sampling;
+            config.seed = config.seed.wrapping_add(row as u64);
+            Sampler::new(config)
+        })
+        .collect();
+    let started = Instant::now();
+    let mut logits = rows_of(model.prefill_padded(prompts, caches, 0)?);
+    let prefill_seconds = started.elapsed().as_secs_f64();
+    let mut tokens: Vec<Vec<u32>> = vec![Vec::new(); prompts.len()];
+    let mut done = vec![false; prompts.len()];
+    let started = Instant::now();
+    let mut decode_steps = 0;
+    for step in 0..options.max_new_tokens {
+        let mut next = Vec::with_capacity(prompts.len());
+        for (row, row_logits) in logits.iter().enumerate() {
+            let token = samplers[row].pick(row_logits);
+            if !done[row] {
+                tokens[row].push(token);
+                on_token(row, token);
+                done[row] = options.stop_tokens.contains(&token);
+            }
+            next.push(vec![token]);
+        }
+        if done.iter().all(|&d| d) || step + 1 == options.max_new_tokens {
+            break;
+        }
+        let out = model.forward(&next, caches, Logits::Last)?;
+        let [batch, _, vocab] = out.dims();
+        logits = rows_of(out.reshape([batch, vocab]));
+        decode_steps += 1;
+    }
+    Ok(Generation {
+        tokens,
+        prompt_tokens: prompts.iter().map(Vec::len).sum(),
+        prefill_seconds,
+        decode_steps,
+        decode_seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Generates a continuation of one prompt; see [`generate_batch`].
+pub fn generate<B: Backend, C: KvCache<B>>(
+    model: &CausalLm<B>,
+    caches: &mut LayerCaches<C>,
+    prompt: &[u32],
+    options: &GenerateOptions,
+    mut on_token: impl FnMut(u32),
+) -> Result<Generation, RunError> {
+    generate_batch(model, caches, &[prompt.to_vec()], options, |_, t| on_token(t))
+}
