@@ -1,0 +1,35 @@
+//! `--backend ndarray|wgpu|cuda`: which Burn backend a program runs on.
+
+use clap::ValueEnum;
+
+/// A backend selectable on the command line (wgpu and cuda need the crate features of the
+/// same name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendChoice {
+    /// CPU, ndarray (f32): the reference.
+    Ndarray,
+    /// wgpu: Vulkan/Metal/DX12 GPUs, or the CPU through Mesa's lavapipe.
+    Wgpu,
+    /// CUDA (NVIDIA GPUs).
+    Cuda,
+}
+
+/// Calls `$run::<Backend>($device)` for the chosen backend, or fails if the binary was built
+/// without that backend's feature.
+#[macro_export]
+macro_rules! with_backend {
+    ($choice:expr, $run:ident ( $($arg:expr),* )) => {{
+        use $crate::backend_choice::BackendChoice;
+        match $choice {
+            BackendChoice::Ndarray => {
+                $run::<burn_kvcompress::backend::NdArray>(Default::default(), $($arg),*)
+            }
+            #[cfg(feature = "wgpu")]
+            BackendChoice::Wgpu => $run::<burn_kvcompress::backend::Wgpu>(Default::default(), $($arg),*),
+            #[cfg(feature = "cuda")]
+            BackendChoice::Cuda => $run::<burn_kvcompress::backend::Cuda>(Default::default(), $($arg),*),
+            #[allow(unreachable_patterns)]
+            other => anyhow::bail!("this binary was built without the {other:?} backend: rebuild with --features {}", format!("{other:?}").to_lowercase()),
+        }
+    }};
+}

@@ -1,0 +1,169 @@
+//! Decode-perplexity of KV cache schemes on text files, printed as a table beside llama.cpp's own
+//! KV cache types on the same model and texts.
+//!
+//! Protocol (DESIGN.md): windows of 1024 tokens from the start (no BOS); prefill 512, then feed
+//! 512 one at a time through the cache, scoring each with the logits produced before it is fed.
+
+use std::{fmt::Write as _, path::PathBuf};
+
+use anyhow::Context;
+use burn::tensor::backend::Backend;
+use burn_kvcompress::{
+    cache::KvScheme,
+    eval::{decode_perplexity, PerplexityConfig, PerplexityReport},
+    loading::load_model,
+    paths::{default_model_path, shared_dir},
+};
+use clap::Parser;
+use examples::{
+    backend_choice::BackendChoice,
+    reference::{llamacpp_bits_per_element, load_reference_ppl},
+    scheme_arg::SchemeArg,
+    with_backend, with_scheme,
+};
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// Decode-perplexity of KV cache schemes, beside llama.cpp's figures.
+#[derive(Parser, Debug)]
+#[command(about, long_about = None)]
+struct Args {
+    /// Model: a `.gguf` file or a Hugging Face directory. Default: SmolLM2-135M-Instruct.
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Text files to evaluate (repeatable). Default: the shared tempest.txt and gpl-3.txt.
+    #[arg(long)]
+    text: Vec<PathBuf>,
+    /// KV cache schemes (repeatable), e.g. `dense`.
+    #[arg(long, default_value = "dense")]
+    kv: Vec<SchemeArg>,
+    /// Most windows of 1024 tokens per text.
+    #[arg(long, default_value_t = 4)]
+    windows: usize,
+    /// Windows run together as one batch (same result, faster).
+    #[arg(long, default_value_t = 4)]
+    batch: usize,
+    /// Backend to run on.
+    #[arg(long, value_enum, default_value_t = BackendChoice::Ndarray)]
+    backend: BackendChoice,
+    /// llama.cpp reference file (rows printed beside ours; skipped for texts it lacks).
+    #[arg(long)]
+    reference: Option<PathBuf>,
+    /// Write the table to `<out>.md` and the raw reports to `<out>.json`.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+struct Row {
+    text: String,
+    report: PerplexityReport,
+    bits_per_element: f64,
+}
+
+fn evaluate<B: Backend, S: KvScheme<B>>(
+    scheme: S,
+    model: &burn_kvcompress::model::CausalLm<B>,
+    tokens: &[u32],
+    config: PerplexityConfig,
+    device: &B::Device,
+) -> anyhow::Result<PerplexityReport> {
+    let bar = ProgressBar::new(0)
+        .with_style(ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} tokens, eta {eta}").expect("template"));
+    bar.set_message(scheme.name());
+    let report = decode_perplexity(model, &scheme, tokens, config, device, |done, total| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    })?;
+    bar.finish_and_clear();
+    Ok(report)
+}
+
+fn run<B: Backend>(device: B::Device, args: &Args) -> anyhow::Result<Vec<Row>> {
+    let path = args.model.clone().unwrap_or_else(default_model_path);
+    let loaded = load_model::<B>(&path, &device)
+        .with_context(|| format!("loading {} (run `cargo xtask fetch-model`)", path.display()))?;
+    let tokenizer = loaded.tokenizer.context("the model files carry no tokenizer")?;
+    let c = loaded.model.config().clone();
+    let elements_per_token = (2 * c.num_layers * c.num_kv_heads * c.head_dim) as f64;
+    let config = PerplexityConfig { max_windows: args.windows, batch: args.batch, ..Default::default() };
+    let texts = match args.text.is_empty() {
+        true => vec![shared_dir().join("data/tempest.txt"), shared_dir().join("data/gpl-3.txt")],
+        false => args.text.clone(),
+    };
+    let mut rows = Vec::new();
+    for text_path in &texts {
+        let text = std::fs::read_to_string(text_path).with_context(|| format!("reading {}", text_path.display()))?;
+        let tokens = tokenizer.encode(&text, false)?;
+        for kv in &args.kv {
+            let report = with_scheme!(kv.clone(), evaluate::<B, _>, (&loaded.model, &tokens, config, &device))?;
+            let name = text_path.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+            eprintln!("{name} {}: ppl {:.4}", report.scheme, report.ppl);
+            let bits_per_element = report.kv_bytes_per_token * 8.0 / elements_per_token;
+            rows.push(Row { text: name, report, bits_per_element });
+        }
+    }
+    Ok(rows)
+}
+
+fn table(rows: &[Row], args: &Args) -> anyhow::Result<String> {
+    let reference_path = args.reference.clone().unwrap_or_else(|| shared_dir().join("reference/llamacpp-smollm2.json"));
+    let reference = load_reference_ppl(&reference_path).unwrap_or_default();
+    let mut out = String::new();
+    writeln!(
+        out,
+        "| text | KV cache | bits/elem | ppl | vs llama.cpp f32 | scored tokens | prefill tok/s | decode tok/s |"
+    )?;
+    writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|")?;
+    let mut texts: Vec<&str> = rows.iter().map(|r| r.text.as_str()).collect();
+    texts.dedup();
+    for text in texts {
+        let f32_ref = reference.iter().find(|r| r.text == text && r.kv_type == "f32").map(|r| r.ppl);
+        let delta = |ppl: f64| f32_ref.map_or("n/a".to_string(), |f| format!("{:+.2}%", 100.0 * (ppl / f - 1.0)));
+        for row in rows.iter().filter(|r| r.text == text) {
+            let r = &row.report;
+            writeln!(
+                out,
+                "| {text} | {} (ours) | {:.2} | {:.4} | {} | {} | {:.1} | {:.1} |",
+                r.scheme,
+                row.bits_per_element,
+                r.ppl,
+                delta(r.ppl),
+                r.scored_tokens,
+                r.prefill_tokens_per_second,
+                r.decode_tokens_per_second
+            )?;
+        }
+        for r in reference.iter().filter(|r| r.text == text) {
+            let bits = llamacpp_bits_per_element(&r.kv_type).map_or("?".into(), |b| format!("{b:.2}"));
+            writeln!(
+                out,
+                "| {text} | llama.cpp {} | {bits} | {:.4} | {} | {} | | |",
+                r.kv_type,
+                r.ppl,
+                delta(r.ppl),
+                r.scored_tokens
+            )?;
+        }
+    }
+    Ok(out)
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let rows = with_backend!(args.backend, run(&args))?;
+    let table = table(&rows, &args)?;
+    println!("{table}");
+    if let Some(out) = &args.out {
+        if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)?;
+        }
+        let header = format!(
+            "Decode-perplexity (1024-token windows, prefill 512, 512 scored one at a time), backend {:?}.\n\
+             Produced by `cargo xtask eval`.\n\n",
+            args.backend
+        );
+        std::fs::write(out.with_extension("md"), header + &table)?;
+        let reports: Vec<(&str, &PerplexityReport)> = rows.iter().map(|r| (r.text.as_str(), &r.report)).collect();
+        std::fs::write(out.with_extension("json"), serde_json::to_string_pretty(&reports)?)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,41 @@
+//! llama.cpp's decode-perplexity figures for the same model and texts
+//! (`shared/reference/llamacpp-smollm2.json`), printed beside ours.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+/// One llama.cpp perplexity row.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ReferencePpl {
+    /// Text file name, e.g. `tempest.txt`.
+    pub text: String,
+    /// llama.cpp KV cache type: f32, f16, q8_0, q4_0.
+    pub kv_type: String,
+    /// Perplexity.
+    pub ppl: f64,
+    /// Tokens scored.
+    pub scored_tokens: usize,
+}
+
+#[derive(Deserialize)]
+struct ReferenceFile {
+    ppl: Vec<ReferencePpl>,
+}
+
+/// Bits per KV element of llama.cpp's cache types (block metadata included).
+pub fn llamacpp_bits_per_element(kv_type: &str) -> Option<f64> {
+    match kv_type {
+        "f32" => Some(32.0),
+        "f16" => Some(16.0),
+        "q8_0" => Some(8.5),
+        "q4_0" => Some(4.5),
+        _ => None,
+    }
+}
+
+/// Reads the perplexity rows of the reference file.
+pub fn load_reference_ppl(path: &Path) -> anyhow::Result<Vec<ReferencePpl>> {
+    let text = std::fs::read_to_string(path)?;
+    Ok(serde_json::from_str::<ReferenceFile>(&text)?.ppl)
+}

