@@ -73,12 +73,13 @@ pub fn build_model<B: Backend, S: WeightSource>(
     config.validate()?;
     let b = Builder::<B, S> { source, device, eps: config.rms_norm_eps };
     let embed = b.host("model.embed_tokens.weight", &[config.vocab_size, config.hidden_size])?;
-    let embedding = Embedding { weight: Param::from_tensor(b.tensor(embed)) };
     let layers = (0..config.num_layers).map(|i| b.layer(&config, i)).collect::<Result<Vec<_>, _>>()?;
     let norm = b.norm("model.norm.weight", config.hidden_size)?;
     let lm_head = match config.tie_embeddings {
-        true => None,
-        false => Some(b.linear("lm_head.weight", config.hidden_size, config.vocab_size)?),
+        // A contiguous [hidden, vocab] copy of the embedding: see `CausalLm::lm_head`.
+        true => Linear { weight: Param::from_tensor(b.tensor(embed.transposed())), bias: None },
+        false => b.linear("lm_head.weight", config.hidden_size, config.vocab_size)?,
     };
+    let embedding = Embedding { weight: Param::from_tensor(b.tensor(embed)) };
     Ok(CausalLm::from_parts(config, embedding, layers, norm, lm_head, device))
 }

@@ -30,18 +30,21 @@ pub struct SelfAttention<B: Backend> {
 }
 
 impl<B: Backend> SelfAttention<B> {
-    /// `x`: `[batch, seq, hidden]` at RoPE `positions` (`[batch, seq]`, row-major); appends the new
-    /// keys/values to `cache` and returns the attention output `[batch, seq, hidden]`.
+    /// `x`: `[batch * seq, hidden]` (batch-major) at RoPE `positions` (`[batch, seq]`,
+    /// row-major); appends the new keys/values to `cache` and returns the attention output
+    /// `[batch * seq, hidden]`. Projections run on 2-D tensors: one matrix product per weight
+    /// (a 3-D input makes ndarray run one product per sequence, 4x slower when decoding).
     pub fn forward<C: KvCache<B>>(
         &self,
-        x: Tensor<B, 3>,
+        x: Tensor<B, 2>,
         rope: &RotaryEmbedding<B>,
         positions: &[usize],
         cache: &mut C,
         options: &AttendOptions,
-    ) -> Result<Tensor<B, 3>, CacheError> {
-        let [batch, seq, _] = x.dims();
-        let split = |t: Tensor<B, 3>, heads: usize| t.reshape([batch, seq, heads, self.head_dim]).swap_dims(1, 2);
+    ) -> Result<Tensor<B, 2>, CacheError> {
+        let batch = options.key_start.len();
+        let seq = x.dims()[0] / batch;
+        let split = |t: Tensor<B, 2>, heads: usize| t.reshape([batch, seq, heads, self.head_dim]).swap_dims(1, 2);
         let q = split(self.q_proj.forward(x.clone()), self.num_heads);
         let k = split(self.k_proj.forward(x.clone()), self.num_kv_heads);
         let v = split(self.v_proj.forward(x), self.num_kv_heads);
@@ -49,7 +52,7 @@ impl<B: Backend> SelfAttention<B> {
         let k = rope.apply(k, positions);
         cache.append(k, v)?;
         let out = cache.attend(q, options)?;
-        let out = out.swap_dims(1, 2).reshape([batch, seq, self.num_heads * self.head_dim]);
+        let out = out.swap_dims(1, 2).reshape([batch * seq, self.num_heads * self.head_dim]);
         Ok(self.o_proj.forward(out))
     }
 }
@@ -66,8 +69,8 @@ pub struct FeedForward<B: Backend> {
 }
 
 impl<B: Backend> FeedForward<B> {
-    /// `[batch, seq, hidden]` to `[batch, seq, hidden]`.
-    pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+    /// `[..., hidden]` to `[..., hidden]`.
+    pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
         let gate = silu(self.gate_proj.forward(x.clone()));
         self.down_proj.forward(gate * self.up_proj.forward(x))
     }
@@ -87,15 +90,15 @@ pub struct DecoderLayer<B: Backend> {
 }
 
 impl<B: Backend> DecoderLayer<B> {
-    /// `x`: `[batch, seq, hidden]` to `[batch, seq, hidden]`, appending to `cache`.
+    /// `x`: `[batch * seq, hidden]` to `[batch * seq, hidden]`, appending to `cache`.
     pub fn forward<C: KvCache<B>>(
         &self,
-        x: Tensor<B, 3>,
+        x: Tensor<B, 2>,
         rope: &RotaryEmbedding<B>,
         positions: &[usize],
         cache: &mut C,
         options: &AttendOptions,
-    ) -> Result<Tensor<B, 3>, CacheError> {
+    ) -> Result<Tensor<B, 2>, CacheError> {
         let attn = self.attention.forward(self.attn_norm.forward(x.clone()), rope, positions, cache, options)?;
         let x = x + attn;
         Ok(x.clone() + self.mlp.forward(self.mlp_norm.forward(x)))
