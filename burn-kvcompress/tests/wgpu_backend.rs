@@ -13,9 +13,10 @@ type Wgpu = burn::backend::Wgpu<f32, i32>;
 
 /// Tiny model, logits O(1): f32 on both sides, only summation order differs.
 const TINY_TOLERANCE: f32 = 1e-4;
-/// SmolLM2, 30 layers, logits up to ~30: relative f32 error ~1e-6 per op accumulates through
-/// the depth; 1e-2 absolute is the same bound the llama.cpp comparison uses.
-const SMOLLM2_TOLERANCE: f32 = 1e-2;
+/// SmolLM2, 30 layers, logits up to ~30: f32 on both sides, only summation order differs, which
+/// accumulates through the depth (measured 4.8e-5 on lavapipe); 1e-3 leaves 20x headroom and still
+/// catches any real difference in the math, which shows up at O(0.1) and above.
+const SMOLLM2_TOLERANCE: f32 = 1e-3;
 
 #[test]
 fn tiny_models_on_wgpu_match_ndarray() {
