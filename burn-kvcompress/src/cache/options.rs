@@ -24,7 +24,7 @@ impl AttendOptions {
         }
         let causal = key_slot < query_slot;
         let real = key_slot >= self.key_start[row];
-        let in_window = self.window.is_none_or(|w| query_slot - key_slot < w);
+        let in_window = self.window.is_none_or(|w| query_slot < key_slot + w);
         causal && real && in_window
     }
 
@@ -42,5 +42,24 @@ impl AttendOptions {
             }
         }
         Tensor::from_data(TensorData::new(forbidden, [batch, 1, q_len, total_len]), device)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allows_is_causal_windowed_and_skips_padding() {
+        let o = AttendOptions { scale: 1.0, key_start: vec![0, 2], window: Some(3) };
+        // Row 0, query at slot 4: keys 2, 3, 4 (window of 3), never the future.
+        let seen: Vec<usize> = (0..8).filter(|&k| o.allows(0, 4, k)).collect();
+        assert_eq!(seen, vec![2, 3, 4]);
+        // Row 1 starts at slot 2: a query at slot 3 sees 2 and 3 only.
+        assert_eq!((0..8).filter(|&k| o.allows(1, 3, k)).collect::<Vec<_>>(), vec![2, 3]);
+        // A padding query sees only itself.
+        assert_eq!((0..8).filter(|&k| o.allows(1, 0, k)).collect::<Vec<_>>(), vec![0]);
+        let full = AttendOptions { window: None, ..o };
+        assert_eq!((0..8).filter(|&k| full.allows(0, 4, k)).count(), 5);
     }
 }
