@@ -1,0 +1,9 @@
+//! Asymmetric min/max quantization per partition, fp16 metadata, and bit-packing.
+
+mod group;
+mod matrix;
+mod pack;
+
+pub use group::{dequantize_group, quantize_group, GroupParams, QuantError, Rounder};
+pub use matrix::PartitionedMatrix;
+pub use pack::{pack_codes, unpack_codes};
