@@ -7,13 +7,13 @@
 
 use std::time::Instant;
 
-use burn::tensor::{backend::Backend, Tensor};
+use burn::tensor::backend::Backend;
 use serde::{Deserialize, Serialize};
 
 use crate::{
     cache::{KvScheme, LayerCaches},
     error::RunError,
-    model::{CausalLm, Logits},
+    model::{logits_to_host, CausalLm, Logits},
 };
 
 /// Protocol parameters. The defaults are the project's protocol (1024 / 512 / 4 windows).
@@ -65,11 +65,6 @@ pub fn log_softmax_nll(logits: &[f32], target: u32) -> f64 {
     max + sum.ln() - logits[target as usize] as f64
 }
 
-fn host_rows<B: Backend>(logits: Tensor<B, 3>) -> (usize, Vec<f32>) {
-    let vocab = logits.dims()[2];
-    (vocab, logits.into_data().convert::<f32>().into_vec().expect("f32 logits"))
-}
-
 /// Runs the protocol on `tokens` with caches of `scheme`; `progress(done, total)` is called after
 /// every decode step with the scored-token counts.
 pub fn decode_perplexity<B: Backend, S: KvScheme<B>>(
@@ -98,12 +93,12 @@ pub fn decode_perplexity<B: Backend, S: KvScheme<B>>(
         let mut caches: LayerCaches<S::Cache> = model.new_cache(scheme, group.len(), device);
         let started = Instant::now();
         let prompt: Vec<Vec<u32>> = group.iter().map(|w| w[..config.prefill].to_vec()).collect();
-        let (mut vocab, mut logits) = host_rows(model.forward(&prompt, &mut caches, Logits::Last)?);
+        let mut logits = logits_to_host(model.forward(&prompt, &mut caches, Logits::Last)?);
         prefill_time += started.elapsed().as_secs_f64();
         let started = Instant::now();
         for i in config.prefill..config.window {
             for (row, window) in group.iter().enumerate() {
-                nll += log_softmax_nll(&logits[row * vocab..(row + 1) * vocab], window[i]);
+                nll += log_softmax_nll(&logits[row], window[i]);
                 scored += 1;
             }
             progress(scored, total);
@@ -111,7 +106,7 @@ pub fn decode_perplexity<B: Backend, S: KvScheme<B>>(
                 break;
             }
             let step: Vec<Vec<u32>> = group.iter().map(|w| vec![w[i]]).collect();
-            (vocab, logits) = host_rows(model.forward(&step, &mut caches, Logits::Last)?);
+            logits = logits_to_host(model.forward(&step, &mut caches, Logits::Last)?);
             decoded += group.len();
             peak = peak.max(caches.memory_bytes());
         }

@@ -2,13 +2,13 @@
 
 use std::time::Instant;
 
-use burn::tensor::{backend::Backend, Tensor};
+use burn::tensor::backend::Backend;
 
 use super::{Sampler, SamplingConfig};
 use crate::{
     cache::{KvCache, LayerCaches},
     error::RunError,
-    model::{CausalLm, Logits},
+    model::{logits_to_host, CausalLm, Logits},
 };
 
 /// Options of a generation run. Serializes to JSON.
@@ -37,12 +37,6 @@ pub struct Generation {
     pub decode_seconds: f64,
 }
 
-fn rows_of<B: Backend>(logits: Tensor<B, 2>) -> Vec<Vec<f32>> {
-    let [batch, vocab] = logits.dims();
-    let flat: Vec<f32> = logits.into_data().convert::<f32>().into_vec().expect("f32 logits");
-    (0..batch).map(|b| flat[b * vocab..(b + 1) * vocab].to_vec()).collect()
-}
-
 /// Generates continuations of several prompts at once (left-padded into one batch) through
 /// `caches`, which must be empty and built for `prompts.len()` sequences. `on_token(row, token)`
 /// is called for every new token as soon as it is chosen.
@@ -64,7 +58,7 @@ pub fn generate_batch<B: Backend, C: KvCache<B>>(
         })
         .collect();
     let started = Instant::now();
-    let mut logits = rows_of(model.prefill_padded(prompts, caches, 0)?);
+    let mut logits = logits_to_host(model.prefill_padded(prompts, caches, 0)?);
     let prefill_seconds = started.elapsed().as_secs_f64();
     let mut tokens: Vec<Vec<u32>> = vec![Vec::new(); prompts.len()];
     let mut done = vec![false; prompts.len()];
@@ -84,9 +78,7 @@ pub fn generate_batch<B: Backend, C: KvCache<B>>(
         if done.iter().all(|&d| d) || step + 1 == options.max_new_tokens {
             break;
         }
-        let out = model.forward(&next, caches, Logits::Last)?;
-        let [batch, _, vocab] = out.dims();
-        logits = rows_of(out.reshape([batch, vocab]));
+        logits = logits_to_host(model.forward(&next, caches, Logits::Last)?);
         decode_steps += 1;
     }
     Ok(Generation {

@@ -10,6 +10,14 @@ use super::{DecoderLayer, ModelConfig, RotaryEmbedding};
 use crate::cache::{AttendOptions, CacheGeometry, KvCache, KvScheme, LayerCaches};
 use crate::error::RunError;
 
+/// Copies logits to the host as one `Vec` per row of the last dimension (`[..., vocab]` gives
+/// `len / vocab` rows of `vocab` values). Reading back also waits for the device.
+pub fn logits_to_host<B: Backend, const D: usize>(logits: Tensor<B, D>) -> Vec<Vec<f32>> {
+    let vocab = logits.dims()[D - 1];
+    let flat: Vec<f32> = logits.into_data().convert::<f32>().into_vec().expect("float logits");
+    flat.chunks_exact(vocab).map(<[f32]>::to_vec).collect()
+}
+
 /// Which positions' logits a forward pass returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Logits {

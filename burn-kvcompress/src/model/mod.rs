@@ -5,7 +5,7 @@ mod config;
 mod layer;
 mod rope;
 
-pub use causal_lm::{CausalLm, Logits};
+pub use causal_lm::{logits_to_host, CausalLm, Logits};
 pub use config::{Architecture, ModelConfig};
 pub use layer::{DecoderLayer, FeedForward, SelfAttention};
 pub use rope::RotaryEmbedding;

@@ -15,7 +15,7 @@ use burn_kvcompress::{
     cache::DenseScheme,
     generation::{generate, GenerateOptions, SamplingConfig},
     loading::load_model,
-    model::{CausalLm, Logits},
+    model::{logits_to_host, CausalLm, Logits},
     paths::{default_model_path, shared_dir},
 };
 use clap::Parser;
@@ -67,8 +67,7 @@ const DEFAULT_PROMPTS: [&str; 3] = [
 
 fn last_logits<B: Backend>(model: &CausalLm<B>, tokens: &[u32], device: &B::Device) -> anyhow::Result<Vec<f32>> {
     let mut caches = model.new_cache(&DenseScheme, 1, device);
-    let logits = model.forward(&[tokens.to_vec()], &mut caches, Logits::Last)?;
-    Ok(logits.into_data().convert::<f32>().into_vec().expect("f32"))
+    Ok(logits_to_host(model.forward(&[tokens.to_vec()], &mut caches, Logits::Last)?).remove(0))
 }
 
 fn greedy<B: Backend>(model: &CausalLm<B>, tokens: &[u32], n: usize, device: &B::Device) -> anyhow::Result<Vec<u32>> {

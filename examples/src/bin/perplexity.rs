@@ -106,7 +106,14 @@ fn run<B: Backend>(device: B::Device, args: &Args) -> anyhow::Result<Vec<Row>> {
 
 fn table(rows: &[Row], args: &Args) -> anyhow::Result<String> {
     let reference_path = args.reference.clone().unwrap_or_else(|| shared_dir().join("reference/llamacpp-smollm2.json"));
-    let reference = load_reference_ppl(&reference_path).unwrap_or_default();
+    let reference = match reference_path.exists() {
+        true => load_reference_ppl(&reference_path)
+            .with_context(|| format!("malformed reference file {}", reference_path.display()))?,
+        false => {
+            eprintln!("no llama.cpp reference at {}: its rows are left out", reference_path.display());
+            Vec::new()
+        }
+    };
     let mut out = String::new();
     writeln!(
         out,
