@@ -1,7 +1,11 @@
 //! # burn-kvtransfer
 //!
-//! KVDirect-style pull-based transfer of compressed KV between prefill and decode processes.
+//! KVDirect-style pull-based transfer of compressed KV caches from a prefill process to a decode
+//! process (`shared/specs/kvdirect.md`).
 //!
-//! **Status: not implemented yet.** This crate is an empty placeholder in the workspace so that
-//! the dependency graph of the design is in place; it exports nothing. The work is tracked in
-//! issue 6.
+//! **Status: the frame codec only; issue 6 is open.** [`wire`] frames bytes with a versioned,
+//! checksummed header and a size cap, and decodes them incrementally from a byte stream with typed
+//! errors. Not yet: the scheme descriptor and layout metadata, transports, the pull protocol,
+//! the prefill server and decode worker.
+
+pub mod wire;

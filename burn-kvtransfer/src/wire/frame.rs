@@ -1,0 +1,138 @@
+//! One frame on the wire, little-endian:
+//!
+//! ```text
+//! offset  size  field
+//!      0     4  magic "KVCF"
+//!      4     2  version (1)
+//!      6     1  kind (FrameKind)
+//!      7     1  flags (reserved, 0)
+//!      8     4  payload length in bytes
+//!     12     4  CRC-32 of bytes 0..12: a corrupt length is caught before anything is allocated
+//!     16     n  payload
+//!   16+n     4  CRC-32 of the payload
+//! ```
+
+use super::WireError;
+
+/// The four bytes every frame starts with.
+pub const MAGIC: [u8; 4] = *b"KVCF";
+/// The protocol version this crate speaks.
+pub const VERSION: u16 = 1;
+/// Bytes before the payload.
+pub const HEADER_LEN: usize = 16;
+/// Bytes after the payload (its checksum).
+pub const TRAILER_LEN: usize = 4;
+
+/// What a frame carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum FrameKind {
+    /// Connection opening: protocol and scheme descriptor.
+    Hello = 1,
+    /// KV layout metadata, sent once per connection.
+    Layout = 2,
+    /// A pull request for blocks.
+    Pull = 3,
+    /// Block data.
+    Block = 4,
+    /// A request is complete: the prefill side may free its memory.
+    Complete = 5,
+    /// An error report from the peer.
+    Error = 6,
+}
+
+impl FrameKind {
+    fn from_u8(v: u8) -> Result<Self, WireError> {
+        Ok(match v {
+            1 => Self::Hello,
+            2 => Self::Layout,
+            3 => Self::Pull,
+            4 => Self::Block,
+            5 => Self::Complete,
+            6 => Self::Error,
+            other => return Err(WireError::UnknownKind(other)),
+        })
+    }
+}
+
+/// A decoded frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    /// What it carries.
+    pub kind: FrameKind,
+    /// The payload bytes.
+    pub payload: Vec<u8>,
+}
+
+/// Encodes frames and decodes them from a byte stream, refusing payloads over `max_payload`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameCodec {
+    /// The largest payload accepted (and produced), bytes.
+    pub max_payload: u32,
+}
+
+impl FrameCodec {
+    /// A codec with a payload cap.
+    pub fn new(max_payload: u32) -> Self {
+        Self { max_payload }
+    }
+
+    /// The bytes of one frame.
+    pub fn encode(&self, kind: FrameKind, payload: &[u8]) -> Result<Vec<u8>, WireError> {
+        let len =
+            u32::try_from(payload.len()).ok().filter(|&l| l <= self.max_payload).ok_or(WireError::PayloadTooLarge {
+                len: payload.len().min(u32::MAX as usize) as u32,
+                max: self.max_payload,
+            })?;
+        let mut out = Vec::with_capacity(HEADER_LEN + payload.len() + TRAILER_LEN);
+        out.extend_from_slice(&MAGIC);
+        out.extend_from_slice(&VERSION.to_le_bytes());
+        out.push(kind as u8);
+        out.push(0);
+        out.extend_from_slice(&len.to_le_bytes());
+        let header_crc = crc32fast::hash(&out);
+        out.extend_from_slice(&header_crc.to_le_bytes());
+        out.extend_from_slice(payload);
+        out.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+        Ok(out)
+    }
+
+    /// Decodes the frame at the start of `buf`: `Ok(None)` while `buf` holds only part of it,
+    /// `Ok(Some((frame, bytes_used)))` once whole. The header is validated as soon as its 16 bytes
+    /// are there, so a corrupt or hostile length fails before the payload is awaited or allocated.
+    pub fn decode(&self, buf: &[u8]) -> Result<Option<(Frame, usize)>, WireError> {
+        if buf.len() < HEADER_LEN {
+            return Ok(None);
+        }
+        let magic: [u8; 4] = buf[0..4].try_into().expect("4 bytes");
+        if magic != MAGIC {
+            return Err(WireError::BadMagic(magic));
+        }
+        let stored_crc = u32::from_le_bytes(buf[12..16].try_into().expect("4 bytes"));
+        if crc32fast::hash(&buf[..12]) != stored_crc {
+            return Err(WireError::HeaderChecksum);
+        }
+        let version = u16::from_le_bytes([buf[4], buf[5]]);
+        if version != VERSION {
+            return Err(WireError::UnsupportedVersion { found: version, supported: VERSION });
+        }
+        let kind = FrameKind::from_u8(buf[6])?;
+        if buf[7] != 0 {
+            return Err(WireError::ReservedFlags(buf[7]));
+        }
+        let len = u32::from_le_bytes(buf[8..12].try_into().expect("4 bytes"));
+        if len > self.max_payload {
+            return Err(WireError::PayloadTooLarge { len, max: self.max_payload });
+        }
+        let total = HEADER_LEN + len as usize + TRAILER_LEN;
+        if buf.len() < total {
+            return Ok(None);
+        }
+        let payload = &buf[HEADER_LEN..HEADER_LEN + len as usize];
+        let payload_crc = u32::from_le_bytes(buf[total - TRAILER_LEN..total].try_into().expect("4 bytes"));
+        if crc32fast::hash(payload) != payload_crc {
+            return Err(WireError::PayloadChecksum);
+        }
+        Ok(Some((Frame { kind, payload: payload.to_vec() }, total)))
+    }
+}
