@@ -51,7 +51,7 @@ impl HackConfig {
         if !matches!(self.bits, 2 | 4) {
             return Err(HackConfigError::Bits(self.bits));
         }
-        if self.partition == 0 || self.partition % 16 != 0 {
+        if self.partition == 0 || !self.partition.is_multiple_of(16) {
             return Err(HackConfigError::Partition(self.partition));
         }
         Ok(())

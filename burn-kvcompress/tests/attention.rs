@@ -56,19 +56,40 @@ fn naive(
     out
 }
 
+/// One attention shape: GQA ratio, queries, cache length, window and per-row left padding.
+struct Case {
+    batch: usize,
+    heads: usize,
+    kv_heads: usize,
+    q_len: usize,
+    total: usize,
+    head_dim: usize,
+    window: Option<usize>,
+    key_start: Vec<usize>,
+}
+
 #[test]
 fn reference_matches_naive_loops_on_awkward_shapes() {
     let device = Default::default();
     <Cpu as burn::tensor::backend::Backend>::seed(&device, 20261121);
-    // (batch, heads, kv_heads, q_len, total, head_dim, window, key_start)
-    let cases: Vec<(usize, usize, usize, usize, usize, usize, Option<usize>, Vec<usize>)> = vec![
-        (1, 1, 1, 1, 1, 16, None, vec![0]),
-        (2, 4, 2, 5, 5, 16, None, vec![0, 2]),
-        (2, 9, 3, 1, 37, 8, None, vec![3, 0]),
-        (1, 6, 2, 7, 30, 16, Some(4), vec![0]),
-        (3, 4, 1, 3, 13, 4, Some(1), vec![0, 5, 12]),
+    let case = |batch, heads, kv_heads, q_len, total, head_dim, window, key_start| Case {
+        batch,
+        heads,
+        kv_heads,
+        q_len,
+        total,
+        head_dim,
+        window,
+        key_start,
+    };
+    let cases = vec![
+        case(1, 1, 1, 1, 1, 16, None, vec![0]),
+        case(2, 4, 2, 5, 5, 16, None, vec![0, 2]),
+        case(2, 9, 3, 1, 37, 8, None, vec![3, 0]),
+        case(1, 6, 2, 7, 30, 16, Some(4), vec![0]),
+        case(3, 4, 1, 3, 13, 4, Some(1), vec![0, 5, 12]),
     ];
-    for (batch, heads, kv_heads, q_len, total, d, window, key_start) in cases {
+    for Case { batch, heads, kv_heads, q_len, total, head_dim: d, window, key_start } in cases {
         let q = Tensor::<Cpu, 4>::random([batch, heads, q_len, d], Distribution::Normal(0.0, 1.0), &device);
         let k = Tensor::<Cpu, 4>::random([batch, kv_heads, total, d], Distribution::Normal(0.0, 1.0), &device);
         let v = Tensor::<Cpu, 4>::random([batch, kv_heads, total, d], Distribution::Normal(0.0, 1.0), &device);

@@ -20,7 +20,7 @@ fn full_vs_incremental(name: &str) {
     let ids = tokens(name);
     let vocab = model.config().vocab_size;
     let mut full_cache = model.new_cache(&DenseScheme, 1, &device);
-    let full = to_vec(model.forward(&[ids.clone()], &mut full_cache, Logits::All).unwrap());
+    let full = to_vec(model.forward(std::slice::from_ref(&ids), &mut full_cache, Logits::All).unwrap());
 
     // Prefill 7 tokens, then a chunk of 5, then one at a time (crossing the window of 24).
     let mut cache = model.new_cache(&DenseScheme, 1, &device);
@@ -65,7 +65,8 @@ fn padded_batch_equals_individual_sequences() {
         let vocab = model.config().vocab_size;
         for (row, prompt) in prompts.iter().enumerate() {
             let mut cache = model.new_cache(&DenseScheme, 1, &device);
-            let mut alone = vec![to_vec(model.forward(&[prompt.clone()], &mut cache, Logits::Last).unwrap())];
+            let mut alone =
+                vec![to_vec(model.forward(std::slice::from_ref(prompt), &mut cache, Logits::Last).unwrap())];
             for &t in &steps {
                 alone.push(to_vec(model.forward(&[vec![t]], &mut cache, Logits::Last).unwrap()));
             }

@@ -46,7 +46,7 @@ fn logits_and_top10_match_llama_cpp() {
     for prompt in prompts() {
         let tokens = u32s(&prompt["tokens"]);
         let mut caches = loaded.model.new_cache(&DenseScheme, 1, &Default::default());
-        let logits = to_vec(loaded.model.forward(&[tokens.clone()], &mut caches, Logits::All).unwrap());
+        let logits = to_vec(loaded.model.forward(std::slice::from_ref(&tokens), &mut caches, Logits::All).unwrap());
         let last = &logits[(tokens.len() - 1) * vocab..];
         let expected = f32s(&prompt["last_logits"]);
         let diff = max_abs_diff(last, &expected);

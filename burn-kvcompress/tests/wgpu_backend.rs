@@ -46,7 +46,7 @@ fn smollm2_on_wgpu_matches_ndarray() {
     let prompt = u32s(&shared_json("reference/llamacpp-smollm2.json")["prompts"][0]["tokens"]);
     let cpu = load_gguf_model::<Cpu>(&model_path(), &Default::default()).unwrap().model;
     let mut cache = cpu.new_cache(&DenseScheme, 1, &Default::default());
-    let expected = to_vec(cpu.forward(&[prompt.clone()], &mut cache, Logits::Last).unwrap());
+    let expected = to_vec(cpu.forward(std::slice::from_ref(&prompt), &mut cache, Logits::Last).unwrap());
     drop(cpu);
     let gpu = load_gguf_model::<Wgpu>(&model_path(), &Default::default()).unwrap().model;
     let mut cache = gpu.new_cache(&DenseScheme, 1, &Default::default());

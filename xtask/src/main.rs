@@ -22,7 +22,7 @@ enum Command {
     FetchModel,
     /// Fetch the model, then run every test of the workspace in release mode.
     Test,
-    /// What CI runs: formatting check, then `test`.
+    /// What CI runs: formatting check, clippy with warnings as errors, then `test`.
     Ci,
     /// Run the decode-perplexity protocol for the given KV schemes on the evaluation texts and
     /// write the table to `results/perplexity.md` (and JSON beside it).
@@ -35,6 +35,7 @@ fn main() -> anyhow::Result<()> {
         Command::Test => test(),
         Command::Ci => {
             shell::run("cargo", &["fmt", "--all", "--check"])?;
+            shell::run("cargo", &["clippy", "--workspace", "--all-targets", "--release", "--", "-D", "warnings"])?;
             test()
         }
         Command::Eval(args) => eval::eval(args),

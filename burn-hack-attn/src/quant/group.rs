@@ -42,8 +42,8 @@ pub enum QuantError {
 pub enum Rounder {
     /// Round to the nearest level.
     Nearest,
-    /// Stochastic rounding from this generator.
-    Stochastic(StdRng),
+    /// Stochastic rounding from this generator (boxed: it is large).
+    Stochastic(Box<StdRng>),
 }
 
 impl Rounder {
@@ -51,7 +51,7 @@ impl Rounder {
     pub fn new(rounding: Rounding) -> Self {
         match rounding {
             Rounding::Nearest => Self::Nearest,
-            Rounding::Stochastic { seed } => Self::Stochastic(StdRng::seed_from_u64(seed)),
+            Rounding::Stochastic { seed } => Self::Stochastic(Box::new(StdRng::seed_from_u64(seed))),
         }
     }
 

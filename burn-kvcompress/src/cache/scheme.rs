@@ -87,4 +87,12 @@ impl<C> LayerCaches<C> {
     {
         self.layers.first().map_or(0, |c| c.len())
     }
+
+    /// Whether nothing is cached yet.
+    pub fn is_empty<B: Backend>(&self) -> bool
+    where
+        C: KvCache<B>,
+    {
+        self.len() == 0
+    }
 }

@@ -129,7 +129,7 @@ impl WeightSource for GgufWeights<'_> {
         })?;
         let t = HostTensor { values, shape };
         match heads {
-            Some(h) if t.shape.len() == 2 && h > 0 && t.shape[0] % (2 * h) == 0 => Ok(unpermute_rows(t, h)),
+            Some(h) if t.shape.len() == 2 && h > 0 && t.shape[0].is_multiple_of(2 * h) => Ok(unpermute_rows(t, h)),
             Some(_) => Err(LoadError::WeightShape { name: gguf, expected: vec![self.num_heads, 0], found: t.shape }),
             None => Ok(t),
         }

@@ -131,7 +131,7 @@ impl<B: Backend> CausalLm<B> {
         caches: &mut LayerCaches<C>,
         pad_token: u32,
     ) -> Result<Tensor<B, 2>, RunError> {
-        if caches.len() != 0 {
+        if !caches.is_empty() {
             return Err(RunError::Input("prefill_padded needs an empty cache".into()));
         }
         let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);

@@ -62,13 +62,13 @@ impl ModelConfig {
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return fail(format!("{name} must be positive"));
         }
-        if self.num_heads % self.num_kv_heads != 0 {
+        if !self.num_heads.is_multiple_of(self.num_kv_heads) {
             return fail(format!(
                 "num_heads ({}) is not a multiple of num_kv_heads ({})",
                 self.num_heads, self.num_kv_heads
             ));
         }
-        if self.head_dim % 2 != 0 {
+        if !self.head_dim.is_multiple_of(2) {
             return fail(format!("head_dim ({}) must be even for RoPE", self.head_dim));
         }
         if !(self.rope_theta.is_finite() && self.rope_theta > 1.0) {
