@@ -1,4 +1,5 @@
-//! The dense cache: keys and values kept as they are. Bit-exact with a plain forward pass.
+//! The dense cache: keys and values kept as they are. Prefill-then-decode through it equals one
+//! full forward pass up to float summation order (tested within 1e-5 per logit).
 
 use burn::tensor::{backend::Backend, Tensor};
 use serde::{Deserialize, Serialize};

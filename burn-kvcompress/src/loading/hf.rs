@@ -1,15 +1,15 @@
 //! Hugging Face checkpoints: `config.json` (transformers 4.x `rope_theta` or 5.x
 //! `rope_parameters`) and `model.safetensors`.
 
-use std::{collections::HashMap, path::Path};
+use std::path::Path;
 
-use half::{bf16, f16};
 use safetensors::{tensor::Dtype, SafeTensors};
 use serde::Deserialize;
 
 use super::{HostTensor, WeightSource};
 use crate::{
     error::LoadError,
+    gguf::{dequantize, GgmlType},
     model::{Architecture, ModelConfig},
 };
 
@@ -97,42 +97,64 @@ pub fn hf_model_config(path: &Path) -> Result<ModelConfig, LoadError> {
     parse_hf_config(&text, path)
 }
 
-/// The tensors of a `model.safetensors` file, converted to f32 on request.
+/// The tensors of a `model.safetensors` file, kept as the file's bytes and decoded to f32 (by the
+/// same decoder as GGUF's float tensors) when a weight is asked for.
 pub struct SafetensorsWeights {
-    tensors: HashMap<String, HostTensor>,
+    bytes: Vec<u8>,
+}
+
+fn ggml_type(dtype: Dtype) -> Option<GgmlType> {
+    match dtype {
+        Dtype::F32 => Some(GgmlType::F32),
+        Dtype::F16 => Some(GgmlType::F16),
+        Dtype::BF16 => Some(GgmlType::BF16),
+        _ => None,
+    }
+}
+
+fn malformed(e: impl std::fmt::Display) -> LoadError {
+    LoadError::Safetensors(e.to_string())
 }
 
 impl SafetensorsWeights {
     /// Reads a safetensors file; F32, F16 and BF16 tensors are accepted.
     pub fn open(path: &Path) -> Result<Self, LoadError> {
         let bytes = std::fs::read(path).map_err(|source| LoadError::Io { path: path.to_path_buf(), source })?;
-        Self::from_bytes(&bytes)
+        Self::from_vec(bytes)
     }
 
     /// Parses safetensors bytes.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, LoadError> {
-        let file = SafeTensors::deserialize(bytes).map_err(|e| LoadError::Safetensors(e.to_string()))?;
-        let mut tensors = HashMap::new();
+        Self::from_vec(bytes.to_vec())
+    }
+
+    /// Validates the header and every tensor's dtype, then keeps the bytes.
+    fn from_vec(bytes: Vec<u8>) -> Result<Self, LoadError> {
+        let file = SafeTensors::deserialize(&bytes).map_err(malformed)?;
         for (name, view) in file.tensors() {
-            let data = view.data();
-            let values: Vec<f32> = match view.dtype() {
-                Dtype::F32 => data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
-                Dtype::F16 => data.chunks_exact(2).map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
-                Dtype::BF16 => data.chunks_exact(2).map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
-                other => return Err(LoadError::UnsupportedDtype { name, dtype: format!("{other:?}") }),
-            };
-            tensors.insert(name, HostTensor { values, shape: view.shape().to_vec() });
+            if ggml_type(view.dtype()).is_none() {
+                return Err(LoadError::UnsupportedDtype { name, dtype: format!("{:?}", view.dtype()) });
+            }
         }
-        Ok(Self { tensors })
+        Ok(Self { bytes })
+    }
+
+    fn file(&self) -> SafeTensors<'_> {
+        SafeTensors::deserialize(&self.bytes).expect("validated when opened")
     }
 }
 
 impl WeightSource for SafetensorsWeights {
     fn get(&self, name: &str) -> Result<HostTensor, LoadError> {
-        self.tensors.get(name).cloned().ok_or_else(|| LoadError::MissingWeight(name.to_string()))
+        let file = self.file();
+        let view = file.tensor(name).map_err(|_| LoadError::MissingWeight(name.to_string()))?;
+        let shape = view.shape().to_vec();
+        let ty = ggml_type(view.dtype()).expect("dtypes validated when opened");
+        let values = dequantize(ty, view.data(), shape.iter().product()).map_err(malformed)?;
+        Ok(HostTensor { values, shape })
     }
 
     fn contains(&self, name: &str) -> bool {
-        self.tensors.contains_key(name)
+        self.file().tensor(name).is_ok()
     }
 }
