@@ -31,8 +31,10 @@ fn terms(m: &PartitionedMatrix) -> Terms {
     let (rows, parts, pi) = (m.rows(), m.parts(), m.partition());
     let mut codes = vec![0.0; rows * parts * pi];
     for r in 0..rows {
-        for (z, &c) in m.codes()[r * m.inner()..(r + 1) * m.inner()].iter().enumerate() {
-            codes[r * parts * pi + z] = c as f32;
+        for p in 0..parts {
+            for (z, c) in m.codes(r, p).into_iter().enumerate() {
+                codes[(r * parts + p) * pi + z] = c as f32;
+            }
         }
     }
     let per_part = |f: &dyn Fn(usize, usize) -> f32| -> Vec<f32> {

@@ -21,10 +21,7 @@ fn magnitude(a: &PartitionedMatrix, b: &PartitionedMatrix, i: usize, j: usize) -
         .map(|p| {
             let (pa, pb) = (a.params(i, p), b.params(j, p));
             let (sa, ma, sb, mb) = (pa.scale.to_f64(), pa.min.to_f64(), pb.scale.to_f64(), pb.min.to_f64());
-            let start = p * a.partition();
-            let dot: f64 = (start..start + a.part_len(p))
-                .map(|z| a.codes()[i * a.inner() + z] as f64 * b.codes()[j * b.inner() + z] as f64)
-                .sum();
+            let dot: f64 = a.codes(i, p).iter().zip(b.codes(j, p)).map(|(&x, y)| x as f64 * y as f64).sum();
             (sa * sb * dot).abs()
                 + (sa * a.sum(i, p) as f64 * mb).abs()
                 + (ma * sb * b.sum(j, p) as f64).abs()

@@ -1,13 +1,14 @@
 //! Quantized partitions appended one after another: each group's packed codes (byte-aligned),
-//! fp16 metadata and code sum. Both stores keep their partitions in one of these.
+//! fp16 metadata and code sum. The K/V stores and [`super::PartitionedMatrix`] keep their
+//! partitions in one of these.
 
-use crate::quant::{dequantize_group, pack_codes, quantize_group, unpack_codes, GroupParams, QuantError, Rounder};
+use super::{dequantize_group, pack_codes, quantize_group, unpack_codes, GroupParams, QuantError, Rounder};
 
 /// A growing list of quantized groups, indexed in the order they were pushed.
 #[derive(Debug, Clone)]
 pub(crate) struct GroupTable {
     bits: u8,
-    /// Bytes each cached sum takes in storage (see [`super::sum_bytes`]).
+    /// Bytes each cached sum takes in storage (see [`crate::store::sum_bytes`]).
     sum_width: usize,
     packed: Vec<u8>,
     /// Per group: first byte in `packed` and number of codes.
@@ -18,7 +19,7 @@ pub(crate) struct GroupTable {
 
 impl GroupTable {
     pub(crate) fn new(bits: u8, partition: usize) -> Self {
-        let sum_width = super::sum_bytes(bits, partition);
+        let sum_width = crate::store::sum_bytes(bits, partition);
         Self { bits, sum_width, packed: Vec::new(), spans: Vec::new(), params: Vec::new(), sums: Vec::new() }
     }
 

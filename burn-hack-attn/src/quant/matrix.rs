@@ -1,23 +1,19 @@
 //! A matrix quantized row by row, each row split into partitions of Π along its columns (the
 //! inner dimension of a product).
 
-use super::{dequantize_group, quantize_group, GroupParams, QuantError, Rounder};
+use super::{GroupParams, GroupTable, QuantError, Rounder};
 
 /// `rows × inner` values quantized in partitions of `partition` consecutive columns per row (the
 /// last partition of a row holds the remainder when `inner` is not a multiple of Π), with each
 /// partition's code sum kept (HACK's summation elimination).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct PartitionedMatrix {
     rows: usize,
     inner: usize,
     partition: usize,
     bits: u8,
-    /// Unpacked codes, `[rows, inner]` row-major.
-    codes: Vec<u8>,
-    /// Per-partition metadata, `[rows, parts]`.
-    params: Vec<GroupParams>,
-    /// Per-partition code sums, `[rows, parts]`.
-    sums: Vec<u32>,
+    /// `[rows, parts]` quantized partitions.
+    table: GroupTable,
 }
 
 impl PartitionedMatrix {
@@ -32,18 +28,13 @@ impl PartitionedMatrix {
     ) -> Result<Self, QuantError> {
         assert_eq!(values.len(), rows * inner, "values must be [rows, inner]");
         assert!(partition > 0 && inner > 0);
-        let mut codes = Vec::with_capacity(values.len());
-        let mut params = Vec::new();
-        let mut sums = Vec::new();
+        let mut table = GroupTable::new(bits, partition);
         for row in values.chunks_exact(inner) {
             for part in row.chunks(partition) {
-                let (p, c) = quantize_group(part, bits, rounder)?;
-                sums.push(c.iter().map(|&x| x as u32).sum());
-                params.push(p);
-                codes.extend(c);
+                table.push(part, rounder)?;
             }
         }
-        Ok(Self { rows, inner, partition, bits, codes, params, sums })
+        Ok(Self { rows, inner, partition, bits, table })
     }
 
     /// Rows.
@@ -76,29 +67,23 @@ impl PartitionedMatrix {
         self.partition.min(self.inner - p * self.partition)
     }
 
-    /// Unpacked codes, `[rows, inner]`.
-    pub fn codes(&self) -> &[u8] {
-        &self.codes
+    /// Unpacked codes of partition `p` of `row`, `[part_len(p)]`.
+    pub fn codes(&self, row: usize, p: usize) -> Vec<u8> {
+        self.table.codes(row * self.parts() + p)
     }
 
     /// Metadata of partition `p` of `row`.
     pub fn params(&self, row: usize, p: usize) -> GroupParams {
-        self.params[row * self.parts() + p]
+        self.table.params(row * self.parts() + p)
     }
 
     /// Code sum of partition `p` of `row`.
-    pub fn sum(&self, row: usize, p: usize) -> u32 {
-        self.sums[row * self.parts() + p]
+    pub fn sum(&self, row: usize, p: usize) -> u16 {
+        self.table.sum(row * self.parts() + p)
     }
 
     /// The dequantized values, `[rows, inner]`.
     pub fn dequantized(&self) -> Vec<f32> {
-        let mut out = Vec::with_capacity(self.codes.len());
-        for (r, row) in self.codes.chunks_exact(self.inner).enumerate() {
-            for (p, part) in row.chunks(self.partition).enumerate() {
-                out.extend(dequantize_group(self.params(r, p), part));
-            }
-        }
-        out
+        (0..self.rows * self.parts()).flat_map(|i| self.table.dequantized(i)).collect()
     }
 }

@@ -1,9 +1,11 @@
 //! Asymmetric min/max quantization per partition, fp16 metadata, and bit-packing.
 
 mod group;
+mod groups;
 mod matrix;
 mod pack;
 
 pub use group::{dequantize_group, quantize_group, GroupParams, QuantError, Rounder};
+pub(crate) use groups::GroupTable;
 pub use matrix::PartitionedMatrix;
 pub use pack::{pack_codes, unpack_codes};

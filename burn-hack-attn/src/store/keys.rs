@@ -1,8 +1,7 @@
 //! Keys: each token quantized on its own, in groups of Π consecutive channels (the last group holds
 //! the remainder when `head_dim` is not a multiple of Π). A key is never requantized.
 
-use super::groups::GroupTable;
-use crate::quant::{GroupParams, QuantError, Rounder};
+use crate::quant::{GroupParams, GroupTable, QuantError, Rounder};
 
 /// The quantized keys of one (sequence, KV head) stream.
 #[derive(Debug, Clone)]

@@ -1,7 +1,6 @@
 //! Compressed K/V of one (sequence, KV head) stream in HACK's geometry.
 
 mod bytes;
-mod groups;
 mod keys;
 mod values;
 

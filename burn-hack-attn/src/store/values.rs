@@ -4,8 +4,7 @@
 //!
 //! The tail is kept in f32 (the model's precision here; the paper's FP16 matches its FP16 model).
 
-use super::groups::GroupTable;
-use crate::quant::{GroupParams, QuantError, Rounder};
+use crate::quant::{GroupParams, GroupTable, QuantError, Rounder};
 
 /// The quantized values of one (sequence, KV head) stream.
 #[derive(Debug, Clone)]
