@@ -88,6 +88,9 @@ pub enum CacheError {
     /// The scheme cannot run with this model geometry.
     #[error("unsupported configuration: {0}")]
     Unsupported(String),
+    /// A compressed state does not fit the cache it should rebuild (names, dtypes, shapes, sizes).
+    #[error("invalid cache state: {0}")]
+    State(String),
 }
 
 /// Errors raised while running a model (generation, evaluation).

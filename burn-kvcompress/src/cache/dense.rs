@@ -4,7 +4,10 @@
 use burn::tensor::{backend::Backend, Tensor};
 use serde::{Deserialize, Serialize};
 
-use super::{attention_reference, AttendOptions, CacheGeometry, KvCache, KvScheme};
+use super::{
+    attention_reference, AttendOptions, CacheGeometry, KvCache, KvScheme, LayerState, StateTensor, TransferableCache,
+    TransferableScheme,
+};
 use crate::error::CacheError;
 
 /// The scheme that compresses nothing (`--kv dense`).
@@ -91,5 +94,38 @@ impl<B: Backend> KvScheme<B> for DenseScheme {
 
     fn name(&self) -> String {
         "dense".into()
+    }
+}
+
+impl<B: Backend> TransferableCache<B> for DenseCache<B> {
+    /// Tensors `k` and `v`, `[batch, kv_heads, len, head_dim]` f32 each (none while empty).
+    fn export_state(&self) -> LayerState {
+        let tensors = match self.keys_values() {
+            Some((k, v)) => vec![StateTensor::from_float("k", &k), StateTensor::from_float("v", &v)],
+            None => Vec::new(),
+        };
+        LayerState { tokens: self.len(), tensors }
+    }
+}
+
+impl<B: Backend> TransferableScheme<B> for DenseScheme {
+    fn import_state(
+        &self,
+        _layer: usize,
+        geometry: CacheGeometry,
+        state: &LayerState,
+        device: &B::Device,
+    ) -> Result<DenseCache<B>, CacheError> {
+        let mut cache = DenseCache::new(geometry);
+        if state.tokens == 0 {
+            return Ok(cache);
+        }
+        let k = state.get("k")?.to_float::<B, 4>(device)?;
+        let v = state.get("v")?.to_float::<B, 4>(device)?;
+        if k.dims()[2] != state.tokens {
+            return Err(CacheError::State(format!("`k` holds {} slots, the state says {}", k.dims()[2], state.tokens)));
+        }
+        cache.append(k, v).map_err(|e| CacheError::State(e.to_string()))?;
+        Ok(cache)
     }
 }

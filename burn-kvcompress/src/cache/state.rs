@@ -1,0 +1,168 @@
+//! The compressed-state container: one layer's cached state as named host tensors, the form in
+//! which `burn-kvtransfer` moves a cache between processes, whatever scheme filled it.
+//!
+//! A scheme's cache exports its device tensors (codes, metadata, sums, float tails) into a
+//! [`LayerState`] ([`TransferableCache`]); the scheme rebuilds the cache from one on another
+//! device ([`TransferableScheme`]). The
+//! container holds plain little-endian bytes, so a received state can be checked (names, dtypes,
+//! shapes, sizes) before any device allocation.
+
+use burn::tensor::{backend::Backend, Int, Tensor, TensorData};
+
+use super::{CacheGeometry, KvCache, KvScheme};
+use crate::error::CacheError;
+
+/// Element type of a [`StateTensor`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StateDType {
+    /// 32-bit float.
+    F32,
+    /// 32-bit integer (also packed codes: 32-bit words holding bit patterns).
+    I32,
+}
+
+impl StateDType {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        4
+    }
+
+    /// Stable wire id of the dtype.
+    pub fn id(self) -> u8 {
+        match self {
+            Self::F32 => 0,
+            Self::I32 => 1,
+        }
+    }
+
+    /// The dtype of a wire id, if known.
+    pub fn from_id(id: u8) -> Option<Self> {
+        match id {
+            0 => Some(Self::F32),
+            1 => Some(Self::I32),
+            _ => None,
+        }
+    }
+}
+
+/// One named tensor of a layer's state, as little-endian host bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateTensor {
+    /// Name within the layer (e.g. `k`, `k_codes`, `v_tail`).
+    pub name: String,
+    /// Element type.
+    pub dtype: StateDType,
+    /// Shape, outermost first.
+    pub shape: Vec<usize>,
+    /// `shape.product() * dtype.size()` bytes, little-endian.
+    pub bytes: Vec<u8>,
+}
+
+impl StateTensor {
+    /// Copies a float tensor to the host.
+    pub fn from_float<B: Backend, const D: usize>(name: &str, tensor: &Tensor<B, D>) -> Self {
+        let shape = tensor.dims().to_vec();
+        let values = tensor.to_data().convert::<f32>().into_vec::<f32>().expect("f32 data");
+        let bytes = values.iter().flat_map(|x| x.to_le_bytes()).collect();
+        Self { name: name.into(), dtype: StateDType::F32, shape, bytes }
+    }
+
+    /// Copies an integer tensor to the host.
+    pub fn from_int<B: Backend, const D: usize>(name: &str, tensor: &Tensor<B, D, Int>) -> Self {
+        let shape = tensor.dims().to_vec();
+        let values = tensor.to_data().convert::<i32>().into_vec::<i32>().expect("i32 data");
+        let bytes = values.iter().flat_map(|x| x.to_le_bytes()).collect();
+        Self { name: name.into(), dtype: StateDType::I32, shape, bytes }
+    }
+
+    /// Number of elements the shape implies.
+    pub fn elements(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Checks that the byte length matches the shape and dtype.
+    pub fn validate(&self) -> Result<(), CacheError> {
+        let expected = self.shape.iter().try_fold(self.dtype.size(), |acc, &d| acc.checked_mul(d));
+        if expected != Some(self.bytes.len()) {
+            return Err(CacheError::State(format!(
+                "tensor `{}`: {} bytes for shape {:?} of {:?}",
+                self.name,
+                self.bytes.len(),
+                self.shape,
+                self.dtype
+            )));
+        }
+        Ok(())
+    }
+
+    fn check<const D: usize>(&self, dtype: StateDType) -> Result<[usize; D], CacheError> {
+        self.validate()?;
+        let shape: [usize; D] = self.shape.clone().try_into().map_err(|_| {
+            CacheError::State(format!("tensor `{}` has rank {}, expected {D}", self.name, self.shape.len()))
+        })?;
+        if self.dtype != dtype {
+            return Err(CacheError::State(format!("tensor `{}` is {:?}, expected {dtype:?}", self.name, self.dtype)));
+        }
+        Ok(shape)
+    }
+
+    /// The tensor as a float tensor of rank `D` on `device`.
+    pub fn to_float<B: Backend, const D: usize>(&self, device: &B::Device) -> Result<Tensor<B, D>, CacheError> {
+        let shape = self.check::<D>(StateDType::F32)?;
+        let values: Vec<f32> = self.bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+        Ok(Tensor::from_data(TensorData::new(values, shape), device))
+    }
+
+    /// The tensor as an integer tensor of rank `D` on `device`.
+    pub fn to_int<B: Backend, const D: usize>(&self, device: &B::Device) -> Result<Tensor<B, D, Int>, CacheError> {
+        let shape = self.check::<D>(StateDType::I32)?;
+        let values: Vec<i32> = self.bytes.chunks_exact(4).map(|b| i32::from_le_bytes(b.try_into().unwrap())).collect();
+        Ok(Tensor::from_data(TensorData::new(values, shape), device))
+    }
+}
+
+/// One layer's cached state: the slots it covers and its named tensors.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LayerState {
+    /// Cached slots (tokens per sequence, padding included).
+    pub tokens: usize,
+    /// The tensors, in the order the cache exported them.
+    pub tensors: Vec<StateTensor>,
+}
+
+impl LayerState {
+    /// The tensor called `name`.
+    pub fn get(&self, name: &str) -> Result<&StateTensor, CacheError> {
+        self.tensors
+            .iter()
+            .find(|t| t.name == name)
+            .ok_or_else(|| CacheError::State(format!("missing tensor `{name}`")))
+    }
+
+    /// Total payload bytes.
+    pub fn byte_len(&self) -> usize {
+        self.tensors.iter().map(|t| t.bytes.len()).sum()
+    }
+}
+
+/// A cache that can leave its device as a [`LayerState`].
+pub trait TransferableCache<B: Backend>: KvCache<B> {
+    /// Copies the cached state to the host.
+    fn export_state(&self) -> LayerState;
+}
+
+/// A scheme whose caches can be rebuilt from a [`LayerState`] (on another device or process).
+pub trait TransferableScheme<B: Backend>: KvScheme<B>
+where
+    Self::Cache: TransferableCache<B>,
+{
+    /// Rebuilds layer `layer`'s cache of `geometry` from `state` on `device`. A state whose tensors
+    /// do not fit the geometry or this scheme's configuration is a [`CacheError::State`].
+    fn import_state(
+        &self,
+        layer: usize,
+        geometry: CacheGeometry,
+        state: &LayerState,
+        device: &B::Device,
+    ) -> Result<Self::Cache, CacheError>;
+}
