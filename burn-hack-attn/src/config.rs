@@ -1,5 +1,7 @@
 //! The HACK configuration.
 
+use std::{fmt, str::FromStr};
+
 use serde::{Deserialize, Serialize};
 
 /// How a real value between two code levels is rounded.
@@ -36,6 +38,9 @@ pub enum HackConfigError {
     /// Π must be a positive multiple of 16.
     #[error("partition size {0} is not a positive multiple of 16")]
     Partition(usize),
+    /// The textual form (`bits=2,pi=64,round=stochastic,seed=0`) could not be parsed.
+    #[error("cannot parse HACK parameters: {0}")]
+    Syntax(String),
 }
 
 impl HackConfig {
@@ -58,6 +63,65 @@ impl HackConfig {
     }
 }
 
+impl Default for HackConfig {
+    /// The paper's configuration: 2 bits, Π = 64, stochastic rounding (seed 0).
+    fn default() -> Self {
+        Self { bits: 2, partition: 64, rounding: Rounding::Stochastic { seed: 0 } }
+    }
+}
+
+impl fmt::Display for HackConfig {
+    /// `hack:bits=2,pi=64,round=stochastic,seed=0` or `hack:bits=4,pi=32,round=nearest`: the
+    /// scheme's name, and the form [`FromStr`] parses after the `hack:` prefix.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "hack:bits={},pi={}", self.bits, self.partition)?;
+        match self.rounding {
+            Rounding::Nearest => write!(f, ",round=nearest"),
+            Rounding::Stochastic { seed } => write!(f, ",round=stochastic,seed={seed}"),
+        }
+    }
+}
+
+impl FromStr for HackConfig {
+    type Err = HackConfigError;
+
+    /// Parses `key=value` pairs separated by commas, with or without the `hack:` prefix: `bits`
+    /// (2 or 4), `pi` (Π), `round` (`stochastic`/`sr` or `nearest`/`rtn`), `seed` (stochastic
+    /// only). Missing keys take the [`Default`] values.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let mut config = Self::default();
+        let mut seed = None;
+        let mut stochastic = true;
+        let body = s.strip_prefix("hack:").unwrap_or(s);
+        for pair in body.split(',').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').ok_or_else(|| HackConfigError::Syntax(format!("`{pair}`")))?;
+            let number = |v: &str| v.parse::<u64>().map_err(|_| HackConfigError::Syntax(format!("`{key}={v}`")));
+            match key {
+                "bits" => {
+                    config.bits = u8::try_from(number(value)?).map_err(|_| HackConfigError::Syntax(pair.into()))?
+                }
+                "pi" => config.partition = number(value)? as usize,
+                "seed" => seed = Some(number(value)?),
+                "round" => {
+                    stochastic = match value {
+                        "stochastic" | "sr" => true,
+                        "nearest" | "rtn" => false,
+                        other => return Err(HackConfigError::Syntax(format!("unknown rounding `{other}`"))),
+                    }
+                }
+                other => return Err(HackConfigError::Syntax(format!("unknown key `{other}` (bits, pi, round, seed)"))),
+            }
+        }
+        config.rounding = match (stochastic, seed) {
+            (true, seed) => Rounding::Stochastic { seed: seed.unwrap_or(0) },
+            (false, None) => Rounding::Nearest,
+            (false, Some(_)) => return Err(HackConfigError::Syntax("`seed` needs round=stochastic".into())),
+        };
+        config.validate()?;
+        Ok(config)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -70,5 +134,18 @@ mod tests {
         assert_eq!(HackConfig::new(3, 64, Rounding::Nearest), Err(HackConfigError::Bits(3)));
         assert_eq!(HackConfig::new(2, 40, Rounding::Nearest), Err(HackConfigError::Partition(40)));
         assert_eq!(HackConfig::new(2, 0, Rounding::Nearest), Err(HackConfigError::Partition(0)));
+    }
+
+    #[test]
+    fn text_form_round_trips() {
+        for c in [HackConfig::default(), HackConfig::new(4, 32, Rounding::Nearest).unwrap()] {
+            assert_eq!(c.to_string().parse::<HackConfig>().unwrap(), c);
+        }
+        assert_eq!("bits=2,pi=128,round=rtn".parse::<HackConfig>().unwrap().partition, 128);
+        assert_eq!("hack:".parse::<HackConfig>().unwrap(), HackConfig::default());
+        assert!(matches!("bits=3".parse::<HackConfig>(), Err(HackConfigError::Bits(3))));
+        assert!(matches!("pi=sixty".parse::<HackConfig>(), Err(HackConfigError::Syntax(_))));
+        assert!(matches!("round=nearest,seed=1".parse::<HackConfig>(), Err(HackConfigError::Syntax(_))));
+        assert!(matches!("colour=red".parse::<HackConfig>(), Err(HackConfigError::Syntax(_))));
     }
 }

@@ -37,11 +37,11 @@ fn homomorphic_product_equals_dequantized_matmul() {
     for pi in [16, 32, 64, 128] {
         for z in [1, 17, 64, 129, 200] {
             for (b_bits, rounding) in [(2, Rounding::Stochastic { seed: pi as u64 }), (4, Rounding::Nearest)] {
-                let a = PartitionedMatrix::quantize(&random(m * z, &mut rng, 0.7), m, z, pi, 8, &mut Rounder::Nearest)
-                    .unwrap();
-                let mut rounder = Rounder::new(rounding);
-                let b = PartitionedMatrix::quantize(&random(n * z, &mut rng, -0.4), n, z, pi, b_bits, &mut rounder)
-                    .unwrap();
+                let a =
+                    PartitionedMatrix::quantize(&random(m * z, &mut rng, 0.7), m, z, pi, 8, &Rounder::Nearest).unwrap();
+                let rounder = Rounder::new(rounding, 0);
+                let b =
+                    PartitionedMatrix::quantize(&random(n * z, &mut rng, -0.4), n, z, pi, b_bits, &rounder).unwrap();
                 let got: Vec<f32> =
                     homomorphic_matmul::<Cpu>(&a, &b, &Default::default()).into_data().into_vec().unwrap();
                 let (da, db) = (a.dequantized(), b.dequantized());
@@ -63,8 +63,8 @@ fn the_bound_is_tight_enough_to_catch_a_wrong_term() {
     // Dropping the constant term |Z_p| m_a m_b must break the oracle by far more than the bound.
     let mut rng = StdRng::seed_from_u64(7);
     let (m, n, z, pi) = (2, 2, 64, 32);
-    let a = PartitionedMatrix::quantize(&random(m * z, &mut rng, 1.0), m, z, pi, 8, &mut Rounder::Nearest).unwrap();
-    let b = PartitionedMatrix::quantize(&random(n * z, &mut rng, 1.0), n, z, pi, 2, &mut Rounder::Nearest).unwrap();
+    let a = PartitionedMatrix::quantize(&random(m * z, &mut rng, 1.0), m, z, pi, 8, &Rounder::Nearest).unwrap();
+    let b = PartitionedMatrix::quantize(&random(n * z, &mut rng, 1.0), n, z, pi, 2, &Rounder::Nearest).unwrap();
     let got: Vec<f32> = homomorphic_matmul::<Cpu>(&a, &b, &Default::default()).into_data().into_vec().unwrap();
     let constant: f64 =
         (0..a.parts()).map(|p| a.part_len(p) as f64 * a.params(0, p).min.to_f64() * b.params(0, p).min.to_f64()).sum();

@@ -9,15 +9,15 @@
 //! - a degenerate partition (`max == min`, or a range below fp16 resolution) gets scale 1 and
 //!   codes 0, so it dequantizes to `min` exactly as stored;
 //! - stochastic rounding rounds up with probability equal to the fractional part (never when the
-//!   value is an exact level), from a seeded generator.
+//!   value is an exact level), from counter-based seeded numbers (see [`Rounder`]).
 //!
 //! Error bound (tested): with round-to-nearest `|x - x̂| <= scale / 2 + r`, with stochastic
 //! rounding `|x - x̂| < scale + r`, where `r = 2^-10 * max(|min|, |max|)` covers the fp16 rounding
 //! of `min` and `scale` (relative error `2^-11` each).
 
 use half::f16;
-use rand::{rngs::StdRng, Rng, SeedableRng};
 
+use super::noise::{mix32, uniform};
 use crate::Rounding;
 
 /// The stored metadata of one partition (fp16, as in the paper).
@@ -37,37 +37,53 @@ pub enum QuantError {
     OutOfRange(f32),
 }
 
-/// The rounding state: nothing for round-to-nearest, a seeded generator for stochastic rounding.
-#[derive(Debug, Clone)]
+/// How codes are rounded: `code = clamp(floor(y + offset), 0, 2^bits - 1)` with `y = (x - min) /
+/// scale` and `offset` 0.5 (nearest) or a uniform number in `[0, 1)` (stochastic: up with
+/// probability `frac(y)`, never from an exact level).
+///
+/// The stochastic offsets are counter-based, a hash of (stream, element index), not a stateful
+/// generator: the CubeCL quantize kernel draws the very same numbers, so its codes equal the host
+/// reference's bit for bit, whatever order the threads run in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rounder {
     /// Round to the nearest level.
     Nearest,
-    /// Stochastic rounding from this generator (boxed: it is large).
-    Stochastic(Box<StdRng>),
+    /// Stochastic rounding with this stream's numbers.
+    Stochastic {
+        /// The stream id (see [`Rounder::new`]).
+        stream: u32,
+    },
 }
 
 impl Rounder {
-    /// The rounder for a [`Rounding`] mode.
-    pub fn new(rounding: Rounding) -> Self {
+    /// The rounder of `rounding` for one quantized tensor: `tensor` tells apart the tensors that
+    /// share a seed (e.g. layer `l`'s keys are `2 l`, its values `2 l + 1`).
+    pub fn new(rounding: Rounding, tensor: u32) -> Self {
         match rounding {
             Rounding::Nearest => Self::Nearest,
-            Rounding::Stochastic { seed } => Self::Stochastic(Box::new(StdRng::seed_from_u64(seed))),
+            Rounding::Stochastic { seed } => {
+                Self::Stochastic { stream: mix32(seed as u32 ^ mix32((seed >> 32) as u32 ^ mix32(tensor))) }
+            }
         }
     }
 
-    fn round(&mut self, y: f32) -> f32 {
-        match self {
-            Self::Nearest => y.round(),
-            Self::Stochastic(rng) => {
-                let floor = y.floor();
-                floor + f32::from(rng.random::<f32>() < y - floor)
-            }
+    /// The rounding offset of the element with global index `index`.
+    pub fn offset(&self, index: u32) -> f32 {
+        match *self {
+            Self::Nearest => 0.5,
+            Self::Stochastic { stream } => uniform(stream, index),
         }
     }
 }
 
-/// Quantizes `values` (one partition, non-empty) to `bits`-bit codes (`bits` in 1..=8).
-pub fn quantize_group(values: &[f32], bits: u8, rounder: &mut Rounder) -> Result<(GroupParams, Vec<u8>), QuantError> {
+/// Quantizes `values` (one partition, non-empty) to `bits`-bit codes (`bits` in 1..=8); element
+/// `i` draws its rounding offset at global index `index(i)`.
+pub fn quantize_group(
+    values: &[f32],
+    bits: u8,
+    rounder: &Rounder,
+    index: impl Fn(usize) -> u32,
+) -> Result<(GroupParams, Vec<u8>), QuantError> {
     debug_assert!(!values.is_empty() && (1..=8).contains(&bits));
     let levels = ((1u32 << bits) - 1) as f32;
     let (mut lo, mut hi) = (f32::INFINITY, f32::NEG_INFINITY);
@@ -82,7 +98,11 @@ pub fn quantize_group(values: &[f32], bits: u8, rounder: &mut Rounder) -> Result
     let raw_scale = f16::from_f32((hi - min.to_f32()) / levels);
     let scale = if raw_scale.to_f32() > 0.0 && raw_scale.is_finite() { raw_scale } else { f16::ONE };
     let (m, s) = (min.to_f32(), scale.to_f32());
-    let codes = values.iter().map(|&x| rounder.round((x - m) / s).clamp(0.0, levels) as u8).collect();
+    let codes = values
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| ((x - m) / s + rounder.offset(index(i))).floor().clamp(0.0, levels) as u8)
+        .collect();
     Ok((GroupParams { min, scale }, codes))
 }
 
@@ -95,7 +115,7 @@ pub fn dequantize_group(params: GroupParams, codes: &[u8]) -> Vec<f32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::Rng;
+    use rand::{rngs::StdRng, Rng, SeedableRng};
 
     fn random(n: usize, seed: u64, spread: f32) -> Vec<f32> {
         let mut rng = StdRng::seed_from_u64(seed);
@@ -103,10 +123,10 @@ mod tests {
     }
 
     fn check_bound(bits: u8, rounding: Rounding, slack_levels: f32) {
-        let mut rounder = Rounder::new(rounding);
+        let rounder = Rounder::new(rounding, 0);
         for (seed, n) in [(1, 1), (2, 7), (3, 32), (4, 64), (5, 129)] {
             let values = random(n, seed, 6.0);
-            let (params, codes) = quantize_group(&values, bits, &mut rounder).unwrap();
+            let (params, codes) = quantize_group(&values, bits, &rounder, |i| (seed * 1000) as u32 + i as u32).unwrap();
             assert!(codes.iter().all(|&c| (c as u32) < (1 << bits)));
             let back = dequantize_group(params, &codes);
             let extent = values.iter().fold(0.0f32, |m, x| m.max(x.abs()));
@@ -127,7 +147,7 @@ mod tests {
 
     #[test]
     fn degenerate_partition_reproduces_the_value() {
-        let (params, codes) = quantize_group(&[1.5; 16], 2, &mut Rounder::Nearest).unwrap();
+        let (params, codes) = quantize_group(&[1.5; 16], 2, &Rounder::Nearest, |i| i as u32).unwrap();
         assert!(codes.iter().all(|&c| c == 0));
         assert_eq!(dequantize_group(params, &codes), vec![1.5; 16]);
     }
@@ -136,35 +156,41 @@ mod tests {
     fn stochastic_rounding_is_unbiased_and_seeded() {
         // 0.3 of the way between levels 1 and 2 of a 2-bit partition spanning [0, 3].
         let values = [0.0, 3.0, 1.3];
-        let mut rounder = Rounder::new(Rounding::Stochastic { seed: 5 });
-        let trials = 20_000;
-        let ups = (0..trials).filter(|_| quantize_group(&values, 2, &mut rounder).unwrap().1[2] == 2).count();
+        let rounder = Rounder::new(Rounding::Stochastic { seed: 5 }, 0);
+        let trials = 20_000u32;
+        let ups = (0..trials)
+            .filter(|&trial| quantize_group(&values, 2, &rounder, |i| trial * 3 + i as u32).unwrap().1[2] == 2)
+            .count();
         let p = ups as f64 / trials as f64;
         // Binomial standard deviation sqrt(0.3 * 0.7 / 20000) = 0.0032: 5 sigma.
         assert!((p - 0.3).abs() < 0.017, "P(up) = {p}");
-        let run = |seed| {
-            let mut r = Rounder::new(Rounding::Stochastic { seed });
-            quantize_group(&random(64, 9, 2.0), 2, &mut r).unwrap().1
+        let run = |seed, tensor| {
+            let r = Rounder::new(Rounding::Stochastic { seed }, tensor);
+            quantize_group(&random(64, 9, 2.0), 2, &r, |i| i as u32).unwrap().1
         };
-        assert_eq!(run(1), run(1));
-        assert_ne!(run(1), run(2));
+        assert_eq!(run(1, 0), run(1, 0));
+        assert_ne!(run(1, 0), run(2, 0));
+        assert_ne!(run(1, 0), run(1, 1));
     }
 
     #[test]
     fn exact_levels_never_move() {
         let values = [0.0, 1.0, 2.0, 3.0];
-        let mut rounder = Rounder::new(Rounding::Stochastic { seed: 3 });
-        for _ in 0..100 {
-            assert_eq!(quantize_group(&values, 2, &mut rounder).unwrap().1, vec![0, 1, 2, 3]);
+        let rounder = Rounder::new(Rounding::Stochastic { seed: 3 }, 0);
+        for trial in 0..100u32 {
+            assert_eq!(quantize_group(&values, 2, &rounder, |i| trial * 4 + i as u32).unwrap().1, vec![0, 1, 2, 3]);
         }
     }
 
     #[test]
     fn out_of_range_values_are_rejected() {
         assert!(
-            matches!(quantize_group(&[1.0, f32::NAN], 2, &mut Rounder::Nearest), Err(QuantError::OutOfRange(x)) if x.is_nan())
+            matches!(quantize_group(&[1.0, f32::NAN], 2, &Rounder::Nearest, |i| i as u32), Err(QuantError::OutOfRange(x)) if x.is_nan())
         );
-        assert!(matches!(quantize_group(&[1e6], 2, &mut Rounder::Nearest), Err(QuantError::OutOfRange(_))));
-        assert!(matches!(quantize_group(&[f32::INFINITY], 4, &mut Rounder::Nearest), Err(QuantError::OutOfRange(_))));
+        assert!(matches!(quantize_group(&[1e6], 2, &Rounder::Nearest, |i| i as u32), Err(QuantError::OutOfRange(_))));
+        assert!(matches!(
+            quantize_group(&[f32::INFINITY], 4, &Rounder::Nearest, |i| i as u32),
+            Err(QuantError::OutOfRange(_))
+        ));
     }
 }

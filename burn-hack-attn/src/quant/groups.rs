@@ -1,6 +1,5 @@
 //! Quantized partitions appended one after another: each group's packed codes (byte-aligned),
-//! fp16 metadata and code sum. The K/V stores and [`super::PartitionedMatrix`] keep their
-//! partitions in one of these.
+//! fp16 metadata and code sum ([`super::PartitionedMatrix`] keeps its partitions in one).
 
 use super::{dequantize_group, pack_codes, quantize_group, unpack_codes, GroupParams, QuantError, Rounder};
 
@@ -8,8 +7,6 @@ use super::{dequantize_group, pack_codes, quantize_group, unpack_codes, GroupPar
 #[derive(Debug, Clone)]
 pub(crate) struct GroupTable {
     bits: u8,
-    /// Bytes each cached sum takes in storage (see [`crate::store::sum_bytes`]).
-    sum_width: usize,
     packed: Vec<u8>,
     /// Per group: first byte in `packed` and number of codes.
     spans: Vec<(usize, usize)>,
@@ -18,14 +15,19 @@ pub(crate) struct GroupTable {
 }
 
 impl GroupTable {
-    pub(crate) fn new(bits: u8, partition: usize) -> Self {
-        let sum_width = crate::store::sum_bytes(bits, partition);
-        Self { bits, sum_width, packed: Vec::new(), spans: Vec::new(), params: Vec::new(), sums: Vec::new() }
+    pub(crate) fn new(bits: u8) -> Self {
+        Self { bits, packed: Vec::new(), spans: Vec::new(), params: Vec::new(), sums: Vec::new() }
     }
 
-    /// Quantizes `values` as one group and appends it.
-    pub(crate) fn push(&mut self, values: &[f32], rounder: &mut Rounder) -> Result<(), QuantError> {
-        let (params, codes) = quantize_group(values, self.bits, rounder)?;
+    /// Quantizes `values` as one group and appends it; element `i` rounds with the offset at global
+    /// index `index(i)`.
+    pub(crate) fn push(
+        &mut self,
+        values: &[f32],
+        rounder: &Rounder,
+        index: impl Fn(usize) -> u32,
+    ) -> Result<(), QuantError> {
+        let (params, codes) = quantize_group(values, self.bits, rounder, index)?;
         self.spans.push((self.packed.len(), codes.len()));
         self.params.push(params);
         self.sums.push(codes.iter().map(|&c| c as u16).sum());
@@ -50,10 +52,5 @@ impl GroupTable {
     /// Group `i` dequantized.
     pub(crate) fn dequantized(&self, i: usize) -> Vec<f32> {
         dequantize_group(self.params[i], &self.codes(i))
-    }
-
-    /// Packed codes, fp16 (min, scale) and sums at their storage width.
-    pub(crate) fn memory_bytes(&self) -> usize {
-        self.packed.len() + self.params.len() * (4 + self.sum_width)
     }
 }

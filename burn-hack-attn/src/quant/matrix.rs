@@ -17,21 +17,22 @@ pub struct PartitionedMatrix {
 }
 
 impl PartitionedMatrix {
-    /// Quantizes `values` (`[rows, inner]`, row-major) to `bits`-bit codes.
+    /// Quantizes `values` (`[rows, inner]`, row-major) to `bits`-bit codes; the element at
+    /// `(r, c)` rounds with the offset at index `r * inner + c`.
     pub fn quantize(
         values: &[f32],
         rows: usize,
         inner: usize,
         partition: usize,
         bits: u8,
-        rounder: &mut Rounder,
+        rounder: &Rounder,
     ) -> Result<Self, QuantError> {
         assert_eq!(values.len(), rows * inner, "values must be [rows, inner]");
         assert!(partition > 0 && inner > 0);
-        let mut table = GroupTable::new(bits, partition);
-        for row in values.chunks_exact(inner) {
-            for part in row.chunks(partition) {
-                table.push(part, rounder)?;
+        let mut table = GroupTable::new(bits);
+        for (r, row) in values.chunks_exact(inner).enumerate() {
+            for (p, part) in row.chunks(partition).enumerate() {
+                table.push(part, rounder, |i| (r * inner + p * partition + i) as u32)?;
             }
         }
         Ok(Self { rows, inner, partition, bits, table })

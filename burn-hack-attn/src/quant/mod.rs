@@ -3,9 +3,11 @@
 mod group;
 mod groups;
 mod matrix;
+mod noise;
 mod pack;
 
 pub use group::{dequantize_group, quantize_group, GroupParams, QuantError, Rounder};
 pub(crate) use groups::GroupTable;
 pub use matrix::PartitionedMatrix;
+pub use noise::{mix32, uniform};
 pub use pack::{pack_codes, unpack_codes};

@@ -1,0 +1,59 @@
+//! Storage cost of HACK's compressed K/V, metadata included (spec §5 table).
+
+/// Bytes of one cached code sum: a partition's sum is at most `Π (2^bits - 1)`, stored in u8 when
+/// that fits and u16 otherwise (the paper's INT16 at 2 bits and Π = 128).
+pub fn sum_bytes(bits: u8, partition: usize) -> usize {
+    match partition * ((1usize << bits) - 1) <= u8::MAX as usize {
+        true => 1,
+        false => 2,
+    }
+}
+
+/// Channels per key partition: Π, or the whole head when Π exceeds it.
+pub fn key_group(head_dim: usize, partition: usize) -> usize {
+    partition.min(head_dim)
+}
+
+/// Bytes of one slot's key per KV head: packed codes plus, per channel group, fp16 (min, scale)
+/// and the code sum.
+pub fn key_bytes_per_slot(head_dim: usize, bits: u8, partition: usize) -> usize {
+    let group = key_group(head_dim, partition);
+    (head_dim * bits as usize).div_ceil(8) + head_dim / group * (4 + sum_bytes(bits, group))
+}
+
+/// Bytes of one closed V block (Π slots) per KV head: packed codes plus, per channel, fp16
+/// (min, scale) and the code sum.
+pub fn value_block_bytes(head_dim: usize, bits: u8, partition: usize) -> usize {
+    head_dim * ((partition * bits as usize).div_ceil(8) + 4 + sum_bytes(bits, partition))
+}
+
+/// Bytes per token per KV head of the quantized cache (the float V tail excluded): the key's
+/// bytes plus a V block's bytes amortized over its Π tokens.
+///
+/// `head_dim = 128, bits = 2`: 104 B at Π = 32, 84 B at Π = 64, 76 B at Π = 128 (spec §5).
+pub fn bytes_per_token(head_dim: usize, bits: u8, partition: usize) -> f64 {
+    key_bytes_per_slot(head_dim, bits, partition) as f64
+        + value_block_bytes(head_dim, bits, partition) as f64 / partition as f64
+}
+
+/// Bits per cached K/V element, all metadata included (tail excluded).
+pub fn bits_per_element(head_dim: usize, bits: u8, partition: usize) -> f64 {
+    bytes_per_token(head_dim, bits, partition) * 8.0 / (2 * head_dim) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matches_the_spec_table() {
+        assert_eq!(bytes_per_token(128, 2, 32), 104.0);
+        assert_eq!(bytes_per_token(128, 2, 64), 84.0);
+        assert_eq!(bytes_per_token(128, 2, 128), 76.0);
+        assert_eq!((sum_bytes(2, 64), sum_bytes(2, 128), sum_bytes(4, 32)), (1, 2, 2));
+        // SmolLM2's 64-channel heads at Π = 128: one 64-channel key group, whose sum fits a byte.
+        assert_eq!(key_bytes_per_slot(64, 2, 128), 16 + 5);
+        assert_eq!(value_block_bytes(64, 2, 128), 64 * (32 + 4 + 2));
+        assert!((bits_per_element(128, 2, 64) - 84.0 * 8.0 / 256.0).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,50 @@
+//! Quantized rows on the device: packed codes, fp16-valued metadata and cached code sums.
+
+use burn::tensor::{backend::Backend, Int, Tensor};
+
+/// Rows quantized in partitions along their last axis, `[batch, kv_heads, rows, ·]`:
+///
+/// - `words`: `[batch, kv_heads, rows, parts * words_per_part]` packed codes, 32-bit words holding
+///   `32 / bits` codes each, the first code in the lowest bits (stored as the backend's integer);
+/// - `min`, `scale`: `[batch, kv_heads, rows, parts]`, values that are exactly fp16 numbers (the
+///   paper's metadata type), held as f32 on the device;
+/// - `sums`: `[batch, kv_heads, rows, parts]` cached code sums (summation elimination).
+///
+/// Keys keep one row per token (partitions = channel groups); values keep one row per (closed
+/// block, channel), `rows = blocks * head_dim`, each row one partition of Π tokens.
+#[derive(Debug, Clone)]
+pub struct Codes<B: Backend> {
+    /// Packed codes.
+    pub words: Tensor<B, 4, Int>,
+    /// Per-partition minimum.
+    pub min: Tensor<B, 4>,
+    /// Per-partition scale.
+    pub scale: Tensor<B, 4>,
+    /// Per-partition code sum.
+    pub sums: Tensor<B, 4, Int>,
+}
+
+impl<B: Backend> Codes<B> {
+    /// Rows held.
+    pub fn rows(&self) -> usize {
+        self.words.dims()[2]
+    }
+
+    /// `self` followed by `more` along the row axis.
+    pub fn append(self, more: Codes<B>) -> Codes<B> {
+        Codes {
+            words: Tensor::cat(vec![self.words, more.words], 2),
+            min: Tensor::cat(vec![self.min, more.min], 2),
+            scale: Tensor::cat(vec![self.scale, more.scale], 2),
+            sums: Tensor::cat(vec![self.sums, more.sums], 2),
+        }
+    }
+}
+
+/// Appends `more` to an optional `codes`.
+pub fn append_codes<B: Backend>(codes: Option<Codes<B>>, more: Codes<B>) -> Codes<B> {
+    match codes {
+        Some(codes) => codes.append(more),
+        None => more,
+    }
+}

@@ -1,0 +1,99 @@
+//! A HACK cache as a [`LayerState`] and back: the codes, metadata, sums and tail exactly as held,
+//! so a cache rebuilt on the decode side attends exactly as the prefill side's.
+//!
+//! Tensors: `k_words`, `k_min`, `k_scale`, `k_sums` (keys, one row per slot); `v_words`, `v_min`,
+//! `v_scale`, `v_sums` (closed blocks, present once a block has closed); `v_tail` (present while
+//! the tail is not empty). Shapes as in [`Codes`].
+
+use burn_kvcompress::{
+    cache::{CacheGeometry, LayerState, StateTensor, TransferableCache, TransferableScheme},
+    error::CacheError,
+};
+
+use super::{Codes, HackCache};
+use crate::{kernels::HackBackend, HackConfig};
+
+fn export_codes<B: HackBackend>(prefix: &str, codes: &Codes<B>, out: &mut Vec<StateTensor>) {
+    out.push(StateTensor::from_int(&format!("{prefix}_words"), &codes.words));
+    out.push(StateTensor::from_float(&format!("{prefix}_min"), &codes.min));
+    out.push(StateTensor::from_float(&format!("{prefix}_scale"), &codes.scale));
+    out.push(StateTensor::from_int(&format!("{prefix}_sums"), &codes.sums));
+}
+
+fn import_codes<B: HackBackend>(
+    prefix: &str,
+    state: &LayerState,
+    rows: usize,
+    words: usize,
+    parts: usize,
+    geometry: CacheGeometry,
+    device: &B::Device,
+) -> Result<Codes<B>, CacheError> {
+    let get = |name: &str| state.get(&format!("{prefix}_{name}"));
+    let codes = Codes {
+        words: get("words")?.to_int::<B, 4>(device)?,
+        min: get("min")?.to_float::<B, 4>(device)?,
+        scale: get("scale")?.to_float::<B, 4>(device)?,
+        sums: get("sums")?.to_int::<B, 4>(device)?,
+    };
+    let (b, h) = (geometry.batch, geometry.kv_heads);
+    let expected = ([b, h, rows, words], [b, h, rows, parts]);
+    let found = (codes.words.dims(), [codes.min.dims(), codes.scale.dims(), codes.sums.dims()]);
+    if found.0 != expected.0 || found.1.iter().any(|d| *d != expected.1) {
+        return Err(CacheError::State(format!(
+            "`{prefix}` codes have shapes {:?} / {:?}, expected {:?} / {:?}",
+            found.0, found.1, expected.0, expected.1
+        )));
+    }
+    Ok(codes)
+}
+
+impl<B: HackBackend> TransferableCache<B> for HackCache<B> {
+    fn export_state(&self) -> LayerState {
+        let mut tensors = Vec::new();
+        if let Some(keys) = &self.keys {
+            export_codes("k", keys, &mut tensors);
+        }
+        if let Some(values) = &self.values {
+            export_codes("v", values, &mut tensors);
+        }
+        if let Some(tail) = &self.tail {
+            tensors.push(StateTensor::from_float("v_tail", tail));
+        }
+        LayerState { tokens: self.len, tensors }
+    }
+}
+
+impl<B: HackBackend> TransferableScheme<B> for HackConfig {
+    fn import_state(
+        &self,
+        layer: usize,
+        geometry: CacheGeometry,
+        state: &LayerState,
+        device: &B::Device,
+    ) -> Result<HackCache<B>, CacheError> {
+        let mut cache = HackCache::new(*self, layer, geometry);
+        cache.check_supported()?;
+        let len = state.tokens;
+        if len == 0 {
+            return Ok(cache);
+        }
+        let (d, bits, pi) = (geometry.head_dim, self.bits as usize, self.partition);
+        let group = super::key_group(d, pi);
+        cache.keys = Some(import_codes("k", state, len, d * bits / 32, d / group, geometry, device)?);
+        let blocks = len / pi;
+        if blocks > 0 {
+            cache.values = Some(import_codes("v", state, blocks * d, pi * bits / 32, 1, geometry, device)?);
+        }
+        let tail_len = len - blocks * pi;
+        if tail_len > 0 {
+            let tail = state.get("v_tail")?.to_float::<B, 4>(device)?;
+            if tail.dims() != [geometry.batch, geometry.kv_heads, tail_len, d] {
+                return Err(CacheError::State(format!("`v_tail` has shape {:?}", tail.dims())));
+            }
+            cache.tail = Some(tail);
+        }
+        cache.len = len;
+        Ok(cache)
+    }
+}

@@ -1,0 +1,5 @@
+//! HACK attention: the tensor-op reference (any q_len).
+
+mod reference;
+
+pub use reference::{attention_reference, CacheView};

@@ -1,0 +1,125 @@
+//! HACK attention in plain tensor ops: Q and P quantized to 8 bits, both products computed
+//! homomorphically from the codes (spec §3.3), softmax in f32, the float V tail multiplied in
+//! f32. The reference the fused decode kernel is tested against, and the implementation of
+//! prefill (and of decode on non-Cube backends).
+//!
+//! Choices (spec §2.2, §6, marked [A] there):
+//! - Q is quantized per query row in the K channel groups, P per query row in the closed V
+//!   blocks; both asymmetric min/max, 8 bits, round to nearest, f32 metadata (transient: never
+//!   stored or sent, so there is no reason to round it to fp16);
+//! - P is the *normalized* softmax. Quantization is scale-invariant (`min`, `scale` scale with the
+//!   partition and the codes do not change), so a kernel that quantizes `exp(s - m)` before
+//!   normalizing, as a flash-attention kernel does, gets the same codes up to float rounding;
+//! - masked positions are exactly 0 in P and take part in its partitions (they can only lower the
+//!   minimum to 0, which P's minimum nearly always is anyway);
+//! - the softmax scale is applied to the homomorphic scores in f32.
+
+use burn::tensor::{activation::softmax, backend::Backend, Tensor};
+use burn_kvcompress::{
+    cache::{check_attend_shapes, AttendOptions},
+    error::CacheError,
+};
+
+use super::super::quantize::unpack_words;
+use crate::cache::{key_group, Codes};
+
+/// The cached state attention reads, `kv_heads` heads of `head_dim` channels.
+#[derive(Debug, Clone, Copy)]
+pub struct CacheView<'a, B: Backend> {
+    /// K/V code width (2 or 4).
+    pub bits: u8,
+    /// Π.
+    pub partition: usize,
+    /// Channels per head.
+    pub head_dim: usize,
+    /// Key codes, one row per slot: `[batch, kv_heads, len, ·]`.
+    pub keys: &'a Codes<B>,
+    /// Value codes of the closed blocks, `[batch, kv_heads, blocks * head_dim, ·]` (None before
+    /// the first block closes).
+    pub values: Option<&'a Codes<B>>,
+    /// The float tail, `[batch, kv_heads, len - blocks * Π, head_dim]` (None when empty).
+    pub tail: Option<&'a Tensor<B, 4>>,
+}
+
+impl<B: Backend> CacheView<'_, B> {
+    /// Closed V blocks.
+    pub fn blocks(&self) -> usize {
+        self.values.map_or(0, |v| v.rows() / self.head_dim)
+    }
+}
+
+/// 8-bit asymmetric quantization along the last axis (round to nearest, degenerate partitions get
+/// scale 1): `(codes, min, scale, code sums)`, the last three with a last axis of 1.
+fn quantize8<B: Backend>(x: Tensor<B, 5>) -> [Tensor<B, 5>; 4] {
+    let min = x.clone().min_dim(4);
+    let range = x.clone().max_dim(4) - min.clone();
+    let scale = range.clone() / 255.0;
+    let scale = scale.mask_fill(range.lower_equal_elem(0.0), 1.0);
+    let codes = ((x - min.clone()) / scale.clone() + 0.5).floor().clamp(0.0, 255.0);
+    let sums = codes.clone().sum_dim(4);
+    [codes, min, scale, sums]
+}
+
+/// `[a, b, rows, parts]` metadata as `[a, b, parts, 1, rows]` (to broadcast along query rows).
+fn per_column<B: Backend>(t: Tensor<B, 4>) -> Tensor<B, 5> {
+    t.swap_dims(2, 3).unsqueeze_dim(3)
+}
+
+/// HACK attention of `q: [batch, heads, q_len, head_dim]` (the last `q_len` slots) over `cache`;
+/// returns `[batch, heads, q_len, head_dim]`.
+pub fn attention_reference<B: Backend>(
+    q: Tensor<B, 4>,
+    cache: &CacheView<'_, B>,
+    options: &AttendOptions,
+) -> Result<Tensor<B, 4>, CacheError> {
+    let [batch, kv_heads, len, _] = cache.keys.min.dims();
+    let head_dim = cache.head_dim;
+    let (_, heads, q_len, _) = check_attend_shapes(q.dims(), [batch, kv_heads, len, head_dim], options)?;
+    let (group, rows) = (heads / kv_heads, heads / kv_heads * q_len);
+    let gk = key_group(head_dim, cache.partition);
+    let parts = head_dim / gk;
+
+    // Scores: Σ over channel groups of Eq. 4, [batch, kv_heads, parts, rows, len] summed over parts.
+    let q = q.reshape([batch, kv_heads, rows, parts, gk]).swap_dims(2, 3);
+    let [qc, qmin, qscale, qsum] = quantize8(q);
+    let kc = unpack_words(cache.keys.words.clone(), cache.bits).float().reshape([batch, kv_heads, len, parts, gk]);
+    let dot = qc.matmul(kc.permute([0, 1, 3, 4, 2]));
+    let (kmin, kscale) = (per_column(cache.keys.min.clone()), per_column(cache.keys.scale.clone()));
+    let ksum = per_column(cache.keys.sums.clone().float());
+    let scores = qscale.clone() * kscale.clone() * dot
+        + qscale * qsum * kmin.clone()
+        + qmin.clone() * kscale * ksum
+        + qmin * kmin * gk as f32;
+    let scores = scores.sum_dim(2).reshape([batch, kv_heads, rows, len]) * options.scale;
+    let forbidden = options
+        .forbidden_mask::<B>(q_len, len, &scores.device())
+        .repeat_dim(2, group)
+        .expand([batch, kv_heads, rows, len]);
+    let probs = softmax(scores.mask_fill(forbidden, f32::NEG_INFINITY), 3);
+
+    // Closed blocks: Σ over blocks of Eq. 4 with P (8 bits) and V (per channel, Π tokens).
+    let blocks = cache.blocks();
+    let quantized_len = blocks * cache.partition;
+    let mut out = Tensor::<B, 4>::zeros([batch, kv_heads, rows, head_dim], &probs.device());
+    if let Some(values) = cache.values.filter(|_| blocks > 0) {
+        let pi = cache.partition;
+        let p = probs.clone().narrow(3, 0, quantized_len).reshape([batch, kv_heads, rows, blocks, pi]).swap_dims(2, 3);
+        let [pc, pmin, pscale, psum] = quantize8(p);
+        let vc =
+            unpack_words(values.words.clone(), cache.bits).float().reshape([batch, kv_heads, blocks, head_dim, pi]);
+        let dot = pc.matmul(vc.swap_dims(3, 4));
+        let per_block = |t: Tensor<B, 4>| t.reshape([batch, kv_heads, blocks, 1, head_dim]);
+        let (vmin, vscale) = (per_block(values.min.clone()), per_block(values.scale.clone()));
+        let vsum = per_block(values.sums.clone().float());
+        let pv = pscale.clone() * vscale.clone() * dot
+            + pscale * psum * vmin.clone()
+            + pmin.clone() * vscale * vsum
+            + pmin * vmin * pi as f32;
+        out = out + pv.sum_dim(2).reshape([batch, kv_heads, rows, head_dim]);
+    }
+    if let Some(tail) = cache.tail {
+        let tail_probs = probs.narrow(3, quantized_len, len - quantized_len);
+        out = out + tail_probs.matmul(tail.clone());
+    }
+    Ok(out.reshape([batch, heads, q_len, head_dim]))
+}

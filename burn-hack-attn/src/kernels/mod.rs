@@ -1,0 +1,38 @@
+//! The HACK operations behind one backend-extension trait, each as a kernel/launch/reference triad
+//! (DESIGN.md): `quantize` (quantize + pack on append) and `attention` (the fused decode kernel;
+//! prefill runs the tensor-op reference on every backend).
+
+pub mod attention;
+pub mod quantize;
+mod spec;
+
+use burn::tensor::{backend::Backend, Tensor};
+use burn_kvcompress::{cache::AttendOptions, error::CacheError};
+
+pub use attention::{attention_reference, CacheView};
+pub use quantize::{quantize_reference, unpack_words};
+pub use spec::{QuantizeSpec, RowLayout};
+
+use crate::{cache::Codes, quant::QuantError};
+
+/// A backend that runs HACK's operations. The provided methods are the plain-tensor references;
+/// CubeCL backends override them with kernels.
+pub trait HackBackend: Backend {
+    /// Quantizes and packs `x: [batch, kv_heads, rows, z]` per `spec`.
+    fn hack_quantize(x: Tensor<Self, 4>, spec: &QuantizeSpec) -> Result<Codes<Self>, QuantError> {
+        quantize_reference(x, spec)
+    }
+
+    /// HACK attention of `q: [batch, heads, q_len, head_dim]` over `cache`, `[batch, heads, q_len,
+    /// head_dim]`.
+    fn hack_attention(
+        q: Tensor<Self, 4>,
+        cache: &CacheView<'_, Self>,
+        options: &AttendOptions,
+    ) -> Result<Tensor<Self, 4>, CacheError> {
+        attention_reference(q, cache, options)
+    }
+}
+
+#[cfg(feature = "ndarray")]
+impl HackBackend for burn::backend::NdArray<f32> {}

@@ -1,0 +1,63 @@
+//! Quantize + pack on the host with the scalar quantizer of [`crate::quant`]: the reference the
+//! quantize kernel is tested against bit for bit, and the implementation on non-Cube backends.
+
+use burn::tensor::{backend::Backend, ElementConversion, Int, Tensor, TensorData};
+
+use crate::{
+    cache::Codes,
+    kernels::QuantizeSpec,
+    quant::{pack_codes, quantize_group, QuantError},
+};
+
+/// Quantizes `x: [batch, kv_heads, rows, z]` per `spec` into [`Codes`] on `x`'s device.
+pub fn quantize_reference<B: Backend>(x: Tensor<B, 4>, spec: &QuantizeSpec) -> Result<Codes<B>, QuantError> {
+    let [batch, kv_heads, rows, z] = x.dims();
+    let device = x.device();
+    let values: Vec<f32> = x.into_data().convert::<f32>().into_vec().expect("f32 data");
+    let parts = z / spec.group;
+    let mut words = Vec::with_capacity(batch * kv_heads * rows * parts * spec.words_per_group());
+    let (mut min, mut scale, mut sums) = (Vec::new(), Vec::new(), Vec::new());
+    for b in 0..batch {
+        for h in 0..kv_heads {
+            for row in 0..rows {
+                let start = ((b * kv_heads + h) * rows + row) * z;
+                for p in 0..parts {
+                    let part = &values[start + p * spec.group..start + (p + 1) * spec.group];
+                    let index = |i: usize| spec.index(batch, kv_heads, b, h, row, p * spec.group + i);
+                    let (params, codes) = quantize_group(part, spec.bits, &spec.rounder, index)?;
+                    let packed = pack_codes(&codes, spec.bits);
+                    words.extend(packed.chunks_exact(4).map(|w| i32::from_le_bytes(w.try_into().unwrap())));
+                    min.push(params.min.to_f32());
+                    scale.push(params.scale.to_f32());
+                    sums.push(codes.iter().map(|&c| c as i32).sum::<i32>());
+                }
+            }
+        }
+    }
+    let meta = [batch, kv_heads, rows, parts];
+    let float = |v: Vec<f32>| Tensor::<B, 4>::from_data(TensorData::new(v, meta), &device);
+    let int = |v: Vec<i32>, shape: [usize; 4]| Tensor::<B, 4, Int>::from_data(TensorData::new(v, shape), &device);
+    Ok(Codes {
+        words: int(words, [batch, kv_heads, rows, parts * spec.words_per_group()]),
+        min: float(min),
+        scale: float(scale),
+        sums: int(sums, meta),
+    })
+}
+
+/// Unpacks `words: [a, b, rows, w]` into codes `[a, b, rows, w * 32 / bits]` with tensor ops.
+pub fn unpack_words<B: Backend>(words: Tensor<B, 4, Int>, bits: u8) -> Tensor<B, 4, Int> {
+    let [a, b, rows, w] = words.dims();
+    let per_word = 32 / bits as usize;
+    let shifts: Vec<i32> = (0..per_word).map(|i| (i * bits as usize) as i32).collect();
+    let shifts = Tensor::<B, 1, Int>::from_data(TensorData::new(shifts, [per_word]), &words.device())
+        .reshape([1, 1, 1, 1, per_word])
+        .expand([a, b, rows, w, per_word]);
+    let mask = (1i32 << bits) - 1;
+    words
+        .reshape([a, b, rows, w, 1])
+        .expand([a, b, rows, w, per_word])
+        .bitwise_right_shift(shifts)
+        .bitwise_and_scalar(mask.elem())
+        .reshape([a, b, rows, w * per_word])
+}
