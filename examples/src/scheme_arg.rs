@@ -1,12 +1,17 @@
-//! The `--kv` syntax: `dense` (more schemes join as their crates land, e.g. `hack:bits=2,pi=64`).
+//! The `--kv` syntax: `dense`, or `hack:bits=2,pi=64,round=stochastic,seed=0` (any subset of the
+//! keys; see [`HackConfig`]'s text form). More schemes join as their crates land.
 
 use std::str::FromStr;
+
+use burn_hack_attn::HackConfig;
 
 /// A KV cache scheme chosen on the command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SchemeArg {
     /// Uncompressed K/V.
     Dense,
+    /// HACK: 2- or 4-bit K/V codes, attention on the codes.
+    Hack(HackConfig),
 }
 
 impl FromStr for SchemeArg {
@@ -17,7 +22,8 @@ impl FromStr for SchemeArg {
         match name {
             "dense" if params.is_empty() => Ok(Self::Dense),
             "dense" => Err(format!("`dense` takes no parameters (got `{params}`)")),
-            other => Err(format!("unknown KV scheme `{other}` (available: dense)")),
+            "hack" => params.parse().map(Self::Hack).map_err(|e| e.to_string()),
+            other => Err(format!("unknown KV scheme `{other}` (available: dense, hack)")),
         }
     }
 }
@@ -30,6 +36,7 @@ macro_rules! with_scheme {
         use $crate::scheme_arg::SchemeArg;
         match $arg {
             SchemeArg::Dense => $run(burn_kvcompress::cache::DenseScheme, $($a),*),
+            SchemeArg::Hack(config) => $run(config, $($a),*),
         }
     }};
 }
@@ -39,9 +46,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_dense_and_rejects_unknown() {
+    fn parses_dense_hack_and_rejects_unknown() {
         assert_eq!("dense".parse::<SchemeArg>(), Ok(SchemeArg::Dense));
         assert!("dense:bits=2".parse::<SchemeArg>().is_err());
         assert!("zip".parse::<SchemeArg>().unwrap_err().contains("unknown KV scheme"));
+        let hack = "hack:bits=4,pi=32,round=nearest".parse::<SchemeArg>().unwrap();
+        assert_eq!(hack, SchemeArg::Hack("bits=4,pi=32,round=nearest".parse().unwrap()));
+        assert!("hack:bits=3".parse::<SchemeArg>().unwrap_err().contains("bit width"));
     }
 }

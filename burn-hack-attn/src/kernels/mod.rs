@@ -3,6 +3,8 @@
 //! prefill runs the tensor-op reference on every backend).
 
 pub mod attention;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod noise_cube;
 pub mod quantize;
 mod spec;
 
@@ -36,3 +38,16 @@ pub trait HackBackend: Backend {
 
 #[cfg(feature = "ndarray")]
 impl HackBackend for burn::backend::NdArray<f32> {}
+
+/// The kernels run on CubeCL backends computing in f32 with i32 integers (the crate's `Wgpu` and
+/// `Cuda` aliases).
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+impl<R, BT> HackBackend for burn_cubecl::CubeBackend<R, f32, i32, BT>
+where
+    R: burn_cubecl::CubeRuntime,
+    BT: burn_cubecl::BoolElement,
+{
+    fn hack_quantize(x: Tensor<Self, 4>, spec: &QuantizeSpec) -> Result<Codes<Self>, QuantError> {
+        Ok(quantize::quantize_launch(x, spec))
+    }
+}

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use burn::tensor::backend::Backend;
+use burn_hack_attn::kernels::HackBackend;
 use burn_kvcompress::{
     cache::KvScheme,
     generation::{generate, GenerateOptions, SamplingConfig},
@@ -55,11 +55,11 @@ struct Args {
     backend: BackendChoice,
 }
 
-fn run<B: Backend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
+fn run<B: HackBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
     with_scheme!(args.kv.clone(), run_scheme::<B, _>, (args, &device))
 }
 
-fn run_scheme<B: Backend, S: KvScheme<B>>(scheme: S, args: &Args, device: &B::Device) -> anyhow::Result<()> {
+fn run_scheme<B: HackBackend, S: KvScheme<B>>(scheme: S, args: &Args, device: &B::Device) -> anyhow::Result<()> {
     let path = args.model.clone().unwrap_or_else(default_model_path);
     let loaded = load_model::<B>(&path, device)
         .with_context(|| format!("loading {} (run `cargo xtask fetch-model` for the default model)", path.display()))?;

@@ -7,7 +7,7 @@
 use std::{fmt::Write as _, path::PathBuf};
 
 use anyhow::Context;
-use burn::tensor::backend::Backend;
+use burn_hack_attn::kernels::HackBackend;
 use burn_kvcompress::{
     cache::KvScheme,
     eval::{decode_perplexity, PerplexityConfig, PerplexityReport},
@@ -59,7 +59,7 @@ struct Row {
     bits_per_element: f64,
 }
 
-fn evaluate<B: Backend, S: KvScheme<B>>(
+fn evaluate<B: HackBackend, S: KvScheme<B>>(
     scheme: S,
     model: &burn_kvcompress::model::CausalLm<B>,
     tokens: &[u32],
@@ -77,7 +77,7 @@ fn evaluate<B: Backend, S: KvScheme<B>>(
     Ok(report)
 }
 
-fn run<B: Backend>(device: B::Device, args: &Args) -> anyhow::Result<Vec<Row>> {
+fn run<B: HackBackend>(device: B::Device, args: &Args) -> anyhow::Result<Vec<Row>> {
     let path = args.model.clone().unwrap_or_else(default_model_path);
     let loaded = load_model::<B>(&path, &device)
         .with_context(|| format!("loading {} (run `cargo xtask fetch-model`)", path.display()))?;

@@ -1,0 +1,72 @@
+//! Launching the quantize kernel on a CubeCL backend.
+
+use burn::tensor::{Int, Shape, Tensor, TensorPrimitive};
+use burn_cubecl::{
+    cubecl::prelude::*, kernel::into_contiguous, ops::numeric::empty_device, tensor::CubeTensor, BoolElement,
+    CubeBackend, CubeRuntime,
+};
+
+use super::kernel::{quantize_kernel, QuantizeGeometry};
+use crate::{
+    cache::Codes,
+    kernels::{QuantizeSpec, RowLayout},
+    quant::Rounder,
+};
+
+type Backend<R, BT> = CubeBackend<R, f32, i32, BT>;
+
+fn output<R: CubeRuntime, E: burn_cubecl::CubeElement>(like: &CubeTensor<R>, shape: [usize; 4]) -> CubeTensor<R> {
+    empty_device::<R, E>(like.client.clone(), like.device.clone(), Shape::new(shape))
+}
+
+/// Quantizes `x: [batch, kv_heads, rows, z]` per `spec` with [`quantize_kernel`].
+pub fn quantize_launch<R: CubeRuntime, BT: BoolElement>(
+    x: Tensor<Backend<R, BT>, 4>,
+    spec: &QuantizeSpec,
+) -> Codes<Backend<R, BT>> {
+    let [batch, kv_heads, rows, z] = x.dims();
+    let parts = z / spec.group;
+    let x = into_contiguous(x.into_primitive().tensor());
+    let meta = [batch, kv_heads, rows, parts];
+    let words = output::<R, i32>(&x, [batch, kv_heads, rows, parts * spec.words_per_group()]);
+    let (mins, scales, sums) = (output::<R, f32>(&x, meta), output::<R, f32>(&x, meta), output::<R, i32>(&x, meta));
+    let partitions = batch * kv_heads * rows * parts;
+    let (first_slot, value_blocks) = match spec.layout {
+        RowLayout::Keys { first_slot } => (first_slot, false),
+        RowLayout::ValueBlocks { first_slot } => (first_slot, true),
+    };
+    let (stochastic, rounding_stream) = match spec.rounder {
+        Rounder::Nearest => (false, 0),
+        Rounder::Stochastic { stream } => (true, stream),
+    };
+    let geo = QuantizeGeometry {
+        bits: spec.bits as u32,
+        group: spec.group as u32,
+        parts: parts as u32,
+        head_dim: spec.head_dim as u32,
+        partition: spec.partition as u32,
+        value_blocks,
+        stochastic,
+    };
+    let cube_dim = CubeDim::new_1d(64);
+    let cube_count = CubeCount::Static(partitions.div_ceil(64) as u32, 1, 1);
+    quantize_kernel::launch(
+        &x.client,
+        cube_count,
+        cube_dim,
+        x.clone().into_array_arg(),
+        words.clone().into_array_arg(),
+        mins.clone().into_array_arg(),
+        scales.clone().into_array_arg(),
+        sums.clone().into_array_arg(),
+        partitions as u32,
+        rows as u32,
+        (batch * kv_heads) as u32,
+        first_slot as u32,
+        rounding_stream,
+        geo,
+    );
+    let float = |t: CubeTensor<R>| Tensor::<Backend<R, BT>, 4>::from_primitive(TensorPrimitive::Float(t));
+    let int = |t: CubeTensor<R>| Tensor::<Backend<R, BT>, 4, Int>::from_primitive(t);
+    Codes { words: int(words), min: float(mins), scale: float(scales), sums: int(sums) }
+}
