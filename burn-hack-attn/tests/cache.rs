@@ -5,7 +5,7 @@
 use burn::tensor::{Tensor, TensorData};
 use burn_hack_attn::{
     cache::{key_group, sum_bytes},
-    kernels::unpack_words,
+    kernels::{attention_reference, attention_reference_in_steps, unpack_words},
     HackConfig, Rounding,
 };
 use burn_kvcompress::{
@@ -246,4 +246,20 @@ fn malformed_state_and_unsupported_geometry_are_rejected() {
     let mut cache = KvScheme::<B>::new_cache(&config, 0, odd, &device);
     let err = cache.append(random([1, 1, 2, 40], 1), random([1, 1, 2, 40], 2)).unwrap_err();
     assert!(matches!(err, CacheError::Unsupported(_)), "{err}");
+}
+
+#[test]
+fn prefill_in_query_steps_equals_one_step() {
+    let device = Default::default();
+    let geometry = CacheGeometry { batch: 2, kv_heads: 2, heads: 4, head_dim: 64 };
+    let config: HackConfig = "bits=2,pi=32,round=nearest".parse().unwrap();
+    let mut cache = KvScheme::<B>::new_cache(&config, 0, geometry, &device);
+    cache.append(random([2, 2, 90, 64], 1), random([2, 2, 90, 64], 2)).unwrap();
+    let q = random([2, 4, 90, 64], 3);
+    let options = AttendOptions { scale: 0.125, key_start: vec![0, 11], window: Some(50) };
+    let view = cache.view().unwrap();
+    let whole = host(attention_reference(q.clone(), &view, &options).unwrap());
+    let steps = host(attention_reference_in_steps(q, &view, &options, 7).unwrap());
+    let worst = whole.iter().zip(&steps).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+    assert!(worst < 1e-5, "max diff {worst}");
 }

@@ -1,8 +1,10 @@
 //! The HACK operations behind one backend-extension trait, each as a kernel/launch/reference triad
-//! (DESIGN.md): `quantize` (quantize + pack on append) and `attention` (the fused decode kernel;
-//! prefill runs the tensor-op reference on every backend).
+//! (DESIGN.md): `quantize` (quantize + pack on append), `decode` (the fused decode attention
+//! kernel) and `attention` (the tensor-op reference of both; prefill runs it on every backend).
 
 pub mod attention;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub mod decode;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod noise_cube;
 pub mod quantize;
@@ -11,7 +13,7 @@ mod spec;
 use burn::tensor::{backend::Backend, Tensor};
 use burn_kvcompress::{cache::AttendOptions, error::CacheError};
 
-pub use attention::{attention_reference, CacheView};
+pub use attention::{attention_reference, attention_reference_in_steps, CacheView};
 pub use quantize::{quantize_reference, unpack_words};
 pub use spec::{QuantizeSpec, RowLayout};
 
@@ -49,5 +51,21 @@ where
 {
     fn hack_quantize(x: Tensor<Self, 4>, spec: &QuantizeSpec) -> Result<Codes<Self>, QuantError> {
         Ok(quantize::quantize_launch(x, spec))
+    }
+
+    /// The fused decode kernel for one query slot; prefill (several query slots) runs the
+    /// reference.
+    fn hack_attention(
+        q: Tensor<Self, 4>,
+        cache: &CacheView<'_, Self>,
+        options: &AttendOptions,
+    ) -> Result<Tensor<Self, 4>, CacheError> {
+        let [batch, kv_heads, len, _] = cache.keys.min.dims();
+        let (_, _, q_len, _) =
+            burn_kvcompress::cache::check_attend_shapes(q.dims(), [batch, kv_heads, len, cache.head_dim], options)?;
+        match q_len {
+            1 => Ok(decode::decode_launch(q, cache, options)),
+            _ => attention_reference(q, cache, options),
+        }
     }
 }

@@ -2,4 +2,4 @@
 
 mod reference;
 
-pub use reference::{attention_reference, CacheView};
+pub use reference::{attention_reference, attention_reference_in_steps, CacheView};

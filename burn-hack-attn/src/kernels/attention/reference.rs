@@ -65,8 +65,57 @@ fn per_column<B: Backend>(t: Tensor<B, 4>) -> Tensor<B, 5> {
     t.swap_dims(2, 3).unsqueeze_dim(3)
 }
 
+/// The cache's codes unpacked to floats and its metadata laid out for broadcasting.
+struct Operands<B: Backend> {
+    /// `[batch, kv_heads, parts, key_group, len]`.
+    k_codes: Tensor<B, 5>,
+    /// `[batch, kv_heads, parts, 1, len]` each.
+    k_min: Tensor<B, 5>,
+    k_scale: Tensor<B, 5>,
+    k_sum: Tensor<B, 5>,
+    /// `[batch, kv_heads, blocks, Π, head_dim]`, then `[batch, kv_heads, blocks, 1, head_dim]`.
+    values: Option<[Tensor<B, 5>; 4]>,
+}
+
+impl<B: Backend> Operands<B> {
+    fn new(cache: &CacheView<'_, B>, [batch, kv_heads, len, head_dim]: [usize; 4]) -> Self {
+        let gk = key_group(head_dim, cache.partition);
+        let parts = head_dim / gk;
+        let k_codes = unpack_words(cache.keys.words.clone(), cache.bits)
+            .float()
+            .reshape([batch, kv_heads, len, parts, gk])
+            .permute([0, 1, 3, 4, 2]);
+        let blocks = cache.blocks();
+        let values = cache.values.filter(|_| blocks > 0).map(|v| {
+            let pi = cache.partition;
+            let codes =
+                unpack_words(v.words.clone(), cache.bits).float().reshape([batch, kv_heads, blocks, head_dim, pi]);
+            let per_block = |t: Tensor<B, 4>| t.reshape([batch, kv_heads, blocks, 1, head_dim]);
+            [
+                codes.swap_dims(3, 4),
+                per_block(v.min.clone()),
+                per_block(v.scale.clone()),
+                per_block(v.sums.clone().float()),
+            ]
+        });
+        Self {
+            k_codes,
+            k_min: per_column(cache.keys.min.clone()),
+            k_scale: per_column(cache.keys.scale.clone()),
+            k_sum: per_column(cache.keys.sums.clone().float()),
+            values,
+        }
+    }
+}
+
+/// Query slots per step: the largest count whose score tensor stays under 2^27 elements (512 MiB
+/// in f32), so long prefills run in bounded memory.
+fn query_chunk(batch: usize, heads: usize, len: usize, parts: usize) -> usize {
+    ((1usize << 27) / (batch * heads * len * parts).max(1)).max(1)
+}
+
 /// HACK attention of `q: [batch, heads, q_len, head_dim]` (the last `q_len` slots) over `cache`;
-/// returns `[batch, heads, q_len, head_dim]`.
+/// returns `[batch, heads, q_len, head_dim]`. Long prefills run in chunks of query slots.
 pub fn attention_reference<B: Backend>(
     q: Tensor<B, 4>,
     cache: &CacheView<'_, B>,
@@ -74,52 +123,82 @@ pub fn attention_reference<B: Backend>(
 ) -> Result<Tensor<B, 4>, CacheError> {
     let [batch, kv_heads, len, _] = cache.keys.min.dims();
     let head_dim = cache.head_dim;
-    let (_, heads, q_len, _) = check_attend_shapes(q.dims(), [batch, kv_heads, len, head_dim], options)?;
-    let (group, rows) = (heads / kv_heads, heads / kv_heads * q_len);
+    let (_, heads, _, _) = check_attend_shapes(q.dims(), [batch, kv_heads, len, head_dim], options)?;
+    let parts = head_dim / key_group(head_dim, cache.partition);
+    attention_reference_in_steps(q, cache, options, query_chunk(batch, heads, len, parts))
+}
+
+/// [`attention_reference`] computed `step` query slots at a time (the result does not depend on
+/// `step`).
+pub fn attention_reference_in_steps<B: Backend>(
+    q: Tensor<B, 4>,
+    cache: &CacheView<'_, B>,
+    options: &AttendOptions,
+    step: usize,
+) -> Result<Tensor<B, 4>, CacheError> {
+    let [batch, kv_heads, len, _] = cache.keys.min.dims();
+    let head_dim = cache.head_dim;
+    let (_, _, q_len, _) = check_attend_shapes(q.dims(), [batch, kv_heads, len, head_dim], options)?;
+    let step = step.max(1);
+    let operands = Operands::new(cache, [batch, kv_heads, len, head_dim]);
+    let forbidden = options.forbidden_mask::<B>(q_len, len, &q.device());
+    let outputs: Vec<Tensor<B, 4>> = (0..q_len)
+        .step_by(step)
+        .map(|start| {
+            let n = step.min(q_len - start);
+            let mask = forbidden.clone().narrow(2, start, n);
+            attend_rows(q.clone().narrow(2, start, n), mask, cache, &operands, options.scale)
+        })
+        .collect();
+    Ok(Tensor::cat(outputs, 2))
+}
+
+/// Attention of the query slots `q: [batch, heads, n, head_dim]` whose forbidden keys are
+/// `forbidden: [batch, 1, n, len]`.
+fn attend_rows<B: Backend>(
+    q: Tensor<B, 4>,
+    forbidden: Tensor<B, 4, burn::tensor::Bool>,
+    cache: &CacheView<'_, B>,
+    operands: &Operands<B>,
+    softmax_scale: f32,
+) -> Tensor<B, 4> {
+    let [batch, heads, n, head_dim] = q.dims();
+    let [_, kv_heads, len, _] = cache.keys.min.dims();
+    let (group, rows) = (heads / kv_heads, heads / kv_heads * n);
     let gk = key_group(head_dim, cache.partition);
     let parts = head_dim / gk;
 
     // Scores: Σ over channel groups of Eq. 4, [batch, kv_heads, parts, rows, len] summed over parts.
     let q = q.reshape([batch, kv_heads, rows, parts, gk]).swap_dims(2, 3);
     let [qc, qmin, qscale, qsum] = quantize8(q);
-    let kc = unpack_words(cache.keys.words.clone(), cache.bits).float().reshape([batch, kv_heads, len, parts, gk]);
-    let dot = qc.matmul(kc.permute([0, 1, 3, 4, 2]));
-    let (kmin, kscale) = (per_column(cache.keys.min.clone()), per_column(cache.keys.scale.clone()));
-    let ksum = per_column(cache.keys.sums.clone().float());
-    let scores = qscale.clone() * kscale.clone() * dot
-        + qscale * qsum * kmin.clone()
-        + qmin.clone() * kscale * ksum
-        + qmin * kmin * gk as f32;
-    let scores = scores.sum_dim(2).reshape([batch, kv_heads, rows, len]) * options.scale;
-    let forbidden = options
-        .forbidden_mask::<B>(q_len, len, &scores.device())
-        .repeat_dim(2, group)
-        .expand([batch, kv_heads, rows, len]);
+    let o = operands;
+    let dot = qc.matmul(o.k_codes.clone());
+    let scores = qscale.clone() * o.k_scale.clone() * dot
+        + qscale * qsum * o.k_min.clone()
+        + qmin.clone() * o.k_scale.clone() * o.k_sum.clone()
+        + qmin * o.k_min.clone() * gk as f32;
+    let scores = scores.sum_dim(2).reshape([batch, kv_heads, rows, len]) * softmax_scale;
+    let forbidden = forbidden.repeat_dim(2, group).expand([batch, kv_heads, rows, len]);
     let probs = softmax(scores.mask_fill(forbidden, f32::NEG_INFINITY), 3);
 
     // Closed blocks: Σ over blocks of Eq. 4 with P (8 bits) and V (per channel, Π tokens).
     let blocks = cache.blocks();
     let quantized_len = blocks * cache.partition;
     let mut out = Tensor::<B, 4>::zeros([batch, kv_heads, rows, head_dim], &probs.device());
-    if let Some(values) = cache.values.filter(|_| blocks > 0) {
+    if let Some([v_codes, v_min, v_scale, v_sum]) = &o.values {
         let pi = cache.partition;
         let p = probs.clone().narrow(3, 0, quantized_len).reshape([batch, kv_heads, rows, blocks, pi]).swap_dims(2, 3);
         let [pc, pmin, pscale, psum] = quantize8(p);
-        let vc =
-            unpack_words(values.words.clone(), cache.bits).float().reshape([batch, kv_heads, blocks, head_dim, pi]);
-        let dot = pc.matmul(vc.swap_dims(3, 4));
-        let per_block = |t: Tensor<B, 4>| t.reshape([batch, kv_heads, blocks, 1, head_dim]);
-        let (vmin, vscale) = (per_block(values.min.clone()), per_block(values.scale.clone()));
-        let vsum = per_block(values.sums.clone().float());
-        let pv = pscale.clone() * vscale.clone() * dot
-            + pscale * psum * vmin.clone()
-            + pmin.clone() * vscale * vsum
-            + pmin * vmin * pi as f32;
+        let dot = pc.matmul(v_codes.clone());
+        let pv = pscale.clone() * v_scale.clone() * dot
+            + pscale * psum * v_min.clone()
+            + pmin.clone() * v_scale.clone() * v_sum.clone()
+            + pmin * v_min.clone() * pi as f32;
         out = out + pv.sum_dim(2).reshape([batch, kv_heads, rows, head_dim]);
     }
     if let Some(tail) = cache.tail {
         let tail_probs = probs.narrow(3, quantized_len, len - quantized_len);
         out = out + tail_probs.matmul(tail.clone());
     }
-    Ok(out.reshape([batch, heads, q_len, head_dim]))
+    out.reshape([batch, heads, n, head_dim])
 }

@@ -68,7 +68,7 @@ pub fn quantize_kernel(
     let levels = f32::cast_from((1u32 << geo.bits) - 1);
     let min = f32::cast_from(f16::cast_from(lo));
     let mut scale = f32::cast_from(f16::cast_from((hi - min) / levels));
-    if !(scale > 0.0) {
+    if scale <= 0.0 {
         scale = 1.0;
     }
 

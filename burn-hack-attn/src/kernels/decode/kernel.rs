@@ -1,0 +1,304 @@
+//! The fused HACK decode attention kernel (one query slot per sequence), flash-decoding style.
+//!
+//! One cube per (sequence, KV head, chunk of `chunk` slots); it serves all `group` query heads of
+//! its KV head, so each packed key and value is read once per cube:
+//! 1. quantize the queries to 8 bits per key channel group (shared memory);
+//! 2. per (slot, head): integer dot products of Q codes with the unpacked K codes per channel
+//!    group, plus Eq. 4's corrections with the cached K sums, scaled; masked slots excluded;
+//! 3. per head: the chunk's max score `m` and `p = exp(s - m)`, and `l = Σ p`;
+//! 4. per (head, Π-block of the chunk): P quantized to 8 bits (min/max of the unnormalized `p`:
+//!    the same codes as quantizing the normalized P, up to float rounding), with its code sum;
+//! 5. per (head, channel): Σ over closed blocks of Eq. 4 on P codes and unpacked V codes with the
+//!    cached V sums, plus `p · v` in f32 over the tail's slots;
+//! 6. write the unnormalized output, `m` and `l` of the chunk; [`merge_kernel`] combines the
+//!    chunks with a log-sum-exp.
+//!
+//! Chunks start at multiples of Π (`chunk` is a multiple of Π), so each of a chunk's blocks is
+//! either a closed block or lies in the tail.
+
+use cubecl::prelude::*;
+
+/// Shapes fixed at compile time (one compiled kernel per model geometry and configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DecodeGeometry {
+    /// Query heads per KV head.
+    pub group: u32,
+    /// Channels per head.
+    pub head_dim: u32,
+    /// Channels per key group.
+    pub key_group: u32,
+    /// Π.
+    pub partition: u32,
+    /// K/V code width.
+    pub bits: u32,
+    /// Slots per cube (a multiple of Π).
+    pub chunk: u32,
+}
+
+/// The score of a masked slot (finite, so that `exp(MASKED - m)` is 0 without NaNs).
+#[cube]
+fn masked() -> f32 {
+    f32::new(-3.0e38)
+}
+
+/// Unpacked code `i` of a row of packed words starting at `base`.
+#[cube]
+fn code(words: &Array<u32>, base: u32, i: u32, #[comptime] bits: u32) -> u32 {
+    let per_word = 32 / bits;
+    (words[(base + i / per_word) as usize] >> ((i % per_word) * bits)) & ((1u32 << bits) - 1)
+}
+
+/// Quantizes `buf[start..start + n]` in place to 8-bit codes (asymmetric min/max, round to
+/// nearest, scale 1 for a constant run) and stores its min, scale and code sum at `meta`.
+#[cube]
+fn quantize8_in_place(
+    buf: &mut SharedMemory<f32>,
+    start: u32,
+    n: u32,
+    mins: &mut SharedMemory<f32>,
+    scales: &mut SharedMemory<f32>,
+    sums: &mut SharedMemory<f32>,
+    meta: u32,
+) {
+    let mut lo = buf[start as usize];
+    let mut hi = lo;
+    for i in 1..n {
+        let v = buf[(start + i) as usize];
+        lo = f32::min(lo, v);
+        hi = f32::max(hi, v);
+    }
+    let mut s = (hi - lo) / 255.0;
+    if hi <= lo {
+        s = 1.0;
+    }
+    let mut total = 0.0f32;
+    for i in 0..n {
+        let c = f32::floor((buf[(start + i) as usize] - lo) / s + 0.5).clamp(0.0, 255.0);
+        buf[(start + i) as usize] = c;
+        total += c;
+    }
+    mins[meta as usize] = lo;
+    scales[meta as usize] = s;
+    sums[meta as usize] = total;
+}
+
+/// One chunk of HACK decode attention; see the module documentation.
+#[allow(clippy::too_many_arguments)]
+#[cube(launch)]
+pub fn decode_kernel(
+    q: &Array<f32>,
+    k_words: &Array<u32>,
+    k_min: &Array<f32>,
+    k_scale: &Array<f32>,
+    k_sums: &Array<u32>,
+    v_words: &Array<u32>,
+    v_min: &Array<f32>,
+    v_scale: &Array<f32>,
+    v_sums: &Array<u32>,
+    tail: &Array<f32>,
+    key_start: &Array<u32>,
+    out: &mut Array<f32>,
+    out_max: &mut Array<f32>,
+    out_sum: &mut Array<f32>,
+    len: u32,
+    blocks: u32,
+    window: u32,
+    scale: f32,
+    #[comptime] geo: DecodeGeometry,
+) {
+    let splits = CUBE_COUNT_X;
+    let split = CUBE_POS_X;
+    let stream = CUBE_POS_Y; // batch row * kv_heads + kv head
+    let kv_heads = CUBE_COUNT_Y / key_start.len() as u32;
+    let batch_row = stream / kv_heads;
+    let unit = UNIT_POS;
+    let units = CUBE_DIM;
+    let group = geo.group;
+    let d = geo.head_dim;
+    let parts = d / geo.key_group;
+    let chunk = geo.chunk;
+    let pi = geo.partition;
+    let chunk_blocks = chunk / pi;
+    let first = split * chunk;
+    let quantized_len = blocks * pi;
+    let tail_len = len - quantized_len;
+
+    let mut q_codes = SharedMemory::<f32>::new((geo.group * geo.head_dim) as usize);
+    let mut q_min = SharedMemory::<f32>::new((geo.group * geo.head_dim / geo.key_group) as usize);
+    let mut q_scale = SharedMemory::<f32>::new((geo.group * geo.head_dim / geo.key_group) as usize);
+    let mut q_sum = SharedMemory::<f32>::new((geo.group * geo.head_dim / geo.key_group) as usize);
+    let mut p = SharedMemory::<f32>::new((geo.group * geo.chunk) as usize);
+    let mut p_min = SharedMemory::<f32>::new((geo.group * geo.chunk / geo.partition) as usize);
+    let mut p_scale = SharedMemory::<f32>::new((geo.group * geo.chunk / geo.partition) as usize);
+    let mut p_sum = SharedMemory::<f32>::new((geo.group * geo.chunk / geo.partition) as usize);
+    let mut head_max = SharedMemory::<f32>::new(geo.group as usize);
+    let mut block_mass = SharedMemory::<f32>::new((geo.group * geo.chunk / geo.partition) as usize);
+
+    // 1. Q to 8 bits per (head, key group), in shared memory.
+    let q_base = stream * group * d;
+    let mut i = unit;
+    while i < group * d {
+        q_codes[i as usize] = q[(q_base + i) as usize];
+        i += units;
+    }
+    sync_cube();
+    let mut pair = unit;
+    while pair < group * parts {
+        quantize8_in_place(&mut q_codes, pair * geo.key_group, geo.key_group, &mut q_min, &mut q_scale, &mut q_sum, pair);
+        pair += units;
+    }
+    sync_cube();
+
+    // 2. Scores per (head, slot) of the chunk.
+    let words_per_key = d * geo.bits / 32;
+    let mut pair = unit;
+    while pair < group * chunk {
+        let g = pair % group;
+        let t = pair / group;
+        let slot = first + t;
+        let mut score = masked();
+        if slot < len {
+            let allowed =
+                slot + 1 == len || (slot >= key_start[batch_row as usize] && (window == 0 || len - 1 - slot < window));
+            if allowed {
+                let row = stream * len + slot;
+                let mut acc = 0.0f32;
+                for part in 0..parts {
+                    let mut dot = 0u32;
+                    for i in 0..geo.key_group {
+                        let c = part * geo.key_group + i;
+                        dot += u32::cast_from(q_codes[(g * d + c) as usize])
+                            * code(k_words, row * words_per_key, c, geo.bits);
+                    }
+                    let meta = (row * parts + part) as usize;
+                    let qm = (g * parts + part) as usize;
+                    let (ks, km) = (k_scale[meta], k_min[meta]);
+                    acc += q_scale[qm] * ks * f32::cast_from(dot)
+                        + q_scale[qm] * q_sum[qm] * km
+                        + q_min[qm] * ks * f32::cast_from(k_sums[meta])
+                        + f32::cast_from(geo.key_group) * q_min[qm] * km;
+                }
+                score = acc * scale;
+            }
+        }
+        p[(g * chunk + t) as usize] = score;
+        pair += units;
+    }
+    sync_cube();
+
+    // 3. Per head: the chunk's max score, then p = exp(s - m) (0 where masked).
+    if unit < group {
+        let mut m = masked();
+        for t in 0..chunk {
+            m = f32::max(m, p[(unit * chunk + t) as usize]);
+        }
+        head_max[unit as usize] = m;
+    }
+    sync_cube();
+    let mut pair = unit;
+    while pair < group * chunk {
+        let g = pair % group;
+        let s = p[(g * chunk + pair / group) as usize];
+        let mut e = 0.0f32;
+        if s > masked() {
+            e = f32::exp(s - head_max[g as usize]);
+        }
+        p[(g * chunk + pair / group) as usize] = e;
+        pair += units;
+    }
+    sync_cube();
+
+    // 4. Per (head, block of the chunk): its exact mass (for the softmax denominator) and, for a
+    //    closed block, P to 8 bits in place.
+    let mut pair = unit;
+    while pair < group * chunk_blocks {
+        let start = (pair / chunk_blocks) * chunk + (pair % chunk_blocks) * pi;
+        let mut mass = 0.0f32;
+        for i in 0..pi {
+            mass += p[(start + i) as usize];
+        }
+        block_mass[pair as usize] = mass;
+        if first + (pair % chunk_blocks) * pi < quantized_len {
+            quantize8_in_place(&mut p, start, pi, &mut p_min, &mut p_scale, &mut p_sum, pair);
+        }
+        pair += units;
+    }
+    sync_cube();
+
+    // 5. Per (head, channel): Eq. 4 over the closed blocks, f32 over the tail.
+    let words_per_value = pi * geo.bits / 32;
+    let mut pair = unit;
+    while pair < group * d {
+        let g = pair / d;
+        let c = pair % d;
+        let mut acc = 0.0f32;
+        for b in 0..chunk_blocks {
+            let block_first = first + b * pi;
+            let pb = (g * chunk_blocks + b) as usize;
+            let p_base = g * chunk + b * pi;
+            if block_first < quantized_len {
+                let row = (stream * blocks + block_first / pi) * d + c;
+                let mut dot = 0u32;
+                for i in 0..pi {
+                    dot += u32::cast_from(p[(p_base + i) as usize]) * code(v_words, row * words_per_value, i, geo.bits);
+                }
+                let (vs, vm) = (v_scale[row as usize], v_min[row as usize]);
+                acc += p_scale[pb] * vs * f32::cast_from(dot)
+                    + p_scale[pb] * p_sum[pb] * vm
+                    + p_min[pb] * vs * f32::cast_from(v_sums[row as usize])
+                    + f32::cast_from(pi) * p_min[pb] * vm;
+            } else {
+                for i in 0..pi {
+                    let slot = block_first + i;
+                    if slot < len {
+                        let tail_row = stream * tail_len + (slot - quantized_len);
+                        acc += p[(p_base + i) as usize] * tail[(tail_row * d + c) as usize];
+                    }
+                }
+            }
+        }
+        let head = stream * group + g;
+        out[((head * splits + split) * d + c) as usize] = acc;
+        if c == 0 {
+            let mut l = 0.0f32;
+            for b in 0..chunk_blocks {
+                l += block_mass[(g * chunk_blocks + b) as usize];
+            }
+            out_max[(head * splits + split) as usize] = head_max[g as usize];
+            out_sum[(head * splits + split) as usize] = l;
+        }
+        pair += units;
+    }
+}
+
+/// Combines the chunks of [`decode_kernel`]: one unit per (query head, channel),
+/// `o = Σ_s o_s e^(m_s - M) / Σ_s l_s e^(m_s - M)` with `M = max_s m_s`.
+#[cube(launch)]
+pub fn merge_kernel(
+    partial: &Array<f32>,
+    partial_max: &Array<f32>,
+    partial_sum: &Array<f32>,
+    out: &mut Array<f32>,
+    heads: u32,
+    splits: u32,
+    #[comptime] head_dim: u32,
+) {
+    let index = ABSOLUTE_POS as u32;
+    if index >= heads * head_dim {
+        terminate!();
+    }
+    let head = index / head_dim;
+    let c = index % head_dim;
+    let mut m = masked();
+    for s in 0..splits {
+        m = f32::max(m, partial_max[(head * splits + s) as usize]);
+    }
+    let mut l = 0.0f32;
+    let mut o = 0.0f32;
+    for s in 0..splits {
+        let w = f32::exp(partial_max[(head * splits + s) as usize] - m);
+        l += partial_sum[(head * splits + s) as usize] * w;
+        o += partial[((head * splits + s) * head_dim + c) as usize] * w;
+    }
+    out[index as usize] = o / l;
+}

@@ -1,0 +1,103 @@
+//! Launching the fused decode kernel and its merge on a CubeCL backend.
+
+use burn::tensor::{Int, Shape, Tensor, TensorData, TensorPrimitive};
+use burn_cubecl::{
+    cubecl::prelude::*, kernel::into_contiguous, ops::numeric::empty_device, tensor::CubeTensor, BoolElement,
+    CubeBackend, CubeRuntime,
+};
+use burn_kvcompress::cache::AttendOptions;
+
+use super::kernel::{decode_kernel, merge_kernel, DecodeGeometry};
+use crate::{cache::key_group, kernels::CacheView};
+
+type Backend<R, BT> = CubeBackend<R, f32, i32, BT>;
+
+/// Slots per cube: the smallest multiple of Π that is at least 256.
+pub fn decode_chunk(partition: usize) -> usize {
+    256usize.div_ceil(partition) * partition
+}
+
+fn float<R: CubeRuntime, BT: BoolElement, const D: usize>(t: &Tensor<Backend<R, BT>, D>) -> CubeTensor<R> {
+    into_contiguous(t.clone().into_primitive().tensor())
+}
+
+fn int<R: CubeRuntime, BT: BoolElement, const D: usize>(t: &Tensor<Backend<R, BT>, D, Int>) -> CubeTensor<R> {
+    into_contiguous(t.clone().into_primitive())
+}
+
+/// HACK decode attention of `q: [batch, heads, 1, head_dim]` (the last slot) over `cache`, shapes
+/// already checked; returns `[batch, heads, 1, head_dim]`.
+pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
+    q: Tensor<Backend<R, BT>, 4>,
+    cache: &CacheView<'_, Backend<R, BT>>,
+    options: &AttendOptions,
+) -> Tensor<Backend<R, BT>, 4> {
+    let [batch, heads, _, d] = q.dims();
+    let [_, kv_heads, len, _] = cache.keys.min.dims();
+    let group = heads / kv_heads;
+    let device = q.device();
+    let chunk = decode_chunk(cache.partition);
+    let splits = len.div_ceil(chunk);
+    let geo = DecodeGeometry {
+        group: group as u32,
+        head_dim: d as u32,
+        key_group: key_group(d, cache.partition) as u32,
+        partition: cache.partition as u32,
+        bits: cache.bits as u32,
+        chunk: chunk as u32,
+    };
+    let q = float(&q);
+    let client = q.client.clone();
+    let empty = |n: usize| empty_device::<R, f32>(client.clone(), device.clone(), Shape::new([n]));
+    let dummy_int = || into_contiguous(Tensor::<Backend<R, BT>, 1, Int>::zeros([1], &device).into_primitive());
+    let keys = cache.keys;
+    let (blocks, v_words, v_min, v_scale, v_sums) = match cache.values {
+        Some(v) => (cache.blocks(), int(&v.words), float(&v.min), float(&v.scale), int(&v.sums)),
+        None => (0, dummy_int(), empty(1), empty(1), dummy_int()),
+    };
+    let tail = cache.tail.map_or_else(|| empty(1), float);
+    let key_start: Vec<i32> = options.key_start.iter().map(|&s| s as i32).collect();
+    let key_start = Tensor::<Backend<R, BT>, 1, Int>::from_data(TensorData::new(key_start, [batch]), &device);
+    let partial = empty(batch * heads * splits * d);
+    let (partial_max, partial_sum) = (empty(batch * heads * splits), empty(batch * heads * splits));
+    let units = (group * d).clamp(32, 256) as u32;
+    decode_kernel::launch(
+        &client,
+        CubeCount::Static(splits as u32, (batch * kv_heads) as u32, 1),
+        CubeDim::new_1d(units),
+        q.into_array_arg(),
+        int(&keys.words).into_array_arg(),
+        float(&keys.min).into_array_arg(),
+        float(&keys.scale).into_array_arg(),
+        int(&keys.sums).into_array_arg(),
+        v_words.into_array_arg(),
+        v_min.into_array_arg(),
+        v_scale.into_array_arg(),
+        v_sums.into_array_arg(),
+        tail.into_array_arg(),
+        int(&key_start).into_array_arg(),
+        partial.clone().into_array_arg(),
+        partial_max.clone().into_array_arg(),
+        partial_sum.clone().into_array_arg(),
+        len as u32,
+        blocks as u32,
+        options.window.unwrap_or(0) as u32,
+        options.scale,
+        geo,
+    );
+    let out = empty_device::<R, f32>(client.clone(), device.clone(), Shape::new([batch, heads, 1, d]));
+    let total = batch * heads * d;
+    merge_kernel::launch(
+        &client,
+        CubeCount::Static(total.div_ceil(128) as u32, 1, 1),
+        CubeDim::new_1d(128),
+        partial.into_array_arg(),
+        partial_max.into_array_arg(),
+        partial_sum.into_array_arg(),
+        out.clone().into_array_arg(),
+        (batch * heads) as u32,
+        splits as u32,
+        d as u32,
+    );
+    Tensor::from_primitive(TensorPrimitive::Float(out))
+}

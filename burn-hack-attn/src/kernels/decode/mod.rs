@@ -1,0 +1,7 @@
+//! Fused decode attention (one query slot): kernel and launch; the reference is
+//! [`super::attention_reference`].
+
+mod kernel;
+mod launch;
+
+pub use launch::{decode_chunk, decode_launch};

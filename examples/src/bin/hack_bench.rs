@@ -1,0 +1,155 @@
+//! HACK attention on a GPU: checks the kernels against their references on this backend, then
+//! times decode attention (and prefill attention) on random K/V over a grid of contexts and batch
+//! sizes, with device-synchronized timing; prints medians, the bytes the kernel reads and the
+//! achieved bandwidth. The PyTorch SDPA fp16 anchor is `examples/bench/sdpa_anchor.py`, run in the
+//! same session (see `results/hack-bench-*.md`).
+
+use std::time::Instant;
+
+use anyhow::ensure;
+use burn::tensor::{backend::Backend, Distribution, ElementConversion, Tensor};
+use burn_hack_attn::{
+    kernels::{attention_reference, HackBackend},
+    HackConfig,
+};
+use burn_kvcompress::cache::{AttendOptions, CacheGeometry, KvCache, KvScheme};
+use clap::Parser;
+use examples::{backend_choice::BackendChoice, with_backend};
+
+/// Time HACK decode and prefill attention on random K/V.
+#[derive(Parser, Debug)]
+#[command(about, long_about = None)]
+struct Args {
+    /// Backend (a GPU backend: the kernels run on wgpu and cuda).
+    #[arg(long, value_enum)]
+    backend: BackendChoice,
+    /// HACK configuration.
+    #[arg(long, default_value = "bits=2,pi=64,round=stochastic,seed=0")]
+    config: HackConfig,
+    /// Context lengths (cached slots) to time decode at.
+    #[arg(long, value_delimiter = ',', default_value = "4096,16384,32768,65536")]
+    contexts: Vec<usize>,
+    /// Batch sizes.
+    #[arg(long, value_delimiter = ',', default_value = "1,8")]
+    batches: Vec<usize>,
+    /// Query heads.
+    #[arg(long, default_value_t = 32)]
+    heads: usize,
+    /// Key/value heads.
+    #[arg(long, default_value_t = 8)]
+    kv_heads: usize,
+    /// Head dimension.
+    #[arg(long, default_value_t = 128)]
+    head_dim: usize,
+    /// Timed runs per point (after 10 warm-up runs); the median is reported.
+    #[arg(long, default_value_t = 100)]
+    runs: usize,
+    /// Context lengths to time prefill attention at (batch 1; queries = all slots).
+    #[arg(long, value_delimiter = ',', default_value = "4096")]
+    prefill_contexts: Vec<usize>,
+}
+
+/// Median and minimum of `runs` synchronized calls of `f`, in microseconds.
+fn time<B: Backend>(device: &B::Device, runs: usize, mut f: impl FnMut()) -> (f64, f64) {
+    for _ in 0..10 {
+        f();
+    }
+    B::sync(device).expect("sync");
+    let mut times: Vec<f64> = (0..runs)
+        .map(|_| {
+            let start = Instant::now();
+            f();
+            B::sync(device).expect("sync");
+            start.elapsed().as_secs_f64() * 1e6
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    (times[times.len() / 2], times[0])
+}
+
+fn filled_cache<B: HackBackend>(
+    args: &Args,
+    batch: usize,
+    len: usize,
+    device: &B::Device,
+) -> anyhow::Result<<HackConfig as KvScheme<B>>::Cache> {
+    let geometry = CacheGeometry { batch, kv_heads: args.kv_heads, heads: args.heads, head_dim: args.head_dim };
+    let mut cache = KvScheme::<B>::new_cache(&args.config, 0, geometry, device);
+    // Appended in slices of at most 4096 slots, as a prefill would.
+    for start in (0..len).step_by(4096) {
+        let n = 4096.min(len - start);
+        let shape = [batch, args.kv_heads, n, args.head_dim];
+        let k = Tensor::<B, 4>::random(shape, Distribution::Normal(0.0, 1.0), device);
+        let v = Tensor::<B, 4>::random(shape, Distribution::Normal(0.0, 1.0), device);
+        cache.append(k, v)?;
+    }
+    Ok(cache)
+}
+
+fn max_diff<B: Backend>(a: Tensor<B, 4>, b: Tensor<B, 4>) -> f32 {
+    (a - b).abs().max().into_scalar().elem::<f32>()
+}
+
+/// Bytes the decode kernel reads from device memory: every resident code word, min, scale and
+/// sum (4 bytes each on the device), the tail and the queries.
+fn device_bytes(args: &Args, batch: usize, len: usize) -> f64 {
+    let (d, bits, pi) = (args.head_dim, args.config.bits as usize, args.config.partition);
+    let parts = d / burn_hack_attn::cache::key_group(d, pi);
+    let blocks = len / pi;
+    let tail = len - blocks * pi;
+    let keys = len * (d * bits / 8 + parts * 12);
+    let values = blocks * d * (pi * bits / 8 + 12) + tail * d * 4;
+    (batch * args.kv_heads * (keys + values) + batch * args.heads * d * 4) as f64
+}
+
+fn run<B: HackBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
+    // 1. Kernels against the reference on this backend.
+    for (batch, len) in [(1, 1), (2, 300), (3, 1000)] {
+        let cache = filled_cache::<B>(args, batch, len, &device)?;
+        let q = Tensor::<B, 4>::random([batch, args.heads, 1, args.head_dim], Distribution::Normal(0.0, 1.0), &device);
+        let key_start: Vec<usize> = (0..batch).map(|b| b * len / 4).collect();
+        let options = AttendOptions { scale: 1.0 / (args.head_dim as f32).sqrt(), key_start, window: None };
+        let got = cache.attend(q.clone(), &options)?;
+        let want = attention_reference(q, &cache.view().expect("filled"), &options)?;
+        let diff = max_diff(got, want);
+        println!("check decode kernel vs reference: batch {batch}, len {len}: max diff {diff:.3e}");
+        ensure!(diff < 1e-3, "decode kernel differs from the reference by {diff}");
+    }
+
+    // 2. Decode attention timing.
+    println!("\n| batch | context | median µs | min µs | MB read | GB/s |");
+    println!("|---:|---:|---:|---:|---:|---:|");
+    for &batch in &args.batches {
+        for &len in &args.contexts {
+            let cache = filled_cache::<B>(args, batch, len, &device)?;
+            let q =
+                Tensor::<B, 4>::random([batch, args.heads, 1, args.head_dim], Distribution::Normal(0.0, 1.0), &device);
+            let options =
+                AttendOptions { scale: 1.0 / (args.head_dim as f32).sqrt(), key_start: vec![0; batch], window: None };
+            let (median, min) = time::<B>(&device, args.runs, || {
+                let _ = cache.attend(q.clone(), &options).expect("attend");
+            });
+            let bytes = device_bytes(args, batch, len);
+            println!("| {batch} | {len} | {median:.1} | {min:.1} | {:.1} | {:.0} |", bytes / 1e6, bytes / median / 1e3);
+        }
+    }
+
+    // 3. Prefill attention timing (the tensor-op path: Q/P 8-bit, homomorphic products).
+    println!("\n| prefill context | median ms |");
+    println!("|---:|---:|");
+    for &len in &args.prefill_contexts {
+        let cache = filled_cache::<B>(args, 1, len, &device)?;
+        let q = Tensor::<B, 4>::random([1, args.heads, len, args.head_dim], Distribution::Normal(0.0, 1.0), &device);
+        let options = AttendOptions { scale: 1.0 / (args.head_dim as f32).sqrt(), key_start: vec![0], window: None };
+        let (median, _) = time::<B>(&device, 5.max(args.runs / 20), || {
+            let _ = cache.attend(q.clone(), &options).expect("attend");
+        });
+        println!("| {len} | {:.2} |", median / 1e3);
+    }
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    with_backend!(args.backend, run(&args))
+}
