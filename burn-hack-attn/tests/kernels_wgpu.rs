@@ -173,12 +173,43 @@ fn decode_kernel_equals_reference() {
         let want = attention_reference(q, &cache.view().unwrap(), &options).unwrap();
         let (got, want): (Vec<f32>, Vec<f32>) =
             (got.into_data().into_vec().unwrap(), want.into_data().into_vec().unwrap());
-        let worst = got.iter().zip(&want).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
-        // Outputs are averages of values of magnitude <= ~8; the kernel sums in another order
-        // and quantizes P before normalizing (the same codes up to f32 rounding): 1e-4 covers the
-        // f32 differences; a P or Q code landing on the other side of a tie would cost ~1/255 of a
-        // value range and fail this bound, which is what should then be investigated.
-        assert!(worst < 1e-4, "case {i} ({}): max diff {worst}", c.config);
+        let diffs: Vec<f32> = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).collect();
+        let worst = diffs.iter().fold(0.0f32, |m, &x| m.max(x));
+        let mean = diffs.iter().sum::<f32>() / diffs.len() as f32;
+        // The kernel sums scores and products in another order than the reference and quantizes
+        // P before normalizing: each score moves by ~1e-6 relative, which changes nothing but
+        // float noise (~1e-7 on outputs) unless an 8-bit P (or Q) code sits at a rounding tie and
+        // flips. A flip moves an output by one P level times a value, `(max p / 255) |v|`, about
+        // 1e-4 to 1e-3 here, for the few outputs that read that block. Hence two bounds: a max of
+        // 2e-3 (a wrong term costs far more) and a mean of 2e-5 (most outputs agree to float
+        // noise; a systematic error cannot hide in the mean).
+        assert!(worst < 2e-3 && mean < 2e-5, "case {i} ({}): max diff {worst}, mean {mean}", c.config);
         assert!(got.iter().all(|x| x.is_finite()));
+    }
+}
+
+#[test]
+fn prefill_reference_on_wgpu_equals_ndarray() {
+    use burn_kvcompress::cache::{TransferableCache, TransferableScheme};
+    for (config, head_dim, len) in [("bits=4,pi=32,round=nearest", 64, 96), ("bits=2,pi=64,round=nearest", 128, 70)] {
+        let config: HackConfig = config.parse().unwrap();
+        let geometry = CacheGeometry { batch: 2, kv_heads: 3, heads: 9, head_dim };
+        let mut cpu_cache = KvScheme::<Cpu>::new_cache(&config, 0, geometry, &Default::default());
+        let shape = [2, 3, len, head_dim];
+        let n: usize = shape.iter().product();
+        let cpu = |v: Vec<f32>, s: [usize; 4]| Tensor::<Cpu, 4>::from_data(TensorData::new(v, s), &Default::default());
+        cpu_cache.append(cpu(normal(n, 1, 1.0), shape), cpu(normal(n, 2, 1.0), shape)).unwrap();
+        let state = cpu_cache.export_state();
+        let gpu_cache =
+            TransferableScheme::<Gpu>::import_state(&config, 0, geometry, &state, &Default::default()).unwrap();
+        let q_shape = [2, 9, len, head_dim];
+        let q = normal(2 * 9 * len * head_dim, 3, 1.0);
+        let options = AttendOptions { scale: 0.125, key_start: vec![0, 5], window: None };
+        let want: Vec<f32> =
+            cpu_cache.attend(cpu(q.clone(), q_shape), &options).unwrap().into_data().into_vec().unwrap();
+        let q = Tensor::<Gpu, 4>::from_data(TensorData::new(q, q_shape), &Default::default());
+        let got: Vec<f32> = gpu_cache.attend(q, &options).unwrap().into_data().into_vec().unwrap();
+        let worst = got.iter().zip(&want).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(worst < 1e-4, "{config}: max diff {worst}");
     }
 }

@@ -35,7 +35,13 @@ fn main() -> anyhow::Result<()> {
         Command::Test => test(),
         Command::Ci => {
             shell::run("cargo", &["fmt", "--all", "--check"])?;
-            shell::run("cargo", &["clippy", "--workspace", "--all-targets", "--release", "--", "-D", "warnings"])?;
+            let clippy = ["clippy", "--workspace", "--all-targets", "--release"];
+            shell::run("cargo", &[&clippy[..], &["--", "-D", "warnings"]].concat())?;
+            // Again with the wgpu feature, which compiles the CubeCL kernels and their tests.
+            shell::run(
+                "cargo",
+                &[&clippy[..], &["--features", "burn-hack-attn/wgpu", "--", "-D", "warnings"]].concat(),
+            )?;
             test()
         }
         Command::Eval(args) => eval::eval(args),
@@ -44,5 +50,7 @@ fn main() -> anyhow::Result<()> {
 
 fn test() -> anyhow::Result<()> {
     fetch_model::fetch_model()?;
-    shell::run("cargo", &["test", "--release", "--workspace"])
+    shell::run("cargo", &["test", "--release", "--workspace"])?;
+    // The CubeCL kernels against their references on wgpu (lavapipe on a machine without a GPU).
+    shell::run("cargo", &["test", "--release", "-p", "burn-hack-attn", "--features", "wgpu"])
 }

@@ -7,12 +7,15 @@
 use std::time::Instant;
 
 use anyhow::ensure;
-use burn::tensor::{backend::Backend, Distribution, ElementConversion, Tensor};
+use burn::tensor::{backend::Backend, Distribution, ElementConversion, Tensor, TensorData};
 use burn_hack_attn::{
     kernels::{attention_reference, HackBackend},
-    HackConfig,
+    HackConfig, Rounding,
 };
-use burn_kvcompress::cache::{AttendOptions, CacheGeometry, KvCache, KvScheme};
+use burn_kvcompress::{
+    backend::NdArray,
+    cache::{AttendOptions, CacheGeometry, KvCache, KvScheme, TransferableCache},
+};
 use clap::Parser;
 use examples::{backend_choice::BackendChoice, with_backend};
 
@@ -86,8 +89,61 @@ fn filled_cache<B: HackBackend>(
     Ok(cache)
 }
 
-fn max_diff<B: Backend>(a: Tensor<B, 4>, b: Tensor<B, 4>) -> f32 {
-    (a - b).abs().max().into_scalar().elem::<f32>()
+/// Max and mean absolute difference.
+fn diffs<B: Backend>(a: Tensor<B, 4>, b: Tensor<B, 4>) -> (f32, f32) {
+    let d = (a - b).abs();
+    (d.clone().max().into_scalar().elem::<f32>(), d.mean().into_scalar().elem::<f32>())
+}
+
+fn host_floats<B: Backend>(t: Tensor<B, 4>) -> Vec<f32> {
+    t.into_data().convert::<f32>().into_vec().expect("f32")
+}
+
+/// The kernels and the prefill path on this backend against the ndarray reference, on SmolLM2's
+/// geometry (9 query / 3 KV heads of 64 channels) and every Π and bit width: the quantize kernel
+/// must give the same state bit for bit; decode and prefill attention within float tolerance.
+fn check_against_cpu<B: HackBackend>(device: &B::Device) -> anyhow::Result<()> {
+    let cpu_device = Default::default();
+    let geometry = CacheGeometry { batch: 2, kv_heads: 3, heads: 9, head_dim: 64 };
+    let (len, q_len) = (300, 48);
+    let kv_shape = [2, 3, len, 64];
+    let k = Tensor::<NdArray, 4>::random(kv_shape, Distribution::Normal(0.0, 1.0), &cpu_device);
+    let v = Tensor::<NdArray, 4>::random(kv_shape, Distribution::Normal(0.0, 1.0), &cpu_device);
+    let q = Tensor::<NdArray, 4>::random([2, 9, q_len, 64], Distribution::Normal(0.0, 1.0), &cpu_device);
+    let to_backend = |t: &Tensor<NdArray, 4>| Tensor::<B, 4>::from_data(t.to_data(), device);
+    let options = AttendOptions { scale: 0.125, key_start: vec![0, 40], window: None };
+    for bits in [2, 4] {
+        for pi in [32, 64, 128] {
+            let config = HackConfig::new(bits, pi, Rounding::Stochastic { seed: 1 })?;
+            let mut cpu_cache = KvScheme::<NdArray>::new_cache(&config, 0, geometry, &cpu_device);
+            cpu_cache.append(k.clone(), v.clone())?;
+            let mut cache = KvScheme::<B>::new_cache(&config, 0, geometry, device);
+            cache.append(to_backend(&k), to_backend(&v))?;
+            let same_state = cache.export_state() == cpu_cache.export_state();
+            let prefill = diffs(
+                Tensor::<NdArray, 4>::from_data(
+                    TensorData::new(host_floats(cache.attend(to_backend(&q), &options)?), [2, 9, q_len, 64]),
+                    &cpu_device,
+                ),
+                cpu_cache.attend(q.clone(), &options)?,
+            );
+            let q1 = q.clone().narrow(2, q_len - 1, 1);
+            let decode = diffs(
+                Tensor::<NdArray, 4>::from_data(
+                    TensorData::new(host_floats(cache.attend(to_backend(&q1), &options)?), [2, 9, 1, 64]),
+                    &cpu_device,
+                ),
+                cpu_cache.attend(q1, &options)?,
+            );
+            println!(
+                "check vs ndarray, {config}: state bit-exact {same_state}; prefill max {:.2e} mean {:.2e}; decode max {:.2e} mean {:.2e}",
+                prefill.0, prefill.1, decode.0, decode.1
+            );
+            ensure!(same_state, "the quantized state differs from the ndarray reference");
+            ensure!(prefill.1 < 1e-3 && decode.1 < 1e-3, "attention differs from the ndarray reference");
+        }
+    }
+    Ok(())
 }
 
 /// Bytes the decode kernel reads from device memory: every resident code word, min, scale and
@@ -103,7 +159,8 @@ fn device_bytes(args: &Args, batch: usize, len: usize) -> f64 {
 }
 
 fn run<B: HackBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
-    // 1. Kernels against the reference on this backend.
+    check_against_cpu::<B>(&device)?;
+    // 1. The decode kernel against the reference on this backend, on the benchmark's geometry.
     for (batch, len) in [(1, 1), (2, 300), (3, 1000)] {
         let cache = filled_cache::<B>(args, batch, len, &device)?;
         let q = Tensor::<B, 4>::random([batch, args.heads, 1, args.head_dim], Distribution::Normal(0.0, 1.0), &device);
@@ -111,9 +168,11 @@ fn run<B: HackBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
         let options = AttendOptions { scale: 1.0 / (args.head_dim as f32).sqrt(), key_start, window: None };
         let got = cache.attend(q.clone(), &options)?;
         let want = attention_reference(q, &cache.view().expect("filled"), &options)?;
-        let diff = max_diff(got, want);
-        println!("check decode kernel vs reference: batch {batch}, len {len}: max diff {diff:.3e}");
-        ensure!(diff < 1e-3, "decode kernel differs from the reference by {diff}");
+        let (max, mean) = diffs(got, want);
+        println!("check decode kernel vs reference on this backend: batch {batch}, len {len}: max {max:.2e}, mean {mean:.2e}");
+        // On CUDA the reference's f32 tail product runs in TF32 (10-bit mantissa): up to
+        // ~2^-11 Σ p|v| ≈ 2e-3 for these N(0, 1) values.
+        ensure!(max < 1e-2 && mean < 1e-3, "decode kernel differs from the reference");
     }
 
     // 2. Decode attention timing.

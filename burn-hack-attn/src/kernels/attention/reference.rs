@@ -50,41 +50,47 @@ impl<B: Backend> CacheView<'_, B> {
 
 /// 8-bit asymmetric quantization along the last axis (round to nearest, degenerate partitions get
 /// scale 1): `(codes, min, scale, code sums)`, the last three with a last axis of 1.
-fn quantize8<B: Backend>(x: Tensor<B, 5>) -> [Tensor<B, 5>; 4] {
-    let min = x.clone().min_dim(4);
-    let range = x.clone().max_dim(4) - min.clone();
+fn quantize8<B: Backend, const D: usize>(x: Tensor<B, D>) -> [Tensor<B, D>; 4] {
+    let min = x.clone().min_dim(D - 1);
+    let range = x.clone().max_dim(D - 1) - min.clone();
     let scale = range.clone() / 255.0;
     let scale = scale.mask_fill(range.lower_equal_elem(0.0), 1.0);
     let codes = ((x - min.clone()) / scale.clone() + 0.5).floor().clamp(0.0, 255.0);
-    let sums = codes.clone().sum_dim(4);
+    let sums = codes.clone().sum_dim(D - 1);
     [codes, min, scale, sums]
 }
 
-/// `[a, b, rows, parts]` metadata as `[a, b, parts, 1, rows]` (to broadcast along query rows).
-fn per_column<B: Backend>(t: Tensor<B, 4>) -> Tensor<B, 5> {
-    t.swap_dims(2, 3).unsqueeze_dim(3)
+/// Partition `part` of `[a, b, rows, parts]` metadata as `[a, b, 1, rows]` (to broadcast along
+/// query rows).
+fn per_column<B: Backend>(t: &Tensor<B, 4>, part: usize) -> Tensor<B, 4> {
+    t.clone().narrow(3, part, 1).swap_dims(2, 3)
 }
 
 /// The cache's codes unpacked to floats and its metadata laid out for broadcasting.
 struct Operands<B: Backend> {
-    /// `[batch, kv_heads, parts, key_group, len]`.
-    k_codes: Tensor<B, 5>,
-    /// `[batch, kv_heads, parts, 1, len]` each.
-    k_min: Tensor<B, 5>,
-    k_scale: Tensor<B, 5>,
-    k_sum: Tensor<B, 5>,
+    /// Per key channel group: `[batch, kv_heads, key_group, len]` codes, and `[batch, kv_heads, 1,
+    /// len]` min, scale and code sum.
+    keys: Vec<[Tensor<B, 4>; 4]>,
     /// `[batch, kv_heads, blocks, Π, head_dim]`, then `[batch, kv_heads, blocks, 1, head_dim]`.
     values: Option<[Tensor<B, 5>; 4]>,
 }
 
 impl<B: Backend> Operands<B> {
-    fn new(cache: &CacheView<'_, B>, [batch, kv_heads, len, head_dim]: [usize; 4]) -> Self {
+    fn new(cache: &CacheView<'_, B>, [batch, kv_heads, _, head_dim]: [usize; 4]) -> Self {
         let gk = key_group(head_dim, cache.partition);
         let parts = head_dim / gk;
-        let k_codes = unpack_words(cache.keys.words.clone(), cache.bits)
-            .float()
-            .reshape([batch, kv_heads, len, parts, gk])
-            .permute([0, 1, 3, 4, 2]);
+        let k_codes = unpack_words(cache.keys.words.clone(), cache.bits).float();
+        let k_sums = cache.keys.sums.clone().float();
+        let keys = (0..parts)
+            .map(|p| {
+                [
+                    k_codes.clone().narrow(3, p * gk, gk).swap_dims(2, 3),
+                    per_column(&cache.keys.min, p),
+                    per_column(&cache.keys.scale, p),
+                    per_column(&k_sums, p),
+                ]
+            })
+            .collect();
         let blocks = cache.blocks();
         let values = cache.values.filter(|_| blocks > 0).map(|v| {
             let pi = cache.partition;
@@ -98,13 +104,7 @@ impl<B: Backend> Operands<B> {
                 per_block(v.sums.clone().float()),
             ]
         });
-        Self {
-            k_codes,
-            k_min: per_column(cache.keys.min.clone()),
-            k_scale: per_column(cache.keys.scale.clone()),
-            k_sum: per_column(cache.keys.sums.clone().float()),
-            values,
-        }
+        Self { keys, values }
     }
 }
 
@@ -166,18 +166,21 @@ fn attend_rows<B: Backend>(
     let [_, kv_heads, len, _] = cache.keys.min.dims();
     let (group, rows) = (heads / kv_heads, heads / kv_heads * n);
     let gk = key_group(head_dim, cache.partition);
-    let parts = head_dim / gk;
 
-    // Scores: Σ over channel groups of Eq. 4, [batch, kv_heads, parts, rows, len] summed over parts.
-    let q = q.reshape([batch, kv_heads, rows, parts, gk]).swap_dims(2, 3);
-    let [qc, qmin, qscale, qsum] = quantize8(q);
+    // Scores: Σ over channel groups of Eq. 4, each group one [rows, gk] x [gk, len] product.
+    let q = q.reshape([batch, kv_heads, rows, head_dim]);
     let o = operands;
-    let dot = qc.matmul(o.k_codes.clone());
-    let scores = qscale.clone() * o.k_scale.clone() * dot
-        + qscale * qsum * o.k_min.clone()
-        + qmin.clone() * o.k_scale.clone() * o.k_sum.clone()
-        + qmin * o.k_min.clone() * gk as f32;
-    let scores = scores.sum_dim(2).reshape([batch, kv_heads, rows, len]) * softmax_scale;
+    let mut scores = Tensor::<B, 4>::zeros([batch, kv_heads, rows, len], &q.device());
+    for (p, [k_codes, k_min, k_scale, k_sum]) in o.keys.iter().enumerate() {
+        let [qc, qmin, qscale, qsum] = quantize8(q.clone().narrow(3, p * gk, gk));
+        let dot = qc.matmul(k_codes.clone());
+        scores = scores
+            + qscale.clone() * k_scale.clone() * dot
+            + qscale * qsum * k_min.clone()
+            + qmin.clone() * k_scale.clone() * k_sum.clone()
+            + qmin * k_min.clone() * gk as f32;
+    }
+    let scores = scores * softmax_scale;
     let forbidden = forbidden.repeat_dim(2, group).expand([batch, kv_heads, rows, len]);
     let probs = softmax(scores.mask_fill(forbidden, f32::NEG_INFINITY), 3);
 

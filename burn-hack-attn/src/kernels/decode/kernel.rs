@@ -144,7 +144,15 @@ pub fn decode_kernel(
     sync_cube();
     let mut pair = unit;
     while pair < group * parts {
-        quantize8_in_place(&mut q_codes, pair * geo.key_group, geo.key_group, &mut q_min, &mut q_scale, &mut q_sum, pair);
+        quantize8_in_place(
+            &mut q_codes,
+            pair * geo.key_group,
+            geo.key_group,
+            &mut q_min,
+            &mut q_scale,
+            &mut q_sum,
+            pair,
+        );
         pair += units;
     }
     sync_cube();
