@@ -39,6 +39,12 @@ pub enum FrameKind {
     Complete = 5,
     /// An error report from the peer.
     Error = 6,
+    /// A prompt to prefill.
+    Submit = 7,
+    /// One layer of a request is ready to pull.
+    Ready = 8,
+    /// A request's prefill finished: its last-position logits.
+    Done = 9,
 }
 
 impl FrameKind {
@@ -50,6 +56,9 @@ impl FrameKind {
             4 => Self::Block,
             5 => Self::Complete,
             6 => Self::Error,
+            7 => Self::Submit,
+            8 => Self::Ready,
+            9 => Self::Done,
             other => return Err(WireError::UnknownKind(other)),
         })
     }
@@ -79,12 +88,18 @@ impl FrameCodec {
 
     /// The bytes of one frame.
     pub fn encode(&self, kind: FrameKind, payload: &[u8]) -> Result<Vec<u8>, WireError> {
-        let len =
-            u32::try_from(payload.len()).ok().filter(|&l| l <= self.max_payload).ok_or(WireError::PayloadTooLarge {
-                len: payload.len().min(u32::MAX as usize) as u32,
-                max: self.max_payload,
-            })?;
-        let mut out = Vec::with_capacity(HEADER_LEN + payload.len() + TRAILER_LEN);
+        self.encode_parts(kind, &[payload])
+    }
+
+    /// The bytes of one frame whose payload is the concatenation of `parts` (saves a copy when a
+    /// small message header precedes a large borrowed body).
+    pub fn encode_parts(&self, kind: FrameKind, parts: &[&[u8]]) -> Result<Vec<u8>, WireError> {
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let len = u32::try_from(total)
+            .ok()
+            .filter(|&l| l <= self.max_payload)
+            .ok_or(WireError::PayloadTooLarge { len: total.min(u32::MAX as usize) as u32, max: self.max_payload })?;
+        let mut out = Vec::with_capacity(HEADER_LEN + total + TRAILER_LEN);
         out.extend_from_slice(&MAGIC);
         out.extend_from_slice(&VERSION.to_le_bytes());
         out.push(kind as u8);
@@ -92,15 +107,19 @@ impl FrameCodec {
         out.extend_from_slice(&len.to_le_bytes());
         let header_crc = crc32fast::hash(&out);
         out.extend_from_slice(&header_crc.to_le_bytes());
-        out.extend_from_slice(payload);
-        out.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+        let mut crc = crc32fast::Hasher::new();
+        for part in parts {
+            out.extend_from_slice(part);
+            crc.update(part);
+        }
+        out.extend_from_slice(&crc.finalize().to_le_bytes());
         Ok(out)
     }
 
-    /// Decodes the frame at the start of `buf`: `Ok(None)` while `buf` holds only part of it,
-    /// `Ok(Some((frame, bytes_used)))` once whole. The header is validated as soon as its 16 bytes
-    /// are there, so a corrupt or hostile length fails before the payload is awaited or allocated.
-    pub fn decode(&self, buf: &[u8]) -> Result<Option<(Frame, usize)>, WireError> {
+    /// Validates the header at the start of `buf` and returns the whole frame's length in bytes
+    /// (`Ok(None)` while fewer than [`HEADER_LEN`] bytes are there). Every header error, a
+    /// length over the cap included, is reported here, before the payload is awaited.
+    pub fn frame_len(&self, buf: &[u8]) -> Result<Option<usize>, WireError> {
         if buf.len() < HEADER_LEN {
             return Ok(None);
         }
@@ -116,7 +135,7 @@ impl FrameCodec {
         if version != VERSION {
             return Err(WireError::UnsupportedVersion { found: version, supported: VERSION });
         }
-        let kind = FrameKind::from_u8(buf[6])?;
+        FrameKind::from_u8(buf[6])?;
         if buf[7] != 0 {
             return Err(WireError::ReservedFlags(buf[7]));
         }
@@ -124,11 +143,21 @@ impl FrameCodec {
         if len > self.max_payload {
             return Err(WireError::PayloadTooLarge { len, max: self.max_payload });
         }
-        let total = HEADER_LEN + len as usize + TRAILER_LEN;
+        Ok(Some(HEADER_LEN + len as usize + TRAILER_LEN))
+    }
+
+    /// Decodes the frame at the start of `buf`: `Ok(None)` while `buf` holds only part of it,
+    /// `Ok(Some((frame, bytes_used)))` once whole. The header is validated as soon as its 16 bytes
+    /// are there, so a corrupt or hostile length fails before the payload is awaited or allocated.
+    pub fn decode(&self, buf: &[u8]) -> Result<Option<(Frame, usize)>, WireError> {
+        let Some(total) = self.frame_len(buf)? else {
+            return Ok(None);
+        };
         if buf.len() < total {
             return Ok(None);
         }
-        let payload = &buf[HEADER_LEN..HEADER_LEN + len as usize];
+        let kind = FrameKind::from_u8(buf[6])?;
+        let payload = &buf[HEADER_LEN..total - TRAILER_LEN];
         let payload_crc = u32::from_le_bytes(buf[total - TRAILER_LEN..total].try_into().expect("4 bytes"));
         if crc32fast::hash(payload) != payload_crc {
             return Err(WireError::PayloadChecksum);

@@ -1,0 +1,138 @@
+//! Frames over a byte stream: an incremental reader that validates each header before awaiting
+//! its payload, and a writer paced by an optional [`TokenBucket`].
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::error::TransferError;
+use crate::rate::TokenBucket;
+use crate::wire::{Frame, FrameCodec, WireError, HEADER_LEN};
+
+/// Bytes read per system call at least (the buffer grows to the largest frame).
+const READ_CHUNK: usize = 256 * 1024;
+
+/// Counts bytes on the wire (shared between tasks).
+#[derive(Debug, Default, Clone)]
+pub struct WireCounter(Arc<AtomicU64>);
+
+impl WireCounter {
+    /// Adds `n` bytes.
+    pub fn add(&self, n: usize) {
+        self.0.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Bytes counted so far.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Reads frames from a stream.
+#[derive(Debug)]
+pub struct FrameReader<R> {
+    inner: R,
+    codec: FrameCodec,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    counter: WireCounter,
+}
+
+impl<R: AsyncRead + Unpin> FrameReader<R> {
+    /// A reader that refuses frames over `codec.max_payload` and counts bytes into `counter`.
+    pub fn new(inner: R, codec: FrameCodec, counter: WireCounter) -> Self {
+        Self { inner, codec, buf: vec![0; READ_CHUNK], start: 0, end: 0, counter }
+    }
+
+    /// The next frame. [`TransferError::Closed`] is a clean end of stream at a frame boundary;
+    /// [`TransferError::Corrupt`] means one frame was skipped and reading may go on; any other
+    /// error leaves the stream unusable.
+    pub async fn next(&mut self) -> Result<Frame, TransferError> {
+        loop {
+            let available = &self.buf[self.start..self.end];
+            let need = match self.codec.frame_len(available)? {
+                Some(total) if available.len() >= total => {
+                    return match self.codec.decode(available) {
+                        Ok(Some((frame, used))) => {
+                            self.start += used;
+                            Ok(frame)
+                        }
+                        Err(WireError::PayloadChecksum) => {
+                            self.start += total;
+                            Err(TransferError::Corrupt)
+                        }
+                        Err(e) => Err(e.into()),
+                        Ok(None) => unreachable!("a whole frame is buffered"),
+                    };
+                }
+                Some(total) => total,
+                None => HEADER_LEN,
+            };
+            self.fill(need).await?;
+        }
+    }
+
+    /// Reads more bytes, making room for a frame of `need` bytes at `start`.
+    async fn fill(&mut self, need: usize) -> Result<(), TransferError> {
+        if self.start == self.end {
+            (self.start, self.end) = (0, 0);
+        }
+        if self.start + need.max(READ_CHUNK) > self.buf.len() {
+            self.buf.copy_within(self.start..self.end, 0);
+            (self.start, self.end) = (0, self.end - self.start);
+            if need.max(READ_CHUNK) > self.buf.len() {
+                self.buf.resize(need.max(READ_CHUNK), 0);
+            }
+        }
+        let n = self.inner.read(&mut self.buf[self.end..]).await?;
+        if n == 0 {
+            return Err(match self.end - self.start {
+                0 => TransferError::Closed,
+                partial => TransferError::Truncated(partial),
+            });
+        }
+        self.end += n;
+        self.counter.add(n);
+        Ok(())
+    }
+}
+
+/// Writes encoded frames to a stream, paced by an optional token bucket.
+#[derive(Debug)]
+pub struct FrameWriter<W> {
+    inner: W,
+    limiter: Option<TokenBucket>,
+    counter: WireCounter,
+}
+
+impl<W: AsyncWrite + Unpin> FrameWriter<W> {
+    /// A writer; `limiter` emulates a link rate.
+    pub fn new(inner: W, limiter: Option<TokenBucket>, counter: WireCounter) -> Self {
+        Self { inner, limiter, counter }
+    }
+
+    /// Writes one encoded frame (or any bytes).
+    pub async fn send(&mut self, bytes: &[u8]) -> Result<(), TransferError> {
+        match &mut self.limiter {
+            None => self.inner.write_all(bytes).await?,
+            Some(bucket) => {
+                for chunk in bytes.chunks(bucket.burst()) {
+                    let wait = bucket.take(chunk.len());
+                    self.inner.write_all(chunk).await?;
+                    if !wait.is_zero() {
+                        tokio::time::sleep(wait).await;
+                    }
+                }
+            }
+        }
+        self.counter.add(bytes.len());
+        Ok(())
+    }
+
+    /// Flushes and closes the write side.
+    pub async fn shutdown(&mut self) -> Result<(), TransferError> {
+        Ok(self.inner.shutdown().await?)
+    }
+}
