@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::wire::{ErrorCode, MessageError, WireError};
+use crate::wire::{ErrorCode, FrameKind, MessageError, WireError};
 
 /// A failed transfer. Cheap to clone (one failure may end several requests).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -14,10 +14,11 @@ pub enum TransferError {
     /// stream cannot be resynchronized.
     #[error("bad frame: {0}")]
     Wire(#[from] WireError),
-    /// A frame's payload failed its checksum. The frame was skipped (its header was sound), so
-    /// the stream continues; the blocks it carried are pulled again.
-    #[error("a frame's payload failed its checksum")]
-    Corrupt,
+    /// A frame's payload failed its checksum. The frame was skipped (its header, kind included,
+    /// was sound), so the stream continues; lost blocks are pulled again, a lost control message
+    /// ends the connection.
+    #[error("the payload of a {0:?} frame failed its checksum")]
+    Corrupt(FrameKind),
     /// The connection ended inside a frame.
     #[error("connection closed mid-frame ({0} bytes of a frame received)")]
     Truncated(usize),

@@ -16,7 +16,7 @@ use crate::error::TransferError;
 use crate::rate::TokenBucket;
 use crate::state_codec::decode_state;
 use crate::transport::{Connector, FrameReader, FrameWriter, WireCounter};
-use crate::wire::{BlockFrame, BlockRange, ErrorCode, Frame, FrameCodec, Layout, Message, Mode};
+use crate::wire::{BlockFrame, BlockRange, ErrorCode, Frame, FrameCodec, FrameKind, Layout, Message, Mode};
 use crate::SchemeDescriptor;
 
 /// How a decode-side connection behaves.
@@ -108,6 +108,7 @@ pub struct PrefillClient {
     failure: Arc<Mutex<Option<TransferError>>>,
     sent: WireCounter,
     received: WireCounter,
+    corrupt: WireCounter,
     next_id: AtomicU64,
     salt: u64,
     peer: String,
@@ -137,7 +138,7 @@ impl PrefillClient {
         tokio::spawn(async move {
             loop {
                 let frame = reader.next().await;
-                let stop = matches!(frame, Err(ref e) if *e != TransferError::Corrupt);
+                let stop = matches!(frame, Err(ref e) if !matches!(e, TransferError::Corrupt(_)));
                 if frames_tx.send(frame).await.is_err() || stop {
                     return;
                 }
@@ -147,7 +148,16 @@ impl PrefillClient {
         tokio::spawn(write_loop(writer, out_rx));
         let (commands, commands_rx) = mpsc::unbounded_channel();
         let failure = Arc::new(Mutex::new(None));
-        let session = Session { codec, layout, config, out, requests: HashMap::new(), failure: failure.clone() };
+        let corrupt = WireCounter::default();
+        let session = Session {
+            codec,
+            layout,
+            config,
+            out,
+            requests: HashMap::new(),
+            failure: failure.clone(),
+            corrupt: corrupt.clone(),
+        };
         tokio::spawn(session.run(frames, commands_rx));
         let salt = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
         Ok(Self {
@@ -157,6 +167,7 @@ impl PrefillClient {
             failure,
             sent,
             received,
+            corrupt,
             next_id: AtomicU64::new(0),
             salt: salt ^ ((std::process::id() as u64) << 32),
             peer: connector.peer(),
@@ -191,6 +202,11 @@ impl PrefillClient {
     /// Bytes read from the connection so far.
     pub fn bytes_received(&self) -> u64 {
         self.received.get()
+    }
+
+    /// Corrupt Block frames received (each answered by re-pulls).
+    pub fn corrupt_frames(&self) -> u64 {
+        self.corrupt.get()
     }
 
     /// Submits a prompt for prefill.
@@ -239,6 +255,7 @@ struct Session {
     out: mpsc::Sender<Vec<u8>>,
     requests: HashMap<u64, Pending>,
     failure: Arc<Mutex<Option<TransferError>>>,
+    corrupt: WireCounter,
 }
 
 type Frames = mpsc::Receiver<Result<Frame, TransferError>>;
@@ -262,7 +279,10 @@ impl Session {
                     deadline = Instant::now() + timeout;
                     let result = match frame {
                         None => Err(TransferError::Closed),
-                        Some(Err(TransferError::Corrupt)) => self.repull_all().await,
+                        Some(Err(TransferError::Corrupt(FrameKind::Block))) => {
+                            self.corrupt.add(1);
+                            self.repull_all().await
+                        }
                         Some(Err(e)) => Err(e),
                         Some(Ok(frame)) => match Message::decode(frame) {
                             Ok(message) => self.on_message(message).await,
@@ -375,9 +395,12 @@ impl Session {
     /// Sends the logits and a Complete once every layer is delivered.
     async fn finish_if_done(&mut self, request: u64) -> Result<(), TransferError> {
         let done = self.requests.get(&request).is_some_and(|p| p.logits.is_some() && p.delivered == p.layers.len());
-        if let (true, Some(pending)) = (done, self.requests.remove(&request)) {
+        if !done {
+            return Ok(());
+        }
+        if let Some(Pending { events, logits: Some(logits), .. }) = self.requests.remove(&request) {
             self.send(&Message::Complete { request }).await?;
-            _ = pending.events.send(Ok(RequestEvent::Logits(pending.logits.unwrap_or_default())));
+            _ = events.send(Ok(RequestEvent::Logits(logits)));
         }
         Ok(())
     }

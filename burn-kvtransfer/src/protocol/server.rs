@@ -195,7 +195,7 @@ async fn connection<S: Stream>(shared: Arc<Shared>, stream: S) {
     let read_task = tokio::spawn(async move {
         loop {
             let frame = reader.next().await;
-            let stop = matches!(frame, Err(ref e) if *e != TransferError::Corrupt);
+            let stop = matches!(frame, Err(ref e) if !matches!(e, TransferError::Corrupt(_)));
             if frames_tx.send(frame).await.is_err() || stop {
                 return;
             }

@@ -13,17 +13,17 @@ use crate::wire::{Frame, FrameCodec, WireError, HEADER_LEN};
 /// Bytes read per system call at least (the buffer grows to the largest frame).
 const READ_CHUNK: usize = 256 * 1024;
 
-/// Counts bytes on the wire (shared between tasks).
+/// A shared counter (bytes on the wire, corrupt frames).
 #[derive(Debug, Default, Clone)]
 pub struct WireCounter(Arc<AtomicU64>);
 
 impl WireCounter {
-    /// Adds `n` bytes.
+    /// Adds `n`.
     pub fn add(&self, n: usize) {
         self.0.fetch_add(n as u64, Ordering::Relaxed);
     }
 
-    /// Bytes counted so far.
+    /// The count so far.
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
@@ -60,8 +60,9 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                             Ok(frame)
                         }
                         Err(WireError::PayloadChecksum) => {
+                            let kind = Frame::kind_of(available);
                             self.start += total;
-                            Err(TransferError::Corrupt)
+                            Err(TransferError::Corrupt(kind))
                         }
                         Err(e) => Err(e.into()),
                         Ok(None) => unreachable!("a whole frame is buffered"),

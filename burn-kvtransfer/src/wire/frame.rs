@@ -73,6 +73,13 @@ pub struct Frame {
     pub payload: Vec<u8>,
 }
 
+impl Frame {
+    /// The kind in a header that [`FrameCodec::frame_len`] accepted.
+    pub(crate) fn kind_of(header: &[u8]) -> FrameKind {
+        FrameKind::from_u8(header[6]).expect("a validated header")
+    }
+}
+
 /// Encodes frames and decodes them from a byte stream, refusing payloads over `max_payload`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FrameCodec {

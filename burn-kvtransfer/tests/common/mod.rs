@@ -1,0 +1,174 @@
+//! Shared test fixtures: a synthetic prefill engine whose states are real dense-cache states,
+//! a server on the in-process channel, and a stream wrapper that injects faults.
+#![allow(dead_code)]
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use burn_kvcompress::cache::{LayerState, StateDType, StateTensor};
+use burn_kvtransfer::{
+    engine::PrefillEngine,
+    protocol::{ClientConfig, PrefillClient, PrefillServer, ServerConfig},
+    transport::{
+        channel::{channel, ChannelConnector},
+        Connector,
+    },
+    wire::ModelShape,
+    ModelFingerprint, SchemeDescriptor,
+};
+use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
+
+/// Small model dimensions: 4 layers, 2 KV heads of 16.
+pub const SHAPE: ModelShape = ModelShape { num_layers: 4, kv_heads: 2, heads: 4, head_dim: 16, vocab: 32 };
+
+pub fn descriptor() -> SchemeDescriptor {
+    SchemeDescriptor { scheme: "dense".into(), model: ModelFingerprint::of_bytes(b"synthetic model") }
+}
+
+/// The dense state layer `layer` of a prompt would have: `k` and `v`, `[1, kv_heads, len, head_dim]`.
+pub fn expected_state(shape: ModelShape, tokens: &[u32], layer: usize) -> LayerState {
+    let n = shape.kv_heads as usize * tokens.len() * shape.head_dim as usize;
+    let tensor = |name: &str, salt: u32| {
+        let bytes = (0..n)
+            .flat_map(|i| {
+                let t = tokens[(i / shape.head_dim as usize) % tokens.len()];
+                let x = ((t.wrapping_mul(31) ^ (layer as u32 * 7919) ^ salt) as f32 + i as f32 * 0.001).sin();
+                x.to_le_bytes()
+            })
+            .collect();
+        let shape = vec![1, shape.kv_heads as usize, tokens.len(), shape.head_dim as usize];
+        StateTensor { name: name.into(), dtype: StateDType::F32, shape, bytes }
+    };
+    LayerState { tokens: tokens.len(), tensors: vec![tensor("k", 1), tensor("v", 2)] }
+}
+
+pub fn expected_logits(shape: ModelShape, tokens: &[u32]) -> Vec<f32> {
+    (0..shape.vocab).map(|i| (i + tokens.len() as u32) as f32).collect()
+}
+
+/// Publishes [`expected_state`]s, waiting `per_layer` before each layer.
+pub struct SyntheticEngine {
+    pub shape: ModelShape,
+    pub per_layer: Duration,
+}
+
+impl SyntheticEngine {
+    pub fn new() -> Self {
+        Self { shape: SHAPE, per_layer: Duration::ZERO }
+    }
+}
+
+impl PrefillEngine for SyntheticEngine {
+    fn descriptor(&self) -> SchemeDescriptor {
+        descriptor()
+    }
+
+    fn shape(&self) -> ModelShape {
+        self.shape
+    }
+
+    fn prefill(&mut self, tokens: &[u32], publish: &dyn Fn(usize, LayerState)) -> Result<Vec<f32>, String> {
+        for layer in 0..self.shape.num_layers as usize {
+            std::thread::sleep(self.per_layer);
+            publish(layer, expected_state(self.shape, tokens, layer));
+        }
+        Ok(expected_logits(self.shape, tokens))
+    }
+}
+
+/// Starts `engine` behind an in-process listener; returns the server and a connector.
+pub fn start(engine: impl PrefillEngine, config: ServerConfig) -> (PrefillServer, ChannelConnector) {
+    let server = PrefillServer::new(engine, config);
+    let (listener, connector) = channel();
+    let serving = server.clone();
+    tokio::spawn(async move { serving.serve(listener).await });
+    (server, connector)
+}
+
+pub async fn connect<C: Connector>(connector: &C) -> PrefillClient {
+    PrefillClient::connect(connector, ClientConfig::new(descriptor())).await.expect("connect")
+}
+
+/// Waits until the server holds no request (or panics after `limit`).
+pub async fn wait_until_freed(server: &PrefillServer, limit: Duration) {
+    let start = tokio::time::Instant::now();
+    while server.stats().store.requests > 0 {
+        assert!(start.elapsed() < limit, "the server still holds {:?}", server.stats().store);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// What a [`Faulty`] stream does to the bytes it reads.
+#[derive(Debug, Clone, Copy)]
+pub enum Fault {
+    /// Flip the bits of the byte at this offset of the read stream.
+    Corrupt(u64),
+    /// End the read stream after this many bytes.
+    CutAt(u64),
+}
+
+/// A stream whose read side suffers a fault.
+pub struct Faulty<S> {
+    inner: S,
+    fault: Fault,
+    read: u64,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Faulty<S> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        let limit = match this.fault {
+            Fault::CutAt(at) if this.read >= at => return Poll::Ready(Ok(())),
+            Fault::CutAt(at) => (at - this.read) as usize,
+            Fault::Corrupt(_) => usize::MAX,
+        };
+        let mut tmp = vec![0u8; buf.remaining().min(limit)];
+        let mut sub = ReadBuf::new(&mut tmp);
+        let poll = Pin::new(&mut this.inner).poll_read(cx, &mut sub);
+        if let Poll::Ready(Ok(())) = poll {
+            let n = sub.filled().len();
+            if let Fault::Corrupt(at) = this.fault {
+                if at >= this.read && at < this.read + n as u64 {
+                    tmp[(at - this.read) as usize] ^= 0xFF;
+                }
+            }
+            buf.put_slice(&tmp[..n]);
+            this.read += n as u64;
+        }
+        poll
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Faulty<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, data)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// A connector whose connections suffer `fault` on the bytes the client reads.
+pub struct FaultyConnector {
+    pub inner: ChannelConnector,
+    pub fault: Fault,
+}
+
+impl Connector for FaultyConnector {
+    type Stream = Faulty<DuplexStream>;
+
+    async fn connect(&self) -> io::Result<Self::Stream> {
+        Ok(Faulty { inner: self.inner.connect().await?, fault: self.fault, read: 0 })
+    }
+
+    fn peer(&self) -> String {
+        format!("faulty channel ({:?})", self.fault)
+    }
+}
