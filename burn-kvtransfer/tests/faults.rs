@@ -56,7 +56,7 @@ async fn next_error(raw: &mut Raw) -> (ErrorCode, String) {
 
 #[tokio::test]
 async fn scheme_or_model_mismatch_is_refused_at_connect_with_both_descriptors() {
-    let (_server, connector) = start(SyntheticEngine::new(), ServerConfig::default());
+    let (_server, connector) = start(engine(), ServerConfig::default());
     let other_scheme = SchemeDescriptor { scheme: "hack:bits=2,pi=64".into(), ..descriptor() };
     let other_model = SchemeDescriptor { model: ModelFingerprint::of_bytes(b"another model"), ..descriptor() };
     for theirs in [other_scheme, other_model] {
@@ -75,7 +75,7 @@ async fn scheme_or_model_mismatch_is_refused_at_connect_with_both_descriptors() 
 
 #[tokio::test]
 async fn another_protocol_version_is_reported_to_the_peer() {
-    let (_server, connector) = start(SyntheticEngine::new(), ServerConfig::default());
+    let (_server, connector) = start(engine(), ServerConfig::default());
     let mut raw = raw(&connector).await;
     raw.1.send(&header(2, FrameKind::Hello as u8, 0)).await.unwrap();
     let (code, message) = next_error(&mut raw).await;
@@ -102,7 +102,7 @@ async fn a_server_of_another_version_fails_the_client_cleanly() {
 
 #[tokio::test]
 async fn hostile_lengths_are_rejected_from_the_header() {
-    let (_server, connector) = start(SyntheticEngine::new(), ServerConfig::default());
+    let (_server, connector) = start(engine(), ServerConfig::default());
     let mut raw = raw(&connector).await;
     hello(&mut raw).await;
     // A 4 GiB Submit: refused from its 16-byte header, nothing more is read or allocated.
@@ -129,7 +129,7 @@ async fn raw_connected(connector: &ChannelConnector) -> Raw {
 
 #[tokio::test]
 async fn a_layer_announced_over_the_cap_fails_the_request_not_the_process() {
-    let (_server, connector) = start(SyntheticEngine::new(), ServerConfig::default());
+    let (_server, connector) = start(engine(), ServerConfig::default());
     let config = ClientConfig { max_layer_bytes: 100, ..ClientConfig::new(descriptor()) };
     let client = PrefillClient::connect(&connector, config).await.unwrap();
     let mut handle = client.submit(vec![1, 2, 3]).unwrap();
@@ -142,7 +142,7 @@ async fn a_layer_announced_over_the_cap_fails_the_request_not_the_process() {
 #[tokio::test]
 async fn pulls_of_unknown_requests_and_oversized_prompts_are_refused() {
     let config = ServerConfig { max_prompt_tokens: 8, ..ServerConfig::default() };
-    let (_server, connector) = start(SyntheticEngine::new(), config);
+    let (_server, connector) = start(engine(), config);
     let mut raw = raw_connected(&connector).await;
     let pull = Message::Pull(vec![burn_kvtransfer::wire::BlockRange { request: 42, layer: 0, first: 0, count: 3 }]);
     raw.1.send(&pull.encode(&CODEC).unwrap()).await.unwrap();
@@ -158,7 +158,7 @@ const FIRST_BLOCK_DATA: u64 = 44 + 44 + 16 + 16;
 #[tokio::test]
 async fn a_corrupt_block_is_detected_and_pulled_again() {
     let config = ServerConfig { block_size: 512, max_payload: 1600, ..ServerConfig::default() };
-    let (server, inner) = start(SyntheticEngine::new(), config);
+    let (server, inner) = start(engine(), config);
     let connector = FaultyConnector { inner, fault: Fault::Corrupt(FIRST_BLOCK_DATA + 100) };
     let client_config = ClientConfig { mode: Mode::Push, max_payload: 1600, ..ClientConfig::new(descriptor()) };
     let client = PrefillClient::connect(&connector, client_config).await.unwrap();
@@ -182,7 +182,7 @@ async fn a_corrupt_block_is_detected_and_pulled_again() {
 #[tokio::test]
 async fn a_corrupt_control_frame_or_header_ends_the_connection_with_an_error() {
     let config = ServerConfig { block_size: 512, max_payload: 1600, ..ServerConfig::default() };
-    let (_server, inner) = start(SyntheticEngine::new(), config);
+    let (_server, inner) = start(engine(), config);
     // Byte 60 is in the payload of the Ready frame, byte 44 + 3 in its header's magic.
     for (offset, expected) in
         [(60, TransferError::Corrupt(FrameKind::Ready)), (47, TransferError::Wire(WireError::BadMagic(*b"KVC\xb9")))]
@@ -198,7 +198,7 @@ async fn a_corrupt_control_frame_or_header_ends_the_connection_with_an_error() {
 #[tokio::test]
 async fn a_stream_cut_mid_transfer_errors_and_the_lease_frees_the_server() {
     let config = ServerConfig { block_size: 512, max_payload: 1600, lease: SHORT, ..ServerConfig::default() };
-    let (server, inner) = start(SyntheticEngine::new(), config);
+    let (server, inner) = start(engine(), config);
     let connector = FaultyConnector { inner, fault: Fault::CutAt(FIRST_BLOCK_DATA + 700) };
     let client_config = ClientConfig { mode: Mode::Push, max_payload: 1600, ..ClientConfig::new(descriptor()) };
     let client = PrefillClient::connect(&connector, client_config).await.unwrap();
@@ -212,7 +212,7 @@ async fn a_stream_cut_mid_transfer_errors_and_the_lease_frees_the_server() {
 #[tokio::test]
 async fn a_decode_worker_that_vanishes_mid_request_is_reaped_by_the_lease() {
     let config = ServerConfig { lease: SHORT, ..ServerConfig::default() };
-    let (server, connector) = start(SyntheticEngine::new(), config);
+    let (server, connector) = start(engine(), config);
     let mut raw = raw_connected(&connector).await;
     raw.1.send(&Message::Submit { request: 9, tokens: vec![1, 2, 3] }.encode(&CODEC).unwrap()).await.unwrap();
     assert!(matches!(Message::decode(raw.0.next().await.unwrap()).unwrap(), Message::Ready { request: 9, .. }));
@@ -225,8 +225,8 @@ async fn a_decode_worker_that_vanishes_mid_request_is_reaped_by_the_lease() {
 #[tokio::test]
 async fn a_killed_prefill_server_is_retried_on_another() {
     let config = || ServerConfig { block_size: 512, max_payload: 1600, ..ServerConfig::default() };
-    let (_dying, inner) = start(SyntheticEngine::new(), config());
-    let (_healthy, healthy) = start(SyntheticEngine::new(), config());
+    let (_dying, inner) = start(engine(), config());
+    let (_healthy, healthy) = start(engine(), config());
     let client_config = ClientConfig { max_payload: 1600, ..ClientConfig::new(descriptor()) };
     let dying = FaultyConnector { inner, fault: Fault::CutAt(2000) };
     let pool = PrefillPool::new(vec![
@@ -247,7 +247,7 @@ async fn a_killed_prefill_server_is_retried_on_another() {
 #[tokio::test]
 async fn a_stalled_peer_times_out() {
     // A server whose prefill takes far longer than the client's patience.
-    let engine = SyntheticEngine { per_layer: Duration::from_secs(5), ..SyntheticEngine::new() };
+    let engine = engine().with_per_layer(Duration::from_secs(5));
     let (_server, connector) = start(engine, ServerConfig::default());
     let config = ClientConfig { io_timeout: SHORT, ..ClientConfig::new(descriptor()) };
     let client = PrefillClient::connect(&connector, config.clone()).await.unwrap();

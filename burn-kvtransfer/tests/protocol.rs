@@ -33,7 +33,7 @@ fn hash(state: &burn_kvcompress::cache::LayerState) -> [u8; 32] {
 
 async fn round_trip(mode: Mode, block_size: u32, max_payload: u32) {
     let config = ServerConfig { block_size, max_payload, ..ServerConfig::default() };
-    let (server, connector) = start(SyntheticEngine::new(), config);
+    let (server, connector) = start(engine(), config);
     let client_config = ClientConfig { mode, max_payload, ..ClientConfig::new(descriptor()) };
     let client = PrefillClient::connect(&connector, client_config).await.unwrap();
     let tokens: Vec<u32> = (0..37).map(|i| i * 5 + 3).collect();
@@ -63,7 +63,7 @@ async fn pushed_layers_are_byte_identical() {
 #[tokio::test]
 async fn layer_zero_arrives_while_later_layers_are_still_computed() {
     let per_layer = Duration::from_millis(60);
-    let engine = SyntheticEngine { per_layer, ..SyntheticEngine::new() };
+    let engine = engine().with_per_layer(per_layer);
     let (_server, connector) = start(engine, ServerConfig::default());
     let client = connect(&connector).await;
     let started = Instant::now();
@@ -89,7 +89,7 @@ async fn collect_rest(handle: &mut RequestHandle) {
 #[tokio::test]
 async fn thirty_two_concurrent_requests_on_one_server_all_arrive() {
     let config = ServerConfig { block_size: 1024, max_payload: 8 * 1024, ..ServerConfig::default() };
-    let (server, connector) = start(SyntheticEngine::new(), config);
+    let (server, connector) = start(engine(), config);
     let client = connect(&connector).await;
     let prompts: Vec<Vec<u32>> = (0..32u32).map(|r| (0..(5 + r * 3)).map(|i| i * 13 + r).collect()).collect();
     let mut handles: Vec<_> = prompts.iter().map(|p| client.submit(p.clone()).unwrap()).collect();

@@ -1,12 +1,15 @@
 //! What the prefill server runs: a [`PrefillEngine`] turns a prompt into per-layer states
 //! (published one layer at a time, as soon as each is computed) and the last position's logits.
-//! [`ModelPrefill`] is the engine of a real model and KV scheme.
+//! [`ModelPrefill`] is the engine of a real model and KV scheme; [`SyntheticPrefill`] makes up
+//! states without a model (tests, transfer benchmarks).
 
 mod model;
 mod publish;
+mod synthetic;
 
 pub use model::ModelPrefill;
 pub use publish::{PublishingCache, PublishingScheme};
+pub use synthetic::SyntheticPrefill;
 
 use burn_kvcompress::cache::LayerState;
 

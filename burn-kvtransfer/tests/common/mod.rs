@@ -7,9 +7,9 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use burn_kvcompress::cache::{LayerState, StateDType, StateTensor};
+use burn_kvcompress::cache::LayerState;
 use burn_kvtransfer::{
-    engine::PrefillEngine,
+    engine::{PrefillEngine, SyntheticPrefill},
     protocol::{ClientConfig, PrefillClient, PrefillServer, ServerConfig},
     transport::{
         channel::{channel, ChannelConnector},
@@ -27,55 +27,17 @@ pub fn descriptor() -> SchemeDescriptor {
     SchemeDescriptor { scheme: "dense".into(), model: ModelFingerprint::of_bytes(b"synthetic model") }
 }
 
-/// The dense state layer `layer` of a prompt would have: `k` and `v`, `[1, kv_heads, len, head_dim]`.
 pub fn expected_state(shape: ModelShape, tokens: &[u32], layer: usize) -> LayerState {
-    let n = shape.kv_heads as usize * tokens.len() * shape.head_dim as usize;
-    let tensor = |name: &str, salt: u32| {
-        let bytes = (0..n)
-            .flat_map(|i| {
-                let t = tokens[(i / shape.head_dim as usize) % tokens.len()];
-                let x = ((t.wrapping_mul(31) ^ (layer as u32 * 7919) ^ salt) as f32 + i as f32 * 0.001).sin();
-                x.to_le_bytes()
-            })
-            .collect();
-        let shape = vec![1, shape.kv_heads as usize, tokens.len(), shape.head_dim as usize];
-        StateTensor { name: name.into(), dtype: StateDType::F32, shape, bytes }
-    };
-    LayerState { tokens: tokens.len(), tensors: vec![tensor("k", 1), tensor("v", 2)] }
+    SyntheticPrefill::state(shape, tokens, layer)
 }
 
 pub fn expected_logits(shape: ModelShape, tokens: &[u32]) -> Vec<f32> {
-    (0..shape.vocab).map(|i| (i + tokens.len() as u32) as f32).collect()
+    SyntheticPrefill::logits(shape, tokens)
 }
 
-/// Publishes [`expected_state`]s, waiting `per_layer` before each layer.
-pub struct SyntheticEngine {
-    pub shape: ModelShape,
-    pub per_layer: Duration,
-}
-
-impl SyntheticEngine {
-    pub fn new() -> Self {
-        Self { shape: SHAPE, per_layer: Duration::ZERO }
-    }
-}
-
-impl PrefillEngine for SyntheticEngine {
-    fn descriptor(&self) -> SchemeDescriptor {
-        descriptor()
-    }
-
-    fn shape(&self) -> ModelShape {
-        self.shape
-    }
-
-    fn prefill(&mut self, tokens: &[u32], publish: &dyn Fn(usize, LayerState)) -> Result<Vec<f32>, String> {
-        for layer in 0..self.shape.num_layers as usize {
-            std::thread::sleep(self.per_layer);
-            publish(layer, expected_state(self.shape, tokens, layer));
-        }
-        Ok(expected_logits(self.shape, tokens))
-    }
+/// The synthetic engine with the test shape and descriptor.
+pub fn engine() -> SyntheticPrefill {
+    SyntheticPrefill::new(SHAPE, descriptor())
 }
 
 /// Starts `engine` behind an in-process listener; returns the server and a connector.
