@@ -16,7 +16,10 @@ use crate::error::TransferError;
 use crate::rate::TokenBucket;
 use crate::state_codec::encode_state;
 use crate::transport::{FrameReader, FrameWriter, Listener, Stream, WireCounter};
-use crate::wire::{BlockFrame, BlockRange, ErrorCode, FrameCodec, Layout, Message, Mode};
+use crate::wire::{
+    BlockFrame, BlockRange, ErrorCode, FrameCodec, FrameKind, Layout, Message, Mode, BLOCK_HEADER_LEN, HEADER_LEN,
+    TRAILER_LEN,
+};
 use crate::SchemeDescriptor;
 
 /// How a prefill server behaves.
@@ -215,13 +218,34 @@ async fn connection<S: Stream>(shared: Arc<Shared>, stream: S) {
     read_task.abort();
 }
 
+/// A frame on its way to the writer task.
+enum Outgoing {
+    /// An encoded control frame.
+    Frame(Vec<u8>),
+    /// A Block frame around a range of a held layer, written without copying the layer.
+    Blocks {
+        header: [u8; HEADER_LEN + BLOCK_HEADER_LEN],
+        blob: Arc<Blob>,
+        start: usize,
+        end: usize,
+        trailer: [u8; TRAILER_LEN],
+    },
+}
+
 async fn write_loop<W: tokio::io::AsyncWrite + Unpin>(
     mut writer: FrameWriter<W>,
-    mut frames: mpsc::Receiver<Vec<u8>>,
+    mut frames: mpsc::Receiver<Outgoing>,
     timeout: Duration,
 ) {
     while let Some(frame) = frames.recv().await {
-        if !matches!(tokio::time::timeout(timeout, writer.send(&frame)).await, Ok(Ok(()))) {
+        let sent = match &frame {
+            Outgoing::Frame(bytes) => tokio::time::timeout(timeout, writer.send(bytes)).await,
+            Outgoing::Blocks { header, blob, start, end, trailer } => {
+                let parts: [&[u8]; 3] = [header, &blob.bytes[*start..*end], trailer];
+                tokio::time::timeout(timeout, writer.send_parts(&parts)).await
+            }
+        };
+        if !matches!(sent, Ok(Ok(()))) {
             return;
         }
     }
@@ -231,7 +255,7 @@ async fn write_loop<W: tokio::io::AsyncWrite + Unpin>(
 struct Connection {
     shared: Arc<Shared>,
     codec: FrameCodec,
-    out: mpsc::Sender<Vec<u8>>,
+    out: mpsc::Sender<Outgoing>,
     events_tx: mpsc::UnboundedSender<Event>,
     mode: Mode,
 }
@@ -240,10 +264,10 @@ type Frames = mpsc::Receiver<Result<crate::wire::Frame, TransferError>>;
 
 impl Connection {
     async fn send(&self, message: &Message) -> Result<(), TransferError> {
-        self.send_bytes(message.encode(&self.codec)?).await
+        self.send_bytes(Outgoing::Frame(message.encode(&self.codec)?)).await
     }
 
-    async fn send_bytes(&self, frame: Vec<u8>) -> Result<(), TransferError> {
+    async fn send_bytes(&self, frame: Outgoing) -> Result<(), TransferError> {
         self.out.send(frame).await.map_err(|_| TransferError::Closed)
     }
 
@@ -364,8 +388,13 @@ impl Connection {
                     format!("blocks {}+{} are outside layer {layer} of request {request}", piece.first, piece.count);
                 return self.fail(ErrorCode::Refused, request, why).await;
             };
-            let frame = BlockFrame::encode(&self.codec, request, layer, piece.first, &blob.bytes[start..end])?;
-            self.send_bytes(frame).await?;
+            let block_header = BlockFrame::header(request, layer, piece.first);
+            let (frame_header, trailer) =
+                self.codec.envelope(FrameKind::Block, &[&block_header, &blob.bytes[start..end]])?;
+            let mut header = [0u8; HEADER_LEN + BLOCK_HEADER_LEN];
+            header[..HEADER_LEN].copy_from_slice(&frame_header);
+            header[HEADER_LEN..].copy_from_slice(&block_header);
+            self.send_bytes(Outgoing::Blocks { header, blob: blob.clone(), start, end, trailer }).await?;
         }
         Ok(())
     }

@@ -8,7 +8,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::error::TransferError;
 use crate::rate::TokenBucket;
-use crate::wire::{Frame, FrameCodec, WireError, HEADER_LEN};
+use crate::wire::{Frame, FrameCodec, WireError, HEADER_LEN, TRAILER_LEN};
 
 /// Bytes read per system call at least (the buffer grows to the largest frame).
 const READ_CHUNK: usize = 256 * 1024;
@@ -68,10 +68,35 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                         Ok(None) => unreachable!("a whole frame is buffered"),
                     };
                 }
+                Some(total) if total > READ_CHUNK => return self.read_large(total).await,
                 Some(total) => total,
                 None => HEADER_LEN,
             };
             self.fill(need).await?;
+        }
+    }
+
+    /// Reads a frame larger than the read buffer straight into its own payload vector (one copy
+    /// fewer than going through the buffer).
+    async fn read_large(&mut self, total: usize) -> Result<Frame, TransferError> {
+        let kind = Frame::kind_of(&self.buf[self.start..self.end]);
+        let buffered = &self.buf[self.start + HEADER_LEN..self.end];
+        let mut body = vec![0u8; total - HEADER_LEN];
+        body[..buffered.len()].copy_from_slice(buffered);
+        let mut filled = buffered.len();
+        (self.start, self.end) = (0, 0);
+        while filled < body.len() {
+            let n = self.inner.read(&mut body[filled..]).await?;
+            if n == 0 {
+                return Err(TransferError::Truncated(HEADER_LEN + filled));
+            }
+            filled += n;
+            self.counter.add(n);
+        }
+        let trailer = body.split_off(body.len() - TRAILER_LEN);
+        match self.codec.check_payload(&body, &trailer) {
+            Ok(()) => Ok(Frame { kind, payload: body }),
+            Err(_) => Err(TransferError::Corrupt(kind)),
         }
     }
 
@@ -116,19 +141,27 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
 
     /// Writes one encoded frame (or any bytes).
     pub async fn send(&mut self, bytes: &[u8]) -> Result<(), TransferError> {
-        match &mut self.limiter {
-            None => self.inner.write_all(bytes).await?,
-            Some(bucket) => {
-                for chunk in bytes.chunks(bucket.burst()) {
-                    let wait = bucket.take(chunk.len());
-                    self.inner.write_all(chunk).await?;
-                    if !wait.is_zero() {
-                        tokio::time::sleep(wait).await;
+        self.send_parts(&[bytes]).await
+    }
+
+    /// Writes the concatenation of `parts` (a frame's header, borrowed payload and trailer)
+    /// without copying them together.
+    pub async fn send_parts(&mut self, parts: &[&[u8]]) -> Result<(), TransferError> {
+        for part in parts {
+            match &mut self.limiter {
+                None => self.inner.write_all(part).await?,
+                Some(bucket) => {
+                    for chunk in part.chunks(bucket.burst()) {
+                        let wait = bucket.take(chunk.len());
+                        self.inner.write_all(chunk).await?;
+                        if !wait.is_zero() {
+                            tokio::time::sleep(wait).await;
+                        }
                     }
                 }
             }
+            self.counter.add(part.len());
         }
-        self.counter.add(bytes.len());
         Ok(())
     }
 

@@ -98,29 +98,46 @@ impl FrameCodec {
         self.encode_parts(kind, &[payload])
     }
 
-    /// The bytes of one frame whose payload is the concatenation of `parts` (saves a copy when a
-    /// small message header precedes a large borrowed body).
+    /// The bytes of one frame whose payload is the concatenation of `parts`.
     pub fn encode_parts(&self, kind: FrameKind, parts: &[&[u8]]) -> Result<Vec<u8>, WireError> {
+        let (header, trailer) = self.envelope(kind, parts)?;
+        let mut out = Vec::with_capacity(HEADER_LEN + parts.iter().map(|p| p.len()).sum::<usize>() + TRAILER_LEN);
+        out.extend_from_slice(&header);
+        parts.iter().for_each(|p| out.extend_from_slice(p));
+        out.extend_from_slice(&trailer);
+        Ok(out)
+    }
+
+    /// The header and trailer of a frame whose payload is the concatenation of `parts`, without
+    /// copying the payload: a writer sends `header`, the parts, then `trailer`.
+    pub fn envelope(
+        &self,
+        kind: FrameKind,
+        parts: &[&[u8]],
+    ) -> Result<([u8; HEADER_LEN], [u8; TRAILER_LEN]), WireError> {
         let total: usize = parts.iter().map(|p| p.len()).sum();
         let len = u32::try_from(total)
             .ok()
             .filter(|&l| l <= self.max_payload)
             .ok_or(WireError::PayloadTooLarge { len: total.min(u32::MAX as usize) as u32, max: self.max_payload })?;
-        let mut out = Vec::with_capacity(HEADER_LEN + total + TRAILER_LEN);
-        out.extend_from_slice(&MAGIC);
-        out.extend_from_slice(&VERSION.to_le_bytes());
-        out.push(kind as u8);
-        out.push(0);
-        out.extend_from_slice(&len.to_le_bytes());
-        let header_crc = crc32fast::hash(&out);
-        out.extend_from_slice(&header_crc.to_le_bytes());
+        let mut header = [0u8; HEADER_LEN];
+        header[0..4].copy_from_slice(&MAGIC);
+        header[4..6].copy_from_slice(&VERSION.to_le_bytes());
+        header[6] = kind as u8;
+        header[8..12].copy_from_slice(&len.to_le_bytes());
+        let header_crc = crc32fast::hash(&header[..12]);
+        header[12..16].copy_from_slice(&header_crc.to_le_bytes());
         let mut crc = crc32fast::Hasher::new();
-        for part in parts {
-            out.extend_from_slice(part);
-            crc.update(part);
+        parts.iter().for_each(|p| crc.update(p));
+        Ok((header, crc.finalize().to_le_bytes()))
+    }
+
+    /// Checks a payload against the trailer that followed it.
+    pub fn check_payload(&self, payload: &[u8], trailer: &[u8]) -> Result<(), WireError> {
+        match crc32fast::hash(payload).to_le_bytes() == trailer {
+            true => Ok(()),
+            false => Err(WireError::PayloadChecksum),
         }
-        out.extend_from_slice(&crc.finalize().to_le_bytes());
-        Ok(out)
     }
 
     /// Validates the header at the start of `buf` and returns the whole frame's length in bytes
@@ -165,10 +182,7 @@ impl FrameCodec {
         }
         let kind = FrameKind::from_u8(buf[6])?;
         let payload = &buf[HEADER_LEN..total - TRAILER_LEN];
-        let payload_crc = u32::from_le_bytes(buf[total - TRAILER_LEN..total].try_into().expect("4 bytes"));
-        if crc32fast::hash(payload) != payload_crc {
-            return Err(WireError::PayloadChecksum);
-        }
+        self.check_payload(payload, &buf[total - TRAILER_LEN..total])?;
         Ok(Some((Frame { kind, payload: payload.to_vec() }, total)))
     }
 }

@@ -203,13 +203,18 @@ impl BlockFrame {
         &self.payload[BLOCK_HEADER_LEN..]
     }
 
-    /// Encodes a Block frame from borrowed data (one copy, into the frame).
+    /// Encodes a Block frame from borrowed data.
     pub fn encode(codec: &FrameCodec, request: u64, layer: u32, first: u32, data: &[u8]) -> Result<Vec<u8>, WireError> {
+        codec.encode_parts(FrameKind::Block, &[&Self::header(request, layer, first), data])
+    }
+
+    /// The payload bytes before the data.
+    pub fn header(request: u64, layer: u32, first: u32) -> [u8; BLOCK_HEADER_LEN] {
         let mut header = [0u8; BLOCK_HEADER_LEN];
         header[..8].copy_from_slice(&request.to_le_bytes());
         header[8..12].copy_from_slice(&layer.to_le_bytes());
         header[12..].copy_from_slice(&first.to_le_bytes());
-        codec.encode_parts(FrameKind::Block, &[&header, data])
+        header
     }
 }
 
