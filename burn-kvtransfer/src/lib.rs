@@ -16,12 +16,14 @@
 //!   completion, timeouts) and a least-loaded pool of servers.
 //! - [`engine`]: prefill engines; [`ModelPrefill`](engine::ModelPrefill) runs a real model and
 //!   publishes each layer's state as soon as the model has appended to it.
+//! - [`fuzzing`]: the decoders' fuzz entry point and input mutator (cargo-fuzz target in `fuzz/`).
 //! - [`decode`]: rebuilds caches on the decode side as layers arrive, retrying on another server.
 
 pub mod decode;
 pub mod descriptor;
 pub mod engine;
 pub mod error;
+pub mod fuzzing;
 pub mod protocol;
 pub mod rate;
 pub mod state_codec;
