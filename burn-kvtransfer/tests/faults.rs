@@ -155,14 +155,13 @@ async fn pulls_of_unknown_requests_and_oversized_prompts_are_refused() {
 /// layer 0's Block frames (16-byte frame header, 16-byte block header, data).
 const FIRST_BLOCK_DATA: u64 = 44 + 44 + 16 + 16;
 
-#[tokio::test]
-async fn a_corrupt_block_is_detected_and_pulled_again() {
-    let config = ServerConfig { block_size: 512, max_payload: 1600, ..ServerConfig::default() };
+async fn corrupt_block_is_pulled_again(block_size: u32, max_payload: u32, tokens: u32) {
+    let config = ServerConfig { block_size, max_payload, ..ServerConfig::default() };
     let (server, inner) = start(engine(), config);
     let connector = FaultyConnector { inner, fault: Fault::Corrupt(FIRST_BLOCK_DATA + 100) };
-    let client_config = ClientConfig { mode: Mode::Push, max_payload: 1600, ..ClientConfig::new(descriptor()) };
+    let client_config = ClientConfig { mode: Mode::Push, max_payload, ..ClientConfig::new(descriptor()) };
     let client = PrefillClient::connect(&connector, client_config).await.unwrap();
-    let tokens: Vec<u32> = (0..40).collect();
+    let tokens: Vec<u32> = (0..tokens).collect();
     let mut handle = client.submit(tokens.clone()).unwrap();
     let mut layers = 0;
     while let Some(event) = handle.next().await {
@@ -177,6 +176,13 @@ async fn a_corrupt_block_is_detected_and_pulled_again() {
     assert_eq!(layers, SHAPE.num_layers);
     assert_eq!(client.corrupt_frames(), 1);
     wait_until_freed(&server, Duration::from_secs(2)).await;
+}
+
+#[tokio::test]
+async fn a_corrupt_block_is_detected_and_pulled_again() {
+    // Small frames (through the read buffer) and 512 KiB frames (read straight into the payload).
+    corrupt_block_is_pulled_again(512, 1600, 40).await;
+    corrupt_block_is_pulled_again(64 << 10, 1 << 20, 2048).await;
 }
 
 #[tokio::test]
@@ -195,18 +201,23 @@ async fn a_corrupt_control_frame_or_header_ends_the_connection_with_an_error() {
     }
 }
 
-#[tokio::test]
-async fn a_stream_cut_mid_transfer_errors_and_the_lease_frees_the_server() {
-    let config = ServerConfig { block_size: 512, max_payload: 1600, lease: SHORT, ..ServerConfig::default() };
+async fn cut_stream_errors_and_the_lease_frees_the_server(max_payload: u32, tokens: u32) {
+    let config = ServerConfig { block_size: 512, max_payload, lease: SHORT, ..ServerConfig::default() };
     let (server, inner) = start(engine(), config);
     let connector = FaultyConnector { inner, fault: Fault::CutAt(FIRST_BLOCK_DATA + 700) };
-    let client_config = ClientConfig { mode: Mode::Push, max_payload: 1600, ..ClientConfig::new(descriptor()) };
+    let client_config = ClientConfig { mode: Mode::Push, max_payload, ..ClientConfig::new(descriptor()) };
     let client = PrefillClient::connect(&connector, client_config).await.unwrap();
-    let mut handle = client.submit((0..40).collect()).unwrap();
+    let mut handle = client.submit((0..tokens).collect()).unwrap();
     assert!(matches!(handle.next().await.unwrap(), Err(TransferError::Truncated(_))));
     assert!(server.stats().store.requests <= 1);
     wait_until_freed(&server, SHORT * 10).await;
     assert_eq!(server.stats().store.expired, 1);
+}
+
+#[tokio::test]
+async fn a_stream_cut_mid_transfer_errors_and_the_lease_frees_the_server() {
+    cut_stream_errors_and_the_lease_frees_the_server(1600, 40).await;
+    cut_stream_errors_and_the_lease_frees_the_server(1 << 20, 2048).await;
 }
 
 #[tokio::test]
