@@ -43,7 +43,7 @@ async fn disaggregated_smollm2_matches_the_single_process_run() {
     let mut received = fetch::<B, _>(&pool, &prompt, &DenseScheme, &device, 1).await.unwrap();
 
     let mut local = loaded.model.new_cache(&DenseScheme, 1, &device);
-    loaded.model.prefill_padded(&[prompt.clone()], &mut local, 0).unwrap();
+    loaded.model.prefill_padded(std::slice::from_ref(&prompt), &mut local, 0).unwrap();
     for (l, (got, want)) in received.caches.layers.iter().zip(&local.layers).enumerate() {
         assert!(TransferableCache::<B>::export_state(got) == want.export_state(), "layer {l} differs");
     }
