@@ -91,6 +91,15 @@ fn expected_hashes(shape: ModelShape, tokens: &[u32]) -> Vec<[u8; 32]> {
         .collect()
 }
 
+/// CPU seconds this process has used (user + system, Linux `/proc/self/stat`, USER_HZ = 100);
+/// `None` elsewhere.
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
 /// Median seconds and bytes per request of `reps` sequential requests (after a warm-up).
 async fn throughput(
     args: &Args,
@@ -98,7 +107,7 @@ async fn throughput(
     tokens: u32,
     mode: Mode,
     link: Option<f64>,
-) -> anyhow::Result<(f64, usize, u64)> {
+) -> anyhow::Result<(f64, usize, u64, Option<f64>)> {
     let (_server, addr) = start(shape, args.block_kib, link).await?;
     let client =
         PrefillClient::connect(&TcpConnector { addr }, ClientConfig { mode, ..ClientConfig::new(descriptor()) })
@@ -108,7 +117,11 @@ async fn throughput(
     let mut seconds = Vec::new();
     let mut kv_bytes = 0;
     let before = client.bytes_received();
+    let mut cpu_before = None;
     for rep in 0..=args.reps {
+        if rep == 1 {
+            cpu_before = cpu_seconds();
+        }
         let started = Instant::now();
         let mut handle = client.submit(prompt.clone())?;
         let (bytes, hashes) = drain(&mut handle, shape.num_layers as usize, rep == 0).await?;
@@ -119,9 +132,10 @@ async fn throughput(
         }
         kv_bytes = bytes;
     }
+    let cpu_per_gb = cpu_before.zip(cpu_seconds()).map(|(b, a)| (a - b) / (kv_bytes as f64 * args.reps as f64 / 1e9));
     let wire_per_request = (client.bytes_received() - before) / (args.reps as u64 + 1);
     seconds.sort_by(f64::total_cmp);
-    Ok((seconds[seconds.len() / 2], kv_bytes, wire_per_request))
+    Ok((seconds[seconds.len() / 2], kv_bytes, wire_per_request, cpu_per_gb))
 }
 
 async fn concurrent(args: &Args, shape: ModelShape) -> anyhow::Result<()> {
@@ -170,8 +184,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
         vocab: 1024,
     };
     let per_token = 2 * 4 * args.kv_heads as usize * args.head_dim as usize * args.layers as usize;
-    println!("median of {} requests after a checked warm-up; KV = layer state bytes; GB = 1e9 bytes", args.reps);
-    println!("{:>10} {:>5} {:>10} {:>9} {:>10} {:>10}", "link", "mode", "KV MiB", "time ms", "KV GB/s", "% of link");
+    println!(
+        "median of {} requests after a checked warm-up; KV = layer state bytes; GB = 1e9 bytes; CPU s/GB = process CPU time (both ends) per GB",
+        args.reps
+    );
+    println!(
+        "{:>10} {:>5} {:>10} {:>9} {:>10} {:>10} {:>10}",
+        "link", "mode", "KV MiB", "time ms", "KV GB/s", "% of link", "CPU s/GB"
+    );
     for (link, mode) in
         [(None, Mode::Pull), (None, Mode::Push)].into_iter().chain(args.rates.iter().map(|&g| (Some(g), Mode::Pull)))
     {
@@ -182,15 +202,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
             }
             None => args.tokens,
         };
-        let (seconds, bytes, wire) = throughput(&args, shape, tokens, mode, link).await?;
+        let (seconds, bytes, wire, cpu) = throughput(&args, shape, tokens, mode, link).await?;
         let rate = bytes as f64 / seconds / 1e9;
         let share = link.map_or("-".into(), |g| format!("{:.1}%", 100.0 * wire as f64 / seconds / (g * 1e9 / 8.0)));
         let link = link.map_or("loopback".into(), |g| format!("{g} Gbit/s"));
         println!(
-            "{link:>10} {:>5} {:>10.1} {:>9.1} {rate:>10.2} {share:>10}",
+            "{link:>10} {:>5} {:>10.1} {:>9.1} {rate:>10.2} {share:>10} {:>10}",
             format!("{mode:?}").to_lowercase(),
             bytes as f64 / (1 << 20) as f64,
-            seconds * 1e3
+            seconds * 1e3,
+            cpu.map_or("-".into(), |c| format!("{c:.2}"))
         );
     }
     concurrent(&args, shape).await
