@@ -16,16 +16,74 @@ use crate::wire::{MessageError, PayloadReader, PayloadWriter};
 /// The largest tensor rank accepted.
 pub const MAX_RANK: usize = 8;
 
-/// Serializes a layer's state.
-pub fn encode_state(state: &LayerState) -> Vec<u8> {
-    let mut w = PayloadWriter::new();
-    w.u64(state.tokens as u64).u32(state.tensors.len() as u32);
-    for t in &state.tensors {
-        w.str(&t.name).u8(t.dtype.id()).u8(t.shape.len() as u8);
-        t.shape.iter().for_each(|&d| _ = w.u64(d as u64));
-        w.bytes(&t.bytes);
+/// A serialized layer state held as parts: small headers and the tensors' own byte buffers
+/// (moved in, not copied). Byte ranges of the serialization are read as slices of the parts, so
+/// a server sends blocks straight from the tensors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EncodedState {
+    parts: Vec<Vec<u8>>,
+    len: usize,
+}
+
+impl EncodedState {
+    /// Serializes `state`, taking its tensors' buffers.
+    pub fn new(state: LayerState) -> Self {
+        let mut parts = Vec::with_capacity(2 * state.tensors.len() + 1);
+        let mut w = PayloadWriter::new();
+        w.u64(state.tokens as u64).u32(state.tensors.len() as u32);
+        for t in state.tensors {
+            w.str(&t.name).u8(t.dtype.id()).u8(t.shape.len() as u8);
+            t.shape.iter().for_each(|&d| _ = w.u64(d as u64));
+            w.u32(t.bytes.len() as u32);
+            parts.push(w.finish());
+            parts.push(t.bytes);
+        }
+        parts.push(w.finish());
+        parts.retain(|p| !p.is_empty());
+        let len = parts.iter().map(Vec::len).sum();
+        Self { parts, len }
     }
-    w.finish()
+
+    /// Length of the serialization, bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the serialization is empty (never: it holds at least the token and tensor counts).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The slices that make up bytes `[start, end)` of the serialization.
+    pub fn slices(&self, start: usize, end: usize) -> Vec<&[u8]> {
+        let mut out = Vec::new();
+        let mut at = 0;
+        for part in &self.parts {
+            let (lo, hi) = (start.max(at), end.min(at + part.len()));
+            if lo < hi {
+                out.push(&part[lo - at..hi - at]);
+            }
+            at += part.len();
+        }
+        out
+    }
+
+    /// CRC-32 of the serialization.
+    pub fn crc(&self) -> u32 {
+        let mut crc = crc32fast::Hasher::new();
+        self.parts.iter().for_each(|p| crc.update(p));
+        crc.finalize()
+    }
+
+    /// The serialization as one buffer.
+    pub fn to_vec(&self) -> Vec<u8> {
+        self.parts.concat()
+    }
+}
+
+/// Serializes a layer's state into one buffer.
+pub fn encode_state(state: &LayerState) -> Vec<u8> {
+    EncodedState::new(state.clone()).to_vec()
 }
 
 /// Parses and validates a serialized layer state.

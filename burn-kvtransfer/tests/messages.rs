@@ -2,7 +2,7 @@
 
 use burn_kvcompress::cache::{LayerState, StateDType, StateTensor};
 use burn_kvtransfer::{
-    state_codec::{decode_state, encode_state},
+    state_codec::{decode_state, encode_state, EncodedState},
     wire::{
         BlockFrame, BlockRange, ErrorCode, Frame, FrameCodec, FrameKind, Layout, Message, MessageError, Mode,
         ModelShape,
@@ -104,4 +104,16 @@ fn inconsistent_states_are_rejected() {
     let mut huge = state();
     huge.tensors[1].shape = vec![usize::MAX, 2];
     assert!(decode_state(&encode_state(&huge)).is_err());
+}
+
+#[test]
+fn any_byte_range_of_an_encoded_state_reads_across_its_parts() {
+    let encoded = EncodedState::new(state());
+    let flat = encoded.to_vec();
+    assert_eq!((encoded.len(), encoded.crc()), (flat.len(), crc32fast::hash(&flat)));
+    for start in (0..flat.len()).step_by(7) {
+        for end in (start..=flat.len()).step_by(13) {
+            assert_eq!(encoded.slices(start, end).concat(), &flat[start..end], "{start}..{end}");
+        }
+    }
 }

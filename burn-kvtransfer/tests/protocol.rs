@@ -105,3 +105,20 @@ async fn thirty_two_concurrent_requests_on_one_server_all_arrive() {
     assert_eq!(client.in_flight(), 0);
     wait_until_freed(&server, Duration::from_secs(2)).await;
 }
+
+#[tokio::test]
+async fn a_pool_sends_each_request_to_the_least_loaded_server() {
+    let (_a, a) = start(engine(), ServerConfig::default());
+    let (_b, b) = start(engine(), ServerConfig::default());
+    let pool = burn_kvtransfer::protocol::PrefillPool::new(vec![connect(&a).await, connect(&b).await]);
+    let (first, h1) = pool.submit(vec![1], &[]).unwrap();
+    let (second, h2) = pool.submit(vec![2], &[]).unwrap();
+    assert_ne!(first, second);
+    drop(h1);
+    let (third, h3) = pool.submit(vec![3], &[]).unwrap();
+    assert_eq!(third, first, "the server whose request finished is the less loaded");
+    drop((h2, h3));
+    // Equal loads: requests alternate instead of piling on one server.
+    let picks: Vec<usize> = (0..4).map(|i| pool.submit(vec![i], &[]).unwrap().0).collect();
+    assert!(picks.contains(&0) && picks.contains(&1), "{picks:?}");
+}

@@ -1,6 +1,8 @@
 //! Several prefill servers seen from one decode worker: each request goes to the least loaded
-//! live server (fewest of this worker's requests in flight), and a request whose server fails
-//! is retried on another.
+//! live server (fewest of this worker's requests in flight; ties rotate), and a request whose
+//! server fails is retried on another.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::client::{PrefillClient, RequestHandle};
 use crate::error::TransferError;
@@ -9,12 +11,13 @@ use crate::error::TransferError;
 #[derive(Debug)]
 pub struct PrefillPool {
     clients: Vec<PrefillClient>,
+    turn: AtomicUsize,
 }
 
 impl PrefillPool {
     /// A pool of connected clients.
     pub fn new(clients: Vec<PrefillClient>) -> Self {
-        Self { clients }
+        Self { clients, turn: AtomicUsize::new(0) }
     }
 
     /// The connections.
@@ -25,10 +28,11 @@ impl PrefillPool {
     /// Submits to the live server with the fewest requests in flight, skipping `exclude`
     /// (servers that already failed this request). Returns the server's index and the handle.
     pub fn submit(&self, tokens: Vec<u32>, exclude: &[usize]) -> Result<(usize, RequestHandle), TransferError> {
-        let (index, client) = self
-            .clients
-            .iter()
-            .enumerate()
+        let n = self.clients.len();
+        let turn = self.turn.fetch_add(1, Ordering::Relaxed);
+        let (index, client) = (0..n)
+            .map(|k| (turn + k) % n)
+            .map(|i| (i, &self.clients[i]))
             .filter(|(i, c)| c.failure().is_none() && !exclude.contains(i))
             .min_by_key(|(_, c)| c.in_flight())
             .ok_or_else(|| TransferError::Protocol("no live prefill server left".into()))?;

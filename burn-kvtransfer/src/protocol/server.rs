@@ -14,7 +14,7 @@ use super::store::{Blob, Store, StoreStats};
 use crate::engine::PrefillEngine;
 use crate::error::TransferError;
 use crate::rate::TokenBucket;
-use crate::state_codec::encode_state;
+use crate::state_codec::EncodedState;
 use crate::transport::{FrameReader, FrameWriter, Listener, Stream, WireCounter};
 use crate::wire::{
     BlockFrame, BlockRange, ErrorCode, FrameCodec, FrameKind, Layout, Message, Mode, BLOCK_HEADER_LEN, HEADER_LEN,
@@ -166,10 +166,10 @@ fn run_engine<E: PrefillEngine>(mut engine: E, queue: std_mpsc::Receiver<Job>, s
         let Some(shared) = shared.upgrade() else { return };
         let published = std::sync::Mutex::new(HashSet::new());
         let publish = |layer: usize, state: LayerState| {
-            let bytes = encode_state(&state);
-            let (len, crc) = (bytes.len() as u64, crc32fast::hash(&bytes));
+            let blob = EncodedState::new(state);
+            let (len, crc) = (blob.len() as u64, blob.crc());
             published.lock().unwrap_or_else(|p| p.into_inner()).insert(layer);
-            if shared.store.put(job.request, layer, Blob { bytes, crc }) {
+            if shared.store.put(job.request, layer, blob) {
                 let event = Event::Ready { request: job.request, layer: layer as u32, bytes: len, crc };
                 _ = job.events.send(event);
             }
@@ -241,7 +241,9 @@ async fn write_loop<W: tokio::io::AsyncWrite + Unpin>(
         let sent = match &frame {
             Outgoing::Frame(bytes) => tokio::time::timeout(timeout, writer.send(bytes)).await,
             Outgoing::Blocks { header, blob, start, end, trailer } => {
-                let parts: [&[u8]; 3] = [header, &blob.bytes[*start..*end], trailer];
+                let mut parts: Vec<&[u8]> = vec![header];
+                parts.extend(blob.slices(*start, *end));
+                parts.push(trailer);
                 tokio::time::timeout(timeout, writer.send_parts(&parts)).await
             }
         };
@@ -383,14 +385,15 @@ impl Connection {
         let block_size = self.shared.layout.block_size;
         let per_frame = blocks_per_frame(&self.shared.layout, self.shared.config.max_payload);
         for piece in split(range, per_frame) {
-            let Some((start, end)) = span(block_size, blob.bytes.len(), piece.first, piece.count) else {
+            let Some((start, end)) = span(block_size, blob.len(), piece.first, piece.count) else {
                 let why =
                     format!("blocks {}+{} are outside layer {layer} of request {request}", piece.first, piece.count);
                 return self.fail(ErrorCode::Refused, request, why).await;
             };
             let block_header = BlockFrame::header(request, layer, piece.first);
-            let (frame_header, trailer) =
-                self.codec.envelope(FrameKind::Block, &[&block_header, &blob.bytes[start..end]])?;
+            let mut payload = vec![&block_header[..]];
+            payload.extend(blob.slices(start, end));
+            let (frame_header, trailer) = self.codec.envelope(FrameKind::Block, &payload)?;
             let mut header = [0u8; HEADER_LEN + BLOCK_HEADER_LEN];
             header[..HEADER_LEN].copy_from_slice(&frame_header);
             header[HEADER_LEN..].copy_from_slice(&block_header);

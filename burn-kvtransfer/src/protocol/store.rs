@@ -5,14 +5,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-/// One layer's serialized state and its checksum.
-#[derive(Debug)]
-pub struct Blob {
-    /// The bytes.
-    pub bytes: Vec<u8>,
-    /// CRC-32 of the bytes.
-    pub crc: u32,
-}
+use crate::state_codec::EncodedState;
+
+/// One layer's serialized state.
+pub type Blob = EncodedState;
 
 #[derive(Debug)]
 struct Held {
@@ -22,7 +18,7 @@ struct Held {
 
 impl Held {
     fn bytes(&self) -> usize {
-        self.layers.iter().flatten().map(|b| b.bytes.len()).sum()
+        self.layers.iter().flatten().map(|b| b.len()).sum()
     }
 }
 
