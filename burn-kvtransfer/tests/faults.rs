@@ -270,3 +270,51 @@ async fn a_stalled_peer_times_out() {
     let err = PrefillClient::connect(&silent, config).await.unwrap_err();
     assert_eq!(err, TransferError::Timeout(SHORT));
 }
+
+/// An engine that publishes layer 0 twice and fails prompts of one token.
+struct Broken;
+
+impl burn_kvtransfer::engine::PrefillEngine for Broken {
+    fn descriptor(&self) -> SchemeDescriptor {
+        descriptor()
+    }
+
+    fn shape(&self) -> burn_kvtransfer::wire::ModelShape {
+        SHAPE
+    }
+
+    fn prefill(
+        &mut self,
+        tokens: &[u32],
+        publish: &dyn Fn(usize, burn_kvcompress::cache::LayerState),
+    ) -> Result<Vec<f32>, String> {
+        if tokens.len() == 1 {
+            return Err("out of memory".into());
+        }
+        for layer in [0, 0, 1, 2, 3] {
+            publish(layer, expected_state(SHAPE, tokens, layer));
+        }
+        Ok(expected_logits(SHAPE, tokens))
+    }
+}
+
+#[tokio::test]
+async fn a_failing_engine_fails_the_request_and_frees_it() {
+    let (server, connector) = start(Broken, ServerConfig::default());
+    let client = connect(&connector).await;
+    for (tokens, expected) in [(vec![1], "out of memory"), (vec![1, 2], "each layer once")] {
+        let mut handle = client.submit(tokens).unwrap();
+        let error = loop {
+            if let Err(e) = handle.next().await.unwrap() {
+                break e;
+            }
+        };
+        match error {
+            TransferError::Remote { code: ErrorCode::Prefill, message } => {
+                assert!(message.contains(expected), "{message}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    wait_until_freed(&server, Duration::from_secs(2)).await;
+}

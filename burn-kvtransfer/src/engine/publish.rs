@@ -1,6 +1,7 @@
 //! Layer-wise streaming without touching the model: a scheme wrapper whose caches publish their
 //! exported state right after each append. During prefill the model appends to layer 0's cache,
-//! then layer 1's, ..., so each layer is published while later layers still compute.
+//! then layer 1's, ..., so each layer is published while later layers still compute. It is meant
+//! for a one-shot prefill (one append per layer): the server refuses a layer published twice.
 
 use burn::tensor::{backend::Backend, Tensor};
 use burn_kvcompress::{

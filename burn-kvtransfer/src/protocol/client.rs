@@ -353,6 +353,10 @@ impl Session {
         let Some(slot) = pending.layers.get_mut(layer as usize) else {
             return Err(TransferError::Protocol(format!("layer {layer} is beyond the layout")));
         };
+        if !matches!(slot, LayerSlot::Waiting) {
+            self.fail(request, TransferError::Protocol(format!("layer {layer} announced twice")));
+            return Ok(());
+        }
         *slot = LayerSlot::Receiving(Reassembly::new(bytes as usize, self.layout.block_size, crc));
         if self.config.mode == Mode::Pull {
             let count = self.layout.blocks(bytes) as u32;

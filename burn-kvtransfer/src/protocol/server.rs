@@ -166,9 +166,13 @@ fn run_engine<E: PrefillEngine>(mut engine: E, queue: std_mpsc::Receiver<Job>, s
         let Some(shared) = shared.upgrade() else { return };
         let published = std::sync::Mutex::new(HashSet::new());
         let publish = |layer: usize, state: LayerState| {
+            if !published.lock().unwrap_or_else(|p| p.into_inner()).insert(layer) {
+                // Announced already (and maybe pulled): a second version cannot be sent.
+                published.lock().unwrap_or_else(|p| p.into_inner()).insert(usize::MAX);
+                return;
+            }
             let blob = EncodedState::new(state);
             let (len, crc) = (blob.len() as u64, blob.crc());
-            published.lock().unwrap_or_else(|p| p.into_inner()).insert(layer);
             if shared.store.put(job.request, layer, blob) {
                 let event = Event::Ready { request: job.request, layer: layer as u32, bytes: len, crc };
                 _ = job.events.send(event);
@@ -177,7 +181,9 @@ fn run_engine<E: PrefillEngine>(mut engine: E, queue: std_mpsc::Receiver<Job>, s
         let outcome = engine.prefill(&job.tokens, &publish);
         let published = published.into_inner().unwrap_or_else(|p| p.into_inner()).len();
         let event = match outcome {
-            Ok(_) if published != num_layers => Err(format!("the engine published {published} of {num_layers} layers")),
+            Ok(_) if published != num_layers => {
+                Err(format!("the engine published {published} layer states for {num_layers} layers (each layer once)"))
+            }
             Ok(logits) => Ok(Event::Done { request: job.request, logits }),
             Err(message) => Err(message),
         }
