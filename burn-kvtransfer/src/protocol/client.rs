@@ -157,6 +157,7 @@ impl PrefillClient {
             requests: HashMap::new(),
             failure: failure.clone(),
             corrupt: corrupt.clone(),
+            spare: Vec::new(),
         };
         tokio::spawn(session.run(frames, commands_rx));
         let salt = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
@@ -256,7 +257,12 @@ struct Session {
     requests: HashMap<u64, Pending>,
     failure: Arc<Mutex<Option<TransferError>>>,
     corrupt: WireCounter,
+    /// Buffers of delivered layers, reused for the next ones.
+    spare: Vec<Vec<u8>>,
 }
+
+/// Layer buffers kept for reuse.
+const SPARE_BUFFERS: usize = 4;
 
 type Frames = mpsc::Receiver<Result<Frame, TransferError>>;
 
@@ -357,7 +363,8 @@ impl Session {
             self.fail(request, TransferError::Protocol(format!("layer {layer} announced twice")));
             return Ok(());
         }
-        *slot = LayerSlot::Receiving(Reassembly::new(bytes as usize, self.layout.block_size, crc));
+        let buffer = self.spare.pop().unwrap_or_default();
+        *slot = LayerSlot::Receiving(Reassembly::reusing(buffer, bytes as usize, self.layout.block_size, crc));
         if self.config.mode == Mode::Pull {
             let count = self.layout.blocks(bytes) as u32;
             self.send(&Message::Pull(vec![BlockRange { request, layer, first: 0, count }])).await?;
@@ -382,9 +389,13 @@ impl Session {
             layer.reset();
             return self.repull(block.request).await;
         }
-        match decode_state(layer.bytes()) {
+        let decoded = decode_state(layer.bytes());
+        let slot = std::mem::replace(&mut pending.layers[block.layer as usize], LayerSlot::Delivered);
+        if let (LayerSlot::Receiving(layer), true) = (slot, self.spare.len() < SPARE_BUFFERS) {
+            self.spare.push(layer.into_buffer());
+        }
+        match decoded {
             Ok(state) => {
-                pending.layers[block.layer as usize] = LayerSlot::Delivered;
                 pending.delivered += 1;
                 _ = pending.events.send(Ok(RequestEvent::Layer { layer: block.layer as usize, state }));
                 self.finish_if_done(block.request).await
