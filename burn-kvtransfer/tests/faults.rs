@@ -302,7 +302,7 @@ impl burn_kvtransfer::engine::PrefillEngine for Broken {
 async fn a_failing_engine_fails_the_request_and_frees_it() {
     let (server, connector) = start(Broken, ServerConfig::default());
     let client = connect(&connector).await;
-    for (tokens, expected) in [(vec![1], "out of memory"), (vec![1, 2], "each layer once")] {
+    for (tokens, expected) in [(vec![1], "out of memory"), (vec![1, 2], "layer 0 published twice")] {
         let mut handle = client.submit(tokens).unwrap();
         let error = loop {
             if let Err(e) = handle.next().await.unwrap() {

@@ -2,7 +2,6 @@
 //! thread, holds each request's layers under a lease, announces every layer as soon as it is
 //! computed, and serves pulls (or pushes layers, in push mode) until the request is completed.
 
-use std::collections::HashSet;
 use std::sync::{mpsc as std_mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -164,13 +163,20 @@ fn run_engine<E: PrefillEngine>(mut engine: E, queue: std_mpsc::Receiver<Job>, s
     let num_layers = engine.shape().num_layers as usize;
     while let Ok(job) = queue.recv() {
         let Some(shared) = shared.upgrade() else { return };
-        let published = std::sync::Mutex::new(HashSet::new());
+        // Which layers were published, and the first misuse of `publish`.
+        let published = std::sync::Mutex::new((vec![false; num_layers], None::<String>));
         let publish = |layer: usize, state: LayerState| {
-            if !published.lock().unwrap_or_else(|p| p.into_inner()).insert(layer) {
-                // Announced already (and maybe pulled): a second version cannot be sent.
-                published.lock().unwrap_or_else(|p| p.into_inner()).insert(usize::MAX);
-                return;
+            let mut guard = published.lock().unwrap_or_else(|p| p.into_inner());
+            let (seen, misuse) = &mut *guard;
+            match seen.get_mut(layer) {
+                Some(false) => seen[layer] = true,
+                // Announced already (and maybe pulled), or not a layer: nothing is sent.
+                _ => {
+                    misuse.get_or_insert(format!("layer {layer} published twice or beyond the {num_layers} layers"));
+                    return;
+                }
             }
+            drop(guard);
             let blob = EncodedState::new(state);
             let (len, crc) = (blob.len() as u64, blob.crc());
             if shared.store.put(job.request, layer, blob) {
@@ -179,13 +185,14 @@ fn run_engine<E: PrefillEngine>(mut engine: E, queue: std_mpsc::Receiver<Job>, s
             }
         };
         let outcome = engine.prefill(&job.tokens, &publish);
-        let published = published.into_inner().unwrap_or_else(|p| p.into_inner()).len();
-        let event = match outcome {
-            Ok(_) if published != num_layers => {
-                Err(format!("the engine published {published} layer states for {num_layers} layers (each layer once)"))
+        let (seen, misuse) = published.into_inner().unwrap_or_else(|p| p.into_inner());
+        let missing = seen.iter().filter(|&&s| !s).count();
+        let event = match (outcome, misuse) {
+            (Err(message), _) | (Ok(_), Some(message)) => Err(message),
+            (Ok(_), None) if missing > 0 => {
+                Err(format!("the engine left {missing} of {num_layers} layers unpublished"))
             }
-            Ok(logits) => Ok(Event::Done { request: job.request, logits }),
-            Err(message) => Err(message),
+            (Ok(logits), None) => Ok(Event::Done { request: job.request, logits }),
         }
         .unwrap_or_else(|message| {
             shared.store.remove(job.request);
