@@ -28,16 +28,23 @@ async fn a_paced_server_sends_at_its_link_rate() {
     let engine = burn_kvtransfer::engine::SyntheticPrefill::new(shape, descriptor());
     let (server, connector) = start(engine, config);
     let client = connect(&connector).await;
-    let started = Instant::now();
-    let mut handle = client.submit((0..1000).collect()).unwrap(); // 4 layers x 4 MB
-    while let Some(event) = handle.next().await {
-        if let burn_kvtransfer::protocol::RequestEvent::Logits(_) = event.unwrap() {
-            break;
+    let prompt: Vec<u32> = (0..1000).collect(); // 4 layers x 4 MB
+                                                // The first request also generates the states; the second (memoized) is pure transfer.
+    let mut seconds = 0.0;
+    let mut bytes = 0;
+    for _ in 0..2 {
+        let (before, started) = (client.bytes_received(), Instant::now());
+        let mut handle = client.submit(prompt.clone()).unwrap();
+        while let Some(event) = handle.next().await {
+            if let burn_kvtransfer::protocol::RequestEvent::Logits(_) = event.unwrap() {
+                break;
+            }
         }
+        (seconds, bytes) = (started.elapsed().as_secs_f64(), client.bytes_received() - before);
     }
-    let seconds = started.elapsed().as_secs_f64();
-    let achieved = client.bytes_received() as f64 / seconds / (gbps * 1e9 / 8.0);
-    assert!((0.9..=1.1).contains(&achieved), "{:.1}% of the link in {seconds:.3} s", achieved * 100.0);
+    let achieved = bytes as f64 / seconds / (gbps * 1e9 / 8.0);
+    // Paced: never faster than the link; within 20% of it even on a loaded CI machine.
+    assert!((0.8..=1.02).contains(&achieved), "{:.1}% of the link in {seconds:.3} s", achieved * 100.0);
     wait_until_freed(&server, Duration::from_secs(2)).await;
     assert_eq!(server.stats().store, StoreStats::default());
 }

@@ -13,4 +13,4 @@ mod store;
 pub use client::{ClientConfig, PrefillClient, RequestEvent, RequestHandle};
 pub use pool::PrefillPool;
 pub use server::{PrefillServer, ServerConfig, ServerStats};
-pub use store::{Blob, Store, StoreStats};
+pub use store::StoreStats;

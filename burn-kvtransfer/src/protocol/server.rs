@@ -9,7 +9,7 @@ use burn_kvcompress::cache::LayerState;
 use tokio::sync::mpsc;
 
 use super::blocks::{blocks_per_frame, coalesce, span, split};
-use super::store::{Blob, Store, StoreStats};
+use super::store::{Store, StoreStats};
 use crate::engine::PrefillEngine;
 use crate::error::TransferError;
 use crate::rate::TokenBucket;
@@ -238,7 +238,7 @@ enum Outgoing {
     /// A Block frame around a range of a held layer, written without copying the layer.
     Blocks {
         header: [u8; HEADER_LEN + BLOCK_HEADER_LEN],
-        blob: Arc<Blob>,
+        blob: Arc<EncodedState>,
         start: usize,
         end: usize,
         trailer: [u8; TRAILER_LEN],

@@ -7,12 +7,9 @@ use std::time::{Duration, Instant};
 
 use crate::state_codec::EncodedState;
 
-/// One layer's serialized state.
-pub type Blob = EncodedState;
-
 #[derive(Debug)]
 struct Held {
-    layers: Vec<Option<Arc<Blob>>>,
+    layers: Vec<Option<Arc<EncodedState>>>,
     deadline: Instant,
 }
 
@@ -61,7 +58,7 @@ impl Store {
     }
 
     /// Stores a computed layer; false if the request is gone (completed or expired).
-    pub fn put(&self, request: u64, layer: usize, blob: Blob) -> bool {
+    pub fn put(&self, request: u64, layer: usize, blob: EncodedState) -> bool {
         let mut held = self.lock();
         match held.0.get_mut(&request).and_then(|h| h.layers.get_mut(layer)) {
             Some(slot) => {
@@ -73,7 +70,7 @@ impl Store {
     }
 
     /// A computed layer, renewing the request's lease; `None` if unknown or not computed yet.
-    pub fn get(&self, request: u64, layer: usize) -> Option<Arc<Blob>> {
+    pub fn get(&self, request: u64, layer: usize) -> Option<Arc<EncodedState>> {
         let mut held = self.lock();
         let h = held.0.get_mut(&request)?;
         h.deadline = Instant::now() + self.lease;
