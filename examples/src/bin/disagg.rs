@@ -109,7 +109,7 @@ struct RunArgs {
     /// Also check KV hashes against a local prefill and tokens against a single-process run.
     #[arg(long)]
     check: bool,
-    /// Print the generated text of each request.
+    /// Stream each request's generated text to stdout as tokens are decoded.
     #[arg(long)]
     show_text: bool,
 }
@@ -274,17 +274,26 @@ where
         let mut received = rt.block_on(fetch::<B, S>(&pool, &tokens, &scheme, &device, pool.clients().len()))?;
         let kv_bytes = received.caches.layers.iter().map(KvCache::memory_bytes).sum();
         let mut times = Vec::new();
-        let decoded = decode_batch(&loaded.model, &mut received.caches, vec![received.logits], &options, |_, _| {
-            times.push(started.elapsed())
-        })?;
+        let mut stream = args.run.show_text.then(|| tokenizer.stream(true));
+        if stream.is_some() {
+            println!("> {text}");
+        }
+        let decoded =
+            decode_batch(&loaded.model, &mut received.caches, vec![received.logits], &options, |_, token| {
+                times.push(started.elapsed());
+                if let Some(Ok(piece)) = stream.as_mut().map(|s| s.push(token)) {
+                    print!("{piece}");
+                    _ = std::io::stdout().flush();
+                }
+            })?;
+        if let Some(mut stream) = stream {
+            println!("{}\n", stream.finish()?);
+        }
         let after = pool.wire_bytes();
         let gaps = times.windows(2).map(|w| w[1] - w[0]);
         let tbt = gaps.clone().sum::<Duration>().checked_div(gaps.len() as u32).unwrap_or_default();
         let tokens_out = decoded.tokens.into_iter().next().unwrap_or_default();
         let check = check.map(|(kv_ok, reference)| (kv_ok, reference == tokens_out));
-        if args.run.show_text {
-            println!("> {text}\n{}\n", tokenizer.decode_with(&tokens_out, true)?);
-        }
         rows.push(Row {
             prompt_tokens: tokens.len(),
             server: received.server,
