@@ -129,7 +129,7 @@ async fn raw_connected(connector: &ChannelConnector) -> Raw {
 
 #[tokio::test]
 async fn a_layer_announced_over_the_cap_fails_the_request_not_the_process() {
-    let (_server, connector) = start(engine(), ServerConfig::default());
+    let (server, connector) = start(engine(), ServerConfig::default());
     let config = ClientConfig { max_layer_bytes: 100, ..ClientConfig::new(descriptor()) };
     let client = PrefillClient::connect(&connector, config).await.unwrap();
     let mut handle = client.submit(vec![1, 2, 3]).unwrap();
@@ -137,6 +137,9 @@ async fn a_layer_announced_over_the_cap_fails_the_request_not_the_process() {
         Err(TransferError::Protocol(m)) => assert!(m.contains("over the cap"), "{m}"),
         other => panic!("{other:?}"),
     }
+    // The client completes the failed request: freed at once, not after the 30 s lease.
+    wait_until_freed(&server, Duration::from_secs(2)).await;
+    assert_eq!(server.stats().store.expired, 0);
 }
 
 #[tokio::test]

@@ -318,11 +318,14 @@ impl Session {
         self.send(&Message::Submit { request, tokens }).await
     }
 
-    /// Fails one request (the connection goes on).
-    fn fail(&mut self, request: u64, error: TransferError) {
+    /// Fails one request (the connection goes on) and tells the server to free it now rather
+    /// than when its lease ends.
+    async fn fail(&mut self, request: u64, error: TransferError) -> Result<(), TransferError> {
         if let Some(pending) = self.requests.remove(&request) {
             _ = pending.events.send(Err(error));
+            self.send(&Message::Complete { request }).await?;
         }
+        Ok(())
     }
 
     async fn on_message(&mut self, message: Message) -> Result<(), TransferError> {
@@ -340,8 +343,7 @@ impl Session {
                 self.finish_if_done(request).await
             }
             Message::Error { code, request, message } if request != 0 && code != ErrorCode::Malformed => {
-                self.fail(request, TransferError::Remote { code, message });
-                Ok(())
+                self.fail(request, TransferError::Remote { code, message }).await
             }
             Message::Error { code, message, .. } => Err(TransferError::Remote { code, message }),
             other => Err(TransferError::Protocol(format!("unexpected message from the prefill side: {other:?}"))),
@@ -352,16 +354,14 @@ impl Session {
         if bytes > self.config.max_layer_bytes {
             let why =
                 format!("layer {layer} announced at {bytes} bytes, over the cap of {}", self.config.max_layer_bytes);
-            self.fail(request, TransferError::Protocol(why));
-            return Ok(());
+            return self.fail(request, TransferError::Protocol(why)).await;
         }
         let Some(pending) = self.requests.get_mut(&request) else { return Ok(()) };
         let Some(slot) = pending.layers.get_mut(layer as usize) else {
             return Err(TransferError::Protocol(format!("layer {layer} is beyond the layout")));
         };
         if !matches!(slot, LayerSlot::Waiting) {
-            self.fail(request, TransferError::Protocol(format!("layer {layer} announced twice")));
-            return Ok(());
+            return self.fail(request, TransferError::Protocol(format!("layer {layer} announced twice"))).await;
         }
         let buffer = self.spare.pop().unwrap_or_default();
         *slot = LayerSlot::Receiving(Reassembly::reusing(buffer, bytes as usize, self.layout.block_size, crc));
@@ -379,8 +379,7 @@ impl Session {
             return Ok(());
         };
         if let Err(e) = layer.put(block.first, block.data()) {
-            self.fail(block.request, TransferError::Protocol(e.to_string()));
-            return Ok(());
+            return self.fail(block.request, TransferError::Protocol(e.to_string())).await;
         }
         if !layer.is_complete() {
             return Ok(());
@@ -400,10 +399,7 @@ impl Session {
                 _ = pending.events.send(Ok(RequestEvent::Layer { layer: block.layer as usize, state }));
                 self.finish_if_done(block.request).await
             }
-            Err(e) => {
-                self.fail(block.request, e.into());
-                Ok(())
-            }
+            Err(e) => self.fail(block.request, e.into()).await,
         }
     }
 
@@ -441,8 +437,7 @@ impl Session {
         pending.repulls += 1;
         if pending.repulls > self.config.max_repulls {
             let attempts = pending.repulls - 1;
-            self.fail(request, TransferError::TooManyRepulls { request, attempts });
-            return Ok(());
+            return self.fail(request, TransferError::TooManyRepulls { request, attempts }).await;
         }
         self.send(&Message::Pull(ranges)).await
     }
