@@ -80,17 +80,16 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     /// fewer than going through the buffer).
     async fn read_large(&mut self, total: usize) -> Result<Frame, TransferError> {
         let kind = Frame::kind_of(&self.buf[self.start..self.end]);
-        let buffered = &self.buf[self.start + HEADER_LEN..self.end];
-        let mut body = vec![0u8; total - HEADER_LEN];
-        body[..buffered.len()].copy_from_slice(buffered);
-        let mut filled = buffered.len();
+        let mut body = Vec::with_capacity(total - HEADER_LEN);
+        body.extend_from_slice(&self.buf[self.start + HEADER_LEN..self.end]);
         (self.start, self.end) = (0, 0);
-        while filled < body.len() {
-            let n = self.inner.read(&mut body[filled..]).await?;
+        // `read_buf` fills the vector's spare capacity, which is exactly the rest of the frame:
+        // no zeroing, and nothing of the next frame is read.
+        while body.len() < body.capacity() {
+            let n = self.inner.read_buf(&mut body).await?;
             if n == 0 {
-                return Err(TransferError::Truncated(HEADER_LEN + filled));
+                return Err(TransferError::Truncated(HEADER_LEN + body.len()));
             }
-            filled += n;
             self.counter.add(n);
         }
         let trailer = body.split_off(body.len() - TRAILER_LEN);
