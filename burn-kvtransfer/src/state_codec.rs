@@ -11,6 +11,7 @@
 
 use burn_kvcompress::cache::{LayerState, StateDType, StateTensor};
 
+use crate::transport::Slices;
 use crate::wire::{MessageError, PayloadReader, PayloadWriter};
 
 /// The largest tensor rank accepted.
@@ -54,20 +55,6 @@ impl EncodedState {
         self.len == 0
     }
 
-    /// The slices that make up bytes `[start, end)` of the serialization.
-    pub fn slices(&self, start: usize, end: usize) -> Vec<&[u8]> {
-        let mut out = Vec::new();
-        let mut at = 0;
-        for part in &self.parts {
-            let (lo, hi) = (start.max(at), end.min(at + part.len()));
-            if lo < hi {
-                out.push(&part[lo - at..hi - at]);
-            }
-            at += part.len();
-        }
-        out
-    }
-
     /// CRC-32 of the serialization.
     pub fn crc(&self) -> u32 {
         let mut crc = crc32fast::Hasher::new();
@@ -78,6 +65,22 @@ impl EncodedState {
     /// The serialization as one buffer.
     pub fn to_vec(&self) -> Vec<u8> {
         self.parts.concat()
+    }
+}
+
+impl Slices for EncodedState {
+    /// The slices that make up bytes `[start, end)` of the serialization.
+    fn slices(&self, start: usize, end: usize) -> Vec<&[u8]> {
+        let mut out = Vec::new();
+        let mut at = 0;
+        for part in &self.parts {
+            let (lo, hi) = (start.max(at), end.min(at + part.len()));
+            if lo < hi {
+                out.push(&part[lo - at..hi - at]);
+            }
+            at += part.len();
+        }
+        out
     }
 }
 

@@ -3,6 +3,7 @@
 use burn_kvcompress::cache::{LayerState, StateDType, StateTensor};
 use burn_kvtransfer::{
     state_codec::{decode_state, encode_state, EncodedState},
+    transport::Slices,
     wire::{
         BlockFrame, BlockRange, ErrorCode, Frame, FrameCodec, FrameKind, Layout, Message, MessageError, Mode,
         ModelShape,

@@ -15,7 +15,7 @@ use super::blocks::Reassembly;
 use crate::error::TransferError;
 use crate::rate::TokenBucket;
 use crate::state_codec::decode_state;
-use crate::transport::{Connector, FrameReader, FrameWriter, WireCounter};
+use crate::transport::{write_frames, Connector, FrameReader, FrameWriter, Outgoing, WireCounter};
 use crate::wire::{BlockFrame, BlockRange, ErrorCode, Frame, FrameCodec, FrameKind, Layout, Message, Mode};
 use crate::SchemeDescriptor;
 
@@ -145,7 +145,7 @@ impl PrefillClient {
             }
         });
         let (out, out_rx) = mpsc::channel(16);
-        tokio::spawn(write_loop(writer, out_rx));
+        tokio::spawn(write_frames(writer, out_rx, timeout));
         let (commands, commands_rx) = mpsc::unbounded_channel();
         let failure = Arc::new(Mutex::new(None));
         let corrupt = WireCounter::default();
@@ -224,15 +224,6 @@ impl PrefillClient {
     }
 }
 
-async fn write_loop<W: tokio::io::AsyncWrite + Unpin>(mut writer: FrameWriter<W>, mut frames: mpsc::Receiver<Vec<u8>>) {
-    while let Some(frame) = frames.recv().await {
-        if writer.send(&frame).await.is_err() {
-            return;
-        }
-    }
-    _ = writer.shutdown().await;
-}
-
 /// One request being received.
 struct Pending {
     events: Events,
@@ -253,7 +244,7 @@ struct Session {
     codec: FrameCodec,
     layout: Layout,
     config: ClientConfig,
-    out: mpsc::Sender<Vec<u8>>,
+    out: mpsc::Sender<Outgoing>,
     requests: HashMap<u64, Pending>,
     failure: Arc<Mutex<Option<TransferError>>>,
     corrupt: WireCounter,
@@ -309,7 +300,7 @@ impl Session {
     }
 
     async fn send(&self, message: &Message) -> Result<(), TransferError> {
-        self.out.send(message.encode(&self.codec)?).await.map_err(|_| TransferError::Closed)
+        self.out.send(Outgoing::Bytes(message.encode(&self.codec)?)).await.map_err(|_| TransferError::Closed)
     }
 
     async fn submit(&mut self, request: u64, tokens: Vec<u32>, events: Events) -> Result<(), TransferError> {

@@ -14,11 +14,8 @@ use crate::engine::PrefillEngine;
 use crate::error::TransferError;
 use crate::rate::TokenBucket;
 use crate::state_codec::EncodedState;
-use crate::transport::{FrameReader, FrameWriter, Listener, Stream, WireCounter};
-use crate::wire::{
-    BlockFrame, BlockRange, ErrorCode, FrameCodec, FrameKind, Layout, Message, Mode, BLOCK_HEADER_LEN, HEADER_LEN,
-    TRAILER_LEN,
-};
+use crate::transport::{write_frames, FrameReader, FrameWriter, Listener, Outgoing, Slices, Stream, WireCounter};
+use crate::wire::{BlockFrame, BlockRange, ErrorCode, FrameCodec, FrameKind, Layout, Message, Mode};
 use crate::SchemeDescriptor;
 
 /// How a prefill server behaves.
@@ -220,7 +217,7 @@ async fn connection<S: Stream>(shared: Arc<Shared>, stream: S) {
     let (out, out_rx) = mpsc::channel(8);
     let limiter = shared.config.link_gbps.map(TokenBucket::from_gbps);
     let writer = FrameWriter::new(wr, limiter, shared.sent.clone());
-    let write_task = tokio::spawn(write_loop(writer, out_rx, shared.config.io_timeout));
+    let write_task = tokio::spawn(write_frames(writer, out_rx, shared.config.io_timeout));
     let (events_tx, events) = mpsc::unbounded_channel();
     let mut conn = Connection { shared, codec, out, events_tx, mode: Mode::Pull };
     // The connection's outcome is reported to the peer in an Error frame where possible; a
@@ -229,42 +226,6 @@ async fn connection<S: Stream>(shared: Arc<Shared>, stream: S) {
     drop(conn);
     _ = write_task.await;
     read_task.abort();
-}
-
-/// A frame on its way to the writer task.
-enum Outgoing {
-    /// An encoded control frame.
-    Frame(Vec<u8>),
-    /// A Block frame around a range of a held layer, written without copying the layer.
-    Blocks {
-        header: [u8; HEADER_LEN + BLOCK_HEADER_LEN],
-        blob: Arc<EncodedState>,
-        start: usize,
-        end: usize,
-        trailer: [u8; TRAILER_LEN],
-    },
-}
-
-async fn write_loop<W: tokio::io::AsyncWrite + Unpin>(
-    mut writer: FrameWriter<W>,
-    mut frames: mpsc::Receiver<Outgoing>,
-    timeout: Duration,
-) {
-    while let Some(frame) = frames.recv().await {
-        let sent = match &frame {
-            Outgoing::Frame(bytes) => tokio::time::timeout(timeout, writer.send(bytes)).await,
-            Outgoing::Blocks { header, blob, start, end, trailer } => {
-                let mut parts: Vec<&[u8]> = vec![header];
-                parts.extend(blob.slices(*start, *end));
-                parts.push(trailer);
-                tokio::time::timeout(timeout, writer.send_parts(&parts)).await
-            }
-        };
-        if !matches!(sent, Ok(Ok(()))) {
-            return;
-        }
-    }
-    _ = writer.shutdown().await;
 }
 
 struct Connection {
@@ -279,7 +240,7 @@ type Frames = mpsc::Receiver<Result<crate::wire::Frame, TransferError>>;
 
 impl Connection {
     async fn send(&self, message: &Message) -> Result<(), TransferError> {
-        self.send_bytes(Outgoing::Frame(message.encode(&self.codec)?)).await
+        self.send_bytes(Outgoing::Bytes(message.encode(&self.codec)?)).await
     }
 
     async fn send_bytes(&self, frame: Outgoing) -> Result<(), TransferError> {
@@ -407,10 +368,8 @@ impl Connection {
             let mut payload = vec![&block_header[..]];
             payload.extend(blob.slices(start, end));
             let (frame_header, trailer) = self.codec.envelope(FrameKind::Block, &payload)?;
-            let mut header = [0u8; HEADER_LEN + BLOCK_HEADER_LEN];
-            header[..HEADER_LEN].copy_from_slice(&frame_header);
-            header[HEADER_LEN..].copy_from_slice(&block_header);
-            self.send_bytes(Outgoing::Blocks { header, blob: blob.clone(), start, end, trailer }).await?;
+            let head = [&frame_header[..], &block_header].concat();
+            self.send_bytes(Outgoing::Scattered { head, body: blob.clone(), start, end, tail: trailer }).await?;
         }
         Ok(())
     }

@@ -3,8 +3,10 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
 
 use crate::error::TransferError;
 use crate::rate::TokenBucket;
@@ -168,4 +170,54 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
     pub async fn shutdown(&mut self) -> Result<(), TransferError> {
         Ok(self.inner.shutdown().await?)
     }
+}
+
+/// Bytes read by range without copying (a held layer's parts).
+pub trait Slices: Send + Sync {
+    /// The slices that make up bytes `[start, end)`.
+    fn slices(&self, start: usize, end: usize) -> Vec<&[u8]>;
+}
+
+/// A frame queued for a [`write_frames`] task.
+pub enum Outgoing {
+    /// An encoded frame.
+    Bytes(Vec<u8>),
+    /// A frame written as `head`, bytes `[start, end)` of `body`, then `tail`: the body is not
+    /// copied.
+    Scattered {
+        /// Frame header and message header.
+        head: Vec<u8>,
+        /// Where the payload's bulk lives.
+        body: Arc<dyn Slices>,
+        /// First byte of `body` sent.
+        start: usize,
+        /// End of the bytes of `body` sent.
+        end: usize,
+        /// The frame's trailer.
+        tail: [u8; TRAILER_LEN],
+    },
+}
+
+/// Writes queued frames until the queue closes (then shuts the stream down), a write fails, or
+/// one frame takes longer than `timeout` to write (a peer that stopped reading).
+pub async fn write_frames<W: AsyncWrite + Unpin>(
+    mut writer: FrameWriter<W>,
+    mut frames: mpsc::Receiver<Outgoing>,
+    timeout: Duration,
+) {
+    while let Some(frame) = frames.recv().await {
+        let sent = match &frame {
+            Outgoing::Bytes(bytes) => tokio::time::timeout(timeout, writer.send(bytes)).await,
+            Outgoing::Scattered { head, body, start, end, tail } => {
+                let mut parts: Vec<&[u8]> = vec![head];
+                parts.extend(body.slices(*start, *end));
+                parts.push(tail);
+                tokio::time::timeout(timeout, writer.send_parts(&parts)).await
+            }
+        };
+        if !matches!(sent, Ok(Ok(()))) {
+            return;
+        }
+    }
+    _ = writer.shutdown().await;
 }
