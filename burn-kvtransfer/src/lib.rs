@@ -34,8 +34,10 @@
 //! every fault of the issue (see `tests/`), and SmolLM2 end to end (tokens equal to a
 //! single-process run). `examples/src/bin/disagg.rs` runs the two processes over TCP,
 //! `disagg_bench.rs` measures throughput. Not done: transferring a batch of several sequences
-//! in one request (a request is one prompt), and moving a corrupt control frame's content again
-//! (the connection fails and the pool retries the request elsewhere).
+//! in one request (a request is one prompt); recovering a corrupt control frame in place (the
+//! connection fails and the pool retries the request elsewhere); RDMA. The framed transport
+//! alone exceeds 2 GB/s on loopback, but moving layer states end to end still copies each byte
+//! about four times in user space (export, frame read, reassembly, decode) and stays below it.
 
 pub mod decode;
 pub mod descriptor;
