@@ -84,7 +84,7 @@ fn hostile_or_foreign_headers_are_rejected_before_the_payload() {
         Err(WireError::PayloadTooLarge { len: u32::MAX, max: 1 << 20 })
     );
     assert_eq!(CODEC.decode(&header(2, 4, 0, 0)), Err(WireError::UnsupportedVersion { found: 2, supported: 1 }));
-    assert_eq!(CODEC.decode(&header(1, 9, 0, 0)), Err(WireError::UnknownKind(9)));
+    assert_eq!(CODEC.decode(&header(1, 0xEE, 0, 0)), Err(WireError::UnknownKind(0xEE)));
     assert_eq!(CODEC.decode(&header(1, 4, 0x80, 0)), Err(WireError::ReservedFlags(0x80)));
     assert_eq!(CODEC.decode(b"GET / HTTP/1.1\r\n\r\n"), Err(WireError::BadMagic(*b"GET ")));
     assert_eq!(

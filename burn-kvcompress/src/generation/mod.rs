@@ -3,5 +3,5 @@
 mod generate;
 mod sampler;
 
-pub use generate::{generate, generate_batch, GenerateOptions, Generation};
+pub use generate::{decode_batch, generate, generate_batch, Decoded, GenerateOptions, Generation};
 pub use sampler::{Sampler, SamplingConfig};

@@ -39,6 +39,12 @@ pub enum FrameKind {
     Complete = 5,
     /// An error report from the peer.
     Error = 6,
+    /// A prompt to prefill.
+    Submit = 7,
+    /// One layer of a request is ready to pull.
+    Ready = 8,
+    /// A request's prefill finished: its last-position logits.
+    Done = 9,
 }
 
 impl FrameKind {
@@ -50,6 +56,9 @@ impl FrameKind {
             4 => Self::Block,
             5 => Self::Complete,
             6 => Self::Error,
+            7 => Self::Submit,
+            8 => Self::Ready,
+            9 => Self::Done,
             other => return Err(WireError::UnknownKind(other)),
         })
     }
@@ -62,6 +71,13 @@ pub struct Frame {
     pub kind: FrameKind,
     /// The payload bytes.
     pub payload: Vec<u8>,
+}
+
+impl Frame {
+    /// The kind in a header that [`FrameCodec::frame_len`] accepted.
+    pub(crate) fn kind_of(header: &[u8]) -> FrameKind {
+        FrameKind::from_u8(header[6]).expect("a validated header")
+    }
 }
 
 /// Encodes frames and decodes them from a byte stream, refusing payloads over `max_payload`.
@@ -79,28 +95,55 @@ impl FrameCodec {
 
     /// The bytes of one frame.
     pub fn encode(&self, kind: FrameKind, payload: &[u8]) -> Result<Vec<u8>, WireError> {
-        let len =
-            u32::try_from(payload.len()).ok().filter(|&l| l <= self.max_payload).ok_or(WireError::PayloadTooLarge {
-                len: payload.len().min(u32::MAX as usize) as u32,
-                max: self.max_payload,
-            })?;
-        let mut out = Vec::with_capacity(HEADER_LEN + payload.len() + TRAILER_LEN);
-        out.extend_from_slice(&MAGIC);
-        out.extend_from_slice(&VERSION.to_le_bytes());
-        out.push(kind as u8);
-        out.push(0);
-        out.extend_from_slice(&len.to_le_bytes());
-        let header_crc = crc32fast::hash(&out);
-        out.extend_from_slice(&header_crc.to_le_bytes());
-        out.extend_from_slice(payload);
-        out.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+        self.encode_parts(kind, &[payload])
+    }
+
+    /// The bytes of one frame whose payload is the concatenation of `parts`.
+    pub fn encode_parts(&self, kind: FrameKind, parts: &[&[u8]]) -> Result<Vec<u8>, WireError> {
+        let (header, trailer) = self.envelope(kind, parts)?;
+        let mut out = Vec::with_capacity(HEADER_LEN + parts.iter().map(|p| p.len()).sum::<usize>() + TRAILER_LEN);
+        out.extend_from_slice(&header);
+        parts.iter().for_each(|p| out.extend_from_slice(p));
+        out.extend_from_slice(&trailer);
         Ok(out)
     }
 
-    /// Decodes the frame at the start of `buf`: `Ok(None)` while `buf` holds only part of it,
-    /// `Ok(Some((frame, bytes_used)))` once whole. The header is validated as soon as its 16 bytes
-    /// are there, so a corrupt or hostile length fails before the payload is awaited or allocated.
-    pub fn decode(&self, buf: &[u8]) -> Result<Option<(Frame, usize)>, WireError> {
+    /// The header and trailer of a frame whose payload is the concatenation of `parts`, without
+    /// copying the payload: a writer sends `header`, the parts, then `trailer`.
+    pub fn envelope(
+        &self,
+        kind: FrameKind,
+        parts: &[&[u8]],
+    ) -> Result<([u8; HEADER_LEN], [u8; TRAILER_LEN]), WireError> {
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let len = u32::try_from(total)
+            .ok()
+            .filter(|&l| l <= self.max_payload)
+            .ok_or(WireError::PayloadTooLarge { len: total.min(u32::MAX as usize) as u32, max: self.max_payload })?;
+        let mut header = [0u8; HEADER_LEN];
+        header[0..4].copy_from_slice(&MAGIC);
+        header[4..6].copy_from_slice(&VERSION.to_le_bytes());
+        header[6] = kind as u8;
+        header[8..12].copy_from_slice(&len.to_le_bytes());
+        let header_crc = crc32fast::hash(&header[..12]);
+        header[12..16].copy_from_slice(&header_crc.to_le_bytes());
+        let mut crc = crc32fast::Hasher::new();
+        parts.iter().for_each(|p| crc.update(p));
+        Ok((header, crc.finalize().to_le_bytes()))
+    }
+
+    /// Checks a payload against the trailer that followed it.
+    pub fn check_payload(&self, payload: &[u8], trailer: &[u8]) -> Result<(), WireError> {
+        match crc32fast::hash(payload).to_le_bytes() == trailer {
+            true => Ok(()),
+            false => Err(WireError::PayloadChecksum),
+        }
+    }
+
+    /// Validates the header at the start of `buf` and returns the whole frame's length in bytes
+    /// (`Ok(None)` while fewer than [`HEADER_LEN`] bytes are there). Every header error, a
+    /// length over the cap included, is reported here, before the payload is awaited.
+    pub fn frame_len(&self, buf: &[u8]) -> Result<Option<usize>, WireError> {
         if buf.len() < HEADER_LEN {
             return Ok(None);
         }
@@ -116,7 +159,7 @@ impl FrameCodec {
         if version != VERSION {
             return Err(WireError::UnsupportedVersion { found: version, supported: VERSION });
         }
-        let kind = FrameKind::from_u8(buf[6])?;
+        FrameKind::from_u8(buf[6])?;
         if buf[7] != 0 {
             return Err(WireError::ReservedFlags(buf[7]));
         }
@@ -124,15 +167,22 @@ impl FrameCodec {
         if len > self.max_payload {
             return Err(WireError::PayloadTooLarge { len, max: self.max_payload });
         }
-        let total = HEADER_LEN + len as usize + TRAILER_LEN;
+        Ok(Some(HEADER_LEN + len as usize + TRAILER_LEN))
+    }
+
+    /// Decodes the frame at the start of `buf`: `Ok(None)` while `buf` holds only part of it,
+    /// `Ok(Some((frame, bytes_used)))` once whole. The header is validated as soon as its 16 bytes
+    /// are there, so a corrupt or hostile length fails before the payload is awaited or allocated.
+    pub fn decode(&self, buf: &[u8]) -> Result<Option<(Frame, usize)>, WireError> {
+        let Some(total) = self.frame_len(buf)? else {
+            return Ok(None);
+        };
         if buf.len() < total {
             return Ok(None);
         }
-        let payload = &buf[HEADER_LEN..HEADER_LEN + len as usize];
-        let payload_crc = u32::from_le_bytes(buf[total - TRAILER_LEN..total].try_into().expect("4 bytes"));
-        if crc32fast::hash(payload) != payload_crc {
-            return Err(WireError::PayloadChecksum);
-        }
+        let kind = FrameKind::from_u8(buf[6])?;
+        let payload = &buf[HEADER_LEN..total - TRAILER_LEN];
+        self.check_payload(payload, &buf[total - TRAILER_LEN..total])?;
         Ok(Some((Frame { kind, payload: payload.to_vec() }, total)))
     }
 }

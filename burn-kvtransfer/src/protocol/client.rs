@@ -1,0 +1,444 @@
+//! The decode side of one connection: submits prompts, pulls each layer as soon as the prefill
+//! server announces it, reassembles and checks it, re-pulls what a corrupt frame lost, and
+//! completes the request (freeing the server's memory) once it holds every layer and the logits.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use burn_kvcompress::cache::LayerState;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::blocks::Reassembly;
+use crate::error::TransferError;
+use crate::rate::TokenBucket;
+use crate::state_codec::decode_state;
+use crate::transport::{write_frames, Connector, FrameReader, FrameWriter, Outgoing, WireCounter};
+use crate::wire::{BlockFrame, BlockRange, ErrorCode, Frame, FrameCodec, FrameKind, Layout, Message, Mode};
+use crate::SchemeDescriptor;
+
+/// How a decode-side connection behaves.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// What this side's caches are (checked by the server).
+    pub descriptor: SchemeDescriptor,
+    /// Pull (default) or push.
+    pub mode: Mode,
+    /// Largest frame payload accepted or sent, bytes.
+    pub max_payload: u32,
+    /// Longest silence from the server while a request is outstanding (also bounds the
+    /// handshake).
+    pub io_timeout: Duration,
+    /// Emulated link rate of this side's writes, Gbit/s.
+    pub link_gbps: Option<f64>,
+    /// Largest layer state accepted, bytes (a hostile announcement cannot allocate more).
+    pub max_layer_bytes: u64,
+    /// Re-pulls after corrupt frames before a request fails.
+    pub max_repulls: u32,
+}
+
+impl ClientConfig {
+    /// Defaults for a descriptor: pull mode, 4 MiB frames, 30 s timeout, 1 GiB layers, 3 re-pulls.
+    pub fn new(descriptor: SchemeDescriptor) -> Self {
+        Self {
+            descriptor,
+            mode: Mode::Pull,
+            max_payload: 4 * 1024 * 1024 + 64,
+            io_timeout: Duration::from_secs(30),
+            link_gbps: None,
+            max_layer_bytes: 1 << 30,
+            max_repulls: 3,
+        }
+    }
+}
+
+/// What a request yields, in order of arrival: every layer once, then the logits last.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RequestEvent {
+    /// A layer's state, checked against its checksum and decoded.
+    Layer {
+        /// The layer index.
+        layer: usize,
+        /// The state.
+        state: LayerState,
+    },
+    /// The last prompt position's logits, `[vocab]`; the request is complete.
+    Logits(Vec<f32>),
+}
+
+type Events = mpsc::UnboundedSender<Result<RequestEvent, TransferError>>;
+
+enum Command {
+    Submit { request: u64, tokens: Vec<u32>, events: Events },
+}
+
+/// A submitted request: yields its [`RequestEvent`]s.
+#[derive(Debug)]
+pub struct RequestHandle {
+    /// The request id.
+    pub request: u64,
+    events: mpsc::UnboundedReceiver<Result<RequestEvent, TransferError>>,
+    _load: LoadGuard,
+}
+
+impl RequestHandle {
+    /// The next event; `None` after the logits (or after an error).
+    pub async fn next(&mut self) -> Option<Result<RequestEvent, TransferError>> {
+        self.events.recv().await
+    }
+}
+
+#[derive(Debug)]
+struct LoadGuard(Arc<AtomicUsize>);
+
+impl Drop for LoadGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A connection to one prefill server.
+#[derive(Debug)]
+pub struct PrefillClient {
+    commands: mpsc::UnboundedSender<Command>,
+    layout: Layout,
+    in_flight: Arc<AtomicUsize>,
+    failure: Arc<Mutex<Option<TransferError>>>,
+    sent: WireCounter,
+    received: WireCounter,
+    corrupt: WireCounter,
+    next_id: AtomicU64,
+    salt: u64,
+    peer: String,
+}
+
+impl PrefillClient {
+    /// Connects, sends the Hello and waits for the server's Layout (or its refusal).
+    pub async fn connect<C: Connector>(connector: &C, config: ClientConfig) -> Result<Self, TransferError> {
+        let timeout = config.io_timeout;
+        let stream =
+            tokio::time::timeout(timeout, connector.connect()).await.map_err(|_| TransferError::Timeout(timeout))??;
+        let (rd, wr) = tokio::io::split(stream);
+        let codec = FrameCodec::new(config.max_payload);
+        let (sent, received) = (WireCounter::default(), WireCounter::default());
+        let mut reader = FrameReader::new(rd, codec, received.clone());
+        let mut writer = FrameWriter::new(wr, config.link_gbps.map(TokenBucket::from_gbps), sent.clone());
+        let hello = Message::Hello { descriptor: config.descriptor.clone(), mode: config.mode };
+        writer.send(&hello.encode(&codec)?).await?;
+        let reply =
+            tokio::time::timeout(timeout, reader.next()).await.map_err(|_| TransferError::Timeout(timeout))??;
+        let layout = match Message::decode(reply)? {
+            Message::Layout(layout) => layout,
+            Message::Error { code, message, .. } => return Err(TransferError::Remote { code, message }),
+            other => return Err(TransferError::Protocol(format!("expected Layout, got {other:?}"))),
+        };
+        let (frames_tx, frames) = mpsc::channel(16);
+        tokio::spawn(async move {
+            loop {
+                let frame = reader.next().await;
+                let stop = matches!(frame, Err(ref e) if !matches!(e, TransferError::Corrupt(_)));
+                if frames_tx.send(frame).await.is_err() || stop {
+                    return;
+                }
+            }
+        });
+        let (out, out_rx) = mpsc::channel(16);
+        tokio::spawn(write_frames(writer, out_rx, timeout));
+        let (commands, commands_rx) = mpsc::unbounded_channel();
+        let failure = Arc::new(Mutex::new(None));
+        let corrupt = WireCounter::default();
+        let session = Session {
+            codec,
+            layout,
+            config,
+            out,
+            requests: HashMap::new(),
+            failure: failure.clone(),
+            corrupt: corrupt.clone(),
+            spare: Vec::new(),
+        };
+        tokio::spawn(session.run(frames, commands_rx));
+        let salt = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        Ok(Self {
+            commands,
+            layout,
+            in_flight: Arc::default(),
+            failure,
+            sent,
+            received,
+            corrupt,
+            next_id: AtomicU64::new(0),
+            salt: salt ^ ((std::process::id() as u64) << 32),
+            peer: connector.peer(),
+        })
+    }
+
+    /// The server's layout.
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// Where this client is connected.
+    pub fn peer(&self) -> &str {
+        &self.peer
+    }
+
+    /// Requests submitted and not yet finished (handles alive).
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Why the connection ended, if it did.
+    pub fn failure(&self) -> Option<TransferError> {
+        self.failure.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Bytes written to the connection so far.
+    pub fn bytes_sent(&self) -> u64 {
+        self.sent.get()
+    }
+
+    /// Bytes read from the connection so far.
+    pub fn bytes_received(&self) -> u64 {
+        self.received.get()
+    }
+
+    /// Corrupt Block frames received (each answered by re-pulls).
+    pub fn corrupt_frames(&self) -> u64 {
+        self.corrupt.get()
+    }
+
+    /// Submits a prompt for prefill.
+    pub fn submit(&self, tokens: Vec<u32>) -> Result<RequestHandle, TransferError> {
+        if let Some(e) = self.failure() {
+            return Err(e);
+        }
+        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let request = self.salt.wrapping_add(n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let (events, events_rx) = mpsc::unbounded_channel();
+        self.commands.send(Command::Submit { request, tokens, events }).map_err(|_| TransferError::Closed)?;
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        Ok(RequestHandle { request, events: events_rx, _load: LoadGuard(self.in_flight.clone()) })
+    }
+}
+
+/// One request being received.
+struct Pending {
+    events: Events,
+    layers: Vec<LayerSlot>,
+    delivered: usize,
+    logits: Option<Vec<f32>>,
+    repulls: u32,
+}
+
+enum LayerSlot {
+    Waiting,
+    Receiving(Reassembly),
+    Delivered,
+}
+
+/// The connection's state, owned by one task.
+struct Session {
+    codec: FrameCodec,
+    layout: Layout,
+    config: ClientConfig,
+    out: mpsc::Sender<Outgoing>,
+    requests: HashMap<u64, Pending>,
+    failure: Arc<Mutex<Option<TransferError>>>,
+    corrupt: WireCounter,
+    /// Buffers of delivered layers, reused for the next ones.
+    spare: Vec<Vec<u8>>,
+}
+
+/// Layer buffers kept for reuse.
+const SPARE_BUFFERS: usize = 4;
+
+type Frames = mpsc::Receiver<Result<Frame, TransferError>>;
+
+impl Session {
+    async fn run(mut self, mut frames: Frames, mut commands: mpsc::UnboundedReceiver<Command>) {
+        let timeout = self.config.io_timeout;
+        let mut deadline = Instant::now() + timeout;
+        let error = loop {
+            let waiting = !self.requests.is_empty();
+            tokio::select! {
+                Some(Command::Submit { request, tokens, events }) = commands.recv() => {
+                    if self.requests.is_empty() {
+                        deadline = Instant::now() + timeout;
+                    }
+                    if let Err(e) = self.submit(request, tokens, events).await {
+                        break e;
+                    }
+                }
+                frame = frames.recv() => {
+                    deadline = Instant::now() + timeout;
+                    let result = match frame {
+                        None => Err(TransferError::Closed),
+                        Some(Err(TransferError::Corrupt(FrameKind::Block))) => {
+                            self.corrupt.add(1);
+                            self.repull_all().await
+                        }
+                        Some(Err(e)) => Err(e),
+                        Some(Ok(frame)) => match Message::decode(frame) {
+                            Ok(message) => self.on_message(message).await,
+                            Err(e) => Err(e.into()),
+                        },
+                    };
+                    if let Err(e) = result {
+                        break e;
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline), if waiting => break TransferError::Timeout(timeout),
+            }
+        };
+        *self.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(error.clone());
+        for (_, pending) in self.requests.drain() {
+            _ = pending.events.send(Err(error.clone()));
+        }
+    }
+
+    async fn send(&self, message: &Message) -> Result<(), TransferError> {
+        self.out.send(Outgoing::Bytes(message.encode(&self.codec)?)).await.map_err(|_| TransferError::Closed)
+    }
+
+    async fn submit(&mut self, request: u64, tokens: Vec<u32>, events: Events) -> Result<(), TransferError> {
+        let layers = (0..self.layout.shape.num_layers).map(|_| LayerSlot::Waiting).collect();
+        self.requests.insert(request, Pending { events, layers, delivered: 0, logits: None, repulls: 0 });
+        self.send(&Message::Submit { request, tokens }).await
+    }
+
+    /// Fails one request (the connection goes on) and tells the server to free it now rather
+    /// than when its lease ends.
+    async fn fail(&mut self, request: u64, error: TransferError) -> Result<(), TransferError> {
+        if let Some(pending) = self.requests.remove(&request) {
+            _ = pending.events.send(Err(error));
+            self.send(&Message::Complete { request }).await?;
+        }
+        Ok(())
+    }
+
+    async fn on_message(&mut self, message: Message) -> Result<(), TransferError> {
+        match message {
+            Message::Ready { request, layer, bytes, crc } => self.on_ready(request, layer, bytes, crc).await,
+            Message::Block(block) => self.on_block(block).await,
+            Message::Done { request, logits } => {
+                if logits.len() != self.layout.shape.vocab as usize {
+                    let why = format!("{} logits, the layout says {}", logits.len(), self.layout.shape.vocab);
+                    return Err(TransferError::Protocol(why));
+                }
+                if let Some(pending) = self.requests.get_mut(&request) {
+                    pending.logits = Some(logits);
+                }
+                self.finish_if_done(request).await
+            }
+            Message::Error { code, request, message } if request != 0 && code != ErrorCode::Malformed => {
+                self.fail(request, TransferError::Remote { code, message }).await
+            }
+            Message::Error { code, message, .. } => Err(TransferError::Remote { code, message }),
+            other => Err(TransferError::Protocol(format!("unexpected message from the prefill side: {other:?}"))),
+        }
+    }
+
+    async fn on_ready(&mut self, request: u64, layer: u32, bytes: u64, crc: u32) -> Result<(), TransferError> {
+        if bytes > self.config.max_layer_bytes {
+            let why =
+                format!("layer {layer} announced at {bytes} bytes, over the cap of {}", self.config.max_layer_bytes);
+            return self.fail(request, TransferError::Protocol(why)).await;
+        }
+        let Some(pending) = self.requests.get_mut(&request) else { return Ok(()) };
+        let Some(slot) = pending.layers.get_mut(layer as usize) else {
+            return Err(TransferError::Protocol(format!("layer {layer} is beyond the layout")));
+        };
+        if !matches!(slot, LayerSlot::Waiting) {
+            return self.fail(request, TransferError::Protocol(format!("layer {layer} announced twice"))).await;
+        }
+        let buffer = self.spare.pop().unwrap_or_default();
+        *slot = LayerSlot::Receiving(Reassembly::reusing(buffer, bytes as usize, self.layout.block_size, crc));
+        if self.config.mode == Mode::Pull {
+            let count = self.layout.blocks(bytes) as u32;
+            self.send(&Message::Pull(vec![BlockRange { request, layer, first: 0, count }])).await?;
+        }
+        Ok(())
+    }
+
+    async fn on_block(&mut self, block: BlockFrame) -> Result<(), TransferError> {
+        let Some(pending) = self.requests.get_mut(&block.request) else { return Ok(()) };
+        let Some(LayerSlot::Receiving(layer)) = pending.layers.get_mut(block.layer as usize) else {
+            // A duplicate of a delivered layer (after a re-pull) or blocks never announced.
+            return Ok(());
+        };
+        if let Err(e) = layer.put(block.first, block.data()) {
+            return self.fail(block.request, TransferError::Protocol(e.to_string())).await;
+        }
+        if !layer.is_complete() {
+            return Ok(());
+        }
+        if crc32fast::hash(layer.bytes()) != layer.crc {
+            layer.reset();
+            return self.repull(block.request).await;
+        }
+        let decoded = decode_state(layer.bytes());
+        let slot = std::mem::replace(&mut pending.layers[block.layer as usize], LayerSlot::Delivered);
+        if let (LayerSlot::Receiving(layer), true) = (slot, self.spare.len() < SPARE_BUFFERS) {
+            self.spare.push(layer.into_buffer());
+        }
+        match decoded {
+            Ok(state) => {
+                pending.delivered += 1;
+                _ = pending.events.send(Ok(RequestEvent::Layer { layer: block.layer as usize, state }));
+                self.finish_if_done(block.request).await
+            }
+            Err(e) => self.fail(block.request, e.into()).await,
+        }
+    }
+
+    /// Sends the logits and a Complete once every layer is delivered.
+    async fn finish_if_done(&mut self, request: u64) -> Result<(), TransferError> {
+        let done = self.requests.get(&request).is_some_and(|p| p.logits.is_some() && p.delivered == p.layers.len());
+        if !done {
+            return Ok(());
+        }
+        if let Some(Pending { events, logits: Some(logits), .. }) = self.requests.remove(&request) {
+            self.send(&Message::Complete { request }).await?;
+            _ = events.send(Ok(RequestEvent::Logits(logits)));
+        }
+        Ok(())
+    }
+
+    /// Pulls again every block of `request` not received yet.
+    async fn repull(&mut self, request: u64) -> Result<(), TransferError> {
+        let Some(pending) = self.requests.get_mut(&request) else { return Ok(()) };
+        let ranges: Vec<BlockRange> = pending
+            .layers
+            .iter()
+            .enumerate()
+            .filter_map(|(l, slot)| match slot {
+                LayerSlot::Receiving(r) => Some((l, r.missing())),
+                _ => None,
+            })
+            .flat_map(|(l, runs)| {
+                runs.into_iter().map(move |(first, count)| BlockRange { request, layer: l as u32, first, count })
+            })
+            .collect();
+        if ranges.is_empty() {
+            return Ok(());
+        }
+        pending.repulls += 1;
+        if pending.repulls > self.config.max_repulls {
+            let attempts = pending.repulls - 1;
+            return self.fail(request, TransferError::TooManyRepulls { request, attempts }).await;
+        }
+        self.send(&Message::Pull(ranges)).await
+    }
+
+    /// After a corrupt frame (whose ids are unknown), re-pulls what every request misses.
+    async fn repull_all(&mut self) -> Result<(), TransferError> {
+        let ids: Vec<u64> = self.requests.keys().copied().collect();
+        for request in ids {
+            self.repull(request).await?;
+        }
+        Ok(())
+    }
+}

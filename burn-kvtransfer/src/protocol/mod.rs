@@ -1,0 +1,16 @@
+//! The pull protocol after KVDirect: one Hello/Layout handshake per connection (the scheme
+//! descriptor is checked there), then per request: Submit, a Ready per layer as prefill computes
+//! it, Pulls by (request, layer, block range) coalesced into as few frames as the cap allows, and
+//! one Complete that frees the prefill side's memory. Leases free it when the decode side
+//! vanishes. Push mode sends each layer unasked instead.
+
+pub mod blocks;
+mod client;
+mod pool;
+mod server;
+mod store;
+
+pub use client::{ClientConfig, PrefillClient, RequestEvent, RequestHandle};
+pub use pool::PrefillPool;
+pub use server::{PrefillServer, ServerConfig, ServerStats};
+pub use store::StoreStats;

@@ -1,0 +1,376 @@
+//! The prefill server: accepts decode-side connections, prefills submitted prompts on an engine
+//! thread, holds each request's layers under a lease, announces every layer as soon as it is
+//! computed, and serves pulls (or pushes layers, in push mode) until the request is completed.
+
+use std::sync::{mpsc as std_mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use burn_kvcompress::cache::LayerState;
+use tokio::sync::mpsc;
+
+use super::blocks::{blocks_per_frame, coalesce, span, split};
+use super::store::{Store, StoreStats};
+use crate::engine::PrefillEngine;
+use crate::error::TransferError;
+use crate::rate::TokenBucket;
+use crate::state_codec::EncodedState;
+use crate::transport::{write_frames, FrameReader, FrameWriter, Listener, Outgoing, Slices, Stream, WireCounter};
+use crate::wire::{BlockFrame, BlockRange, ErrorCode, FrameCodec, FrameKind, Layout, Message, Mode};
+use crate::SchemeDescriptor;
+
+/// How a prefill server behaves.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Bytes per block.
+    pub block_size: u32,
+    /// Largest frame payload sent or accepted, bytes.
+    pub max_payload: u32,
+    /// How long a request's state is held after the last pull (or its prefill) without a
+    /// completion before it is freed.
+    pub lease: Duration,
+    /// Emulated link rate of each connection, Gbit/s (`None`: unpaced).
+    pub link_gbps: Option<f64>,
+    /// Longest prompt accepted, tokens.
+    pub max_prompt_tokens: usize,
+    /// How long the peer may take to send its Hello or to accept a frame.
+    pub io_timeout: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            block_size: 256 * 1024,
+            max_payload: 4 * 1024 * 1024 + 64,
+            lease: Duration::from_secs(30),
+            link_gbps: None,
+            max_prompt_tokens: 32 * 1024,
+            io_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Counters of a running server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerStats {
+    /// What the store holds.
+    pub store: StoreStats,
+    /// Bytes written to all connections.
+    pub bytes_sent: u64,
+    /// Bytes read from all connections.
+    pub bytes_received: u64,
+}
+
+/// What the engine thread tells a connection.
+enum Event {
+    Ready { request: u64, layer: u32, bytes: u64, crc: u32 },
+    Done { request: u64, logits: Vec<f32> },
+    Failed { request: u64, message: String },
+}
+
+struct Job {
+    request: u64,
+    tokens: Vec<u32>,
+    events: mpsc::UnboundedSender<Event>,
+}
+
+struct Shared {
+    store: Store,
+    descriptor: SchemeDescriptor,
+    layout: Layout,
+    config: ServerConfig,
+    jobs: std_mpsc::Sender<Job>,
+    sent: WireCounter,
+    received: WireCounter,
+}
+
+/// A prefill server. Cloning shares it.
+#[derive(Clone)]
+pub struct PrefillServer {
+    shared: Arc<Shared>,
+}
+
+impl PrefillServer {
+    /// Starts the engine thread; [`serve`](Self::serve) then accepts connections.
+    pub fn new<E: PrefillEngine>(engine: E, config: ServerConfig) -> Self {
+        let (jobs, queue) = std_mpsc::channel();
+        let layout = Layout { block_size: config.block_size, shape: engine.shape() };
+        let shared = Arc::new(Shared {
+            store: Store::new(config.lease),
+            descriptor: engine.descriptor(),
+            layout,
+            config,
+            jobs,
+            sent: WireCounter::default(),
+            received: WireCounter::default(),
+        });
+        let weak = Arc::downgrade(&shared);
+        std::thread::Builder::new()
+            .name("prefill-engine".into())
+            .spawn(move || run_engine(engine, queue, weak))
+            .expect("spawning the prefill thread");
+        Self { shared }
+    }
+
+    /// The layout sent to every connection.
+    pub fn layout(&self) -> Layout {
+        self.shared.layout
+    }
+
+    /// Current counters.
+    pub fn stats(&self) -> ServerStats {
+        ServerStats {
+            store: self.shared.store.stats(),
+            bytes_sent: self.shared.sent.get(),
+            bytes_received: self.shared.received.get(),
+        }
+    }
+
+    /// Accepts connections until the listener fails, serving each on its own task, and expires
+    /// leases in the background. Call inside a tokio runtime.
+    pub async fn serve<L: Listener>(&self, mut listener: L) -> std::io::Result<()> {
+        let reaper = tokio::spawn(reap(Arc::downgrade(&self.shared)));
+        let result = loop {
+            match listener.accept().await {
+                Ok(stream) => _ = tokio::spawn(connection(self.shared.clone(), stream)),
+                Err(e) => break Err(e),
+            }
+        };
+        reaper.abort();
+        result
+    }
+}
+
+/// Frees expired requests a few times per lease.
+async fn reap(shared: std::sync::Weak<Shared>) {
+    let period = match shared.upgrade() {
+        Some(s) => (s.config.lease / 4).max(Duration::from_millis(5)),
+        None => return,
+    };
+    let mut tick = tokio::time::interval(period);
+    loop {
+        tick.tick().await;
+        match shared.upgrade() {
+            Some(s) => _ = s.store.expire(Instant::now()),
+            None => return,
+        }
+    }
+}
+
+fn run_engine<E: PrefillEngine>(mut engine: E, queue: std_mpsc::Receiver<Job>, shared: std::sync::Weak<Shared>) {
+    let num_layers = engine.shape().num_layers as usize;
+    while let Ok(job) = queue.recv() {
+        let Some(shared) = shared.upgrade() else { return };
+        // Which layers were published, and the first misuse of `publish`.
+        let published = std::sync::Mutex::new((vec![false; num_layers], None::<String>));
+        let publish = |layer: usize, state: LayerState| {
+            let mut guard = published.lock().unwrap_or_else(|p| p.into_inner());
+            let (seen, misuse) = &mut *guard;
+            match seen.get_mut(layer) {
+                Some(false) => seen[layer] = true,
+                // Announced already (and maybe pulled), or not a layer: nothing is sent.
+                _ => {
+                    misuse.get_or_insert(format!("layer {layer} published twice or beyond the {num_layers} layers"));
+                    return;
+                }
+            }
+            drop(guard);
+            let blob = EncodedState::new(state);
+            let (len, crc) = (blob.len() as u64, blob.crc());
+            if shared.store.put(job.request, layer, blob) {
+                let event = Event::Ready { request: job.request, layer: layer as u32, bytes: len, crc };
+                _ = job.events.send(event);
+            }
+        };
+        let outcome = engine.prefill(&job.tokens, &publish);
+        let (seen, misuse) = published.into_inner().unwrap_or_else(|p| p.into_inner());
+        let missing = seen.iter().filter(|&&s| !s).count();
+        let event = match (outcome, misuse) {
+            (Err(message), _) | (Ok(_), Some(message)) => Err(message),
+            (Ok(_), None) if missing > 0 => {
+                Err(format!("the engine left {missing} of {num_layers} layers unpublished"))
+            }
+            (Ok(logits), None) => Ok(Event::Done { request: job.request, logits }),
+        }
+        .unwrap_or_else(|message| {
+            shared.store.remove(job.request);
+            Event::Failed { request: job.request, message }
+        });
+        _ = job.events.send(event);
+    }
+}
+
+/// Serves one connection until it ends.
+async fn connection<S: Stream>(shared: Arc<Shared>, stream: S) {
+    let (rd, wr) = tokio::io::split(stream);
+    let codec = FrameCodec::new(shared.config.max_payload);
+    let mut reader = FrameReader::new(rd, codec, shared.received.clone());
+    let (frames_tx, frames) = mpsc::channel(16);
+    let read_task = tokio::spawn(async move {
+        loop {
+            let frame = reader.next().await;
+            let stop = matches!(frame, Err(ref e) if !matches!(e, TransferError::Corrupt(_)));
+            if frames_tx.send(frame).await.is_err() || stop {
+                return;
+            }
+        }
+    });
+    let (out, out_rx) = mpsc::channel(8);
+    let limiter = shared.config.link_gbps.map(TokenBucket::from_gbps);
+    let writer = FrameWriter::new(wr, limiter, shared.sent.clone());
+    let write_task = tokio::spawn(write_frames(writer, out_rx, shared.config.io_timeout));
+    let (events_tx, events) = mpsc::unbounded_channel();
+    let mut conn = Connection { shared, codec, out, events_tx, mode: Mode::Pull };
+    // The connection's outcome is reported to the peer in an Error frame where possible; a
+    // broken transport has no one left to tell.
+    _ = conn.run(frames, events).await;
+    drop(conn);
+    _ = write_task.await;
+    read_task.abort();
+}
+
+struct Connection {
+    shared: Arc<Shared>,
+    codec: FrameCodec,
+    out: mpsc::Sender<Outgoing>,
+    events_tx: mpsc::UnboundedSender<Event>,
+    mode: Mode,
+}
+
+type Frames = mpsc::Receiver<Result<crate::wire::Frame, TransferError>>;
+
+impl Connection {
+    async fn send(&self, message: &Message) -> Result<(), TransferError> {
+        self.send_bytes(Outgoing::Bytes(message.encode(&self.codec)?)).await
+    }
+
+    async fn send_bytes(&self, frame: Outgoing) -> Result<(), TransferError> {
+        self.out.send(frame).await.map_err(|_| TransferError::Closed)
+    }
+
+    async fn fail(&self, code: ErrorCode, request: u64, message: String) -> Result<(), TransferError> {
+        self.send(&Message::Error { code, request, message }).await
+    }
+
+    async fn run(
+        &mut self,
+        mut frames: Frames,
+        mut events: mpsc::UnboundedReceiver<Event>,
+    ) -> Result<(), TransferError> {
+        let first = tokio::time::timeout(self.shared.config.io_timeout, frames.recv())
+            .await
+            .map_err(|_| TransferError::Timeout(self.shared.config.io_timeout))?;
+        match self.decode(first).await? {
+            Message::Hello { descriptor, mode } if descriptor == self.shared.descriptor => {
+                self.mode = mode;
+                self.send(&Message::Layout(self.shared.layout)).await?;
+            }
+            Message::Hello { descriptor, .. } => {
+                let message = format!(
+                    "the decode side expects {descriptor}, this prefill server holds {}",
+                    self.shared.descriptor
+                );
+                return self.fail(ErrorCode::Incompatible, 0, message).await;
+            }
+            other => return self.fail(ErrorCode::Malformed, 0, format!("expected Hello, got {other:?}")).await,
+        }
+        loop {
+            tokio::select! {
+                frame = frames.recv() => {
+                    let message = self.decode(frame).await?;
+                    self.on_message(message).await?;
+                }
+                Some(event) = events.recv() => self.on_event(event).await?,
+            }
+        }
+    }
+
+    /// The next message; a broken frame is reported to the peer and ends the connection.
+    async fn decode(&self, frame: Option<Result<crate::wire::Frame, TransferError>>) -> Result<Message, TransferError> {
+        let error = match frame.ok_or(TransferError::Closed).and_then(|f| f).map(Message::decode) {
+            Ok(Ok(message)) => return Ok(message),
+            Ok(Err(e)) => TransferError::from(e),
+            Err(e) => e,
+        };
+        if !matches!(error, TransferError::Closed | TransferError::Io(_) | TransferError::Truncated(_)) {
+            self.fail(ErrorCode::Malformed, 0, error.to_string()).await?;
+        }
+        Err(error)
+    }
+
+    async fn on_message(&mut self, message: Message) -> Result<(), TransferError> {
+        match message {
+            Message::Submit { request, tokens } => {
+                let max = self.shared.config.max_prompt_tokens;
+                if tokens.is_empty() || tokens.len() > max {
+                    let why = format!("prompt of {} tokens (1..={max} accepted)", tokens.len());
+                    return self.fail(ErrorCode::Refused, request, why).await;
+                }
+                if !self.shared.store.insert(request, self.shared.layout.shape.num_layers as usize) {
+                    return self.fail(ErrorCode::Refused, request, format!("request id {request} is in use")).await;
+                }
+                let job = Job { request, tokens, events: self.events_tx.clone() };
+                if self.shared.jobs.send(job).is_err() {
+                    self.shared.store.remove(request);
+                    return self.fail(ErrorCode::Prefill, request, "the prefill engine stopped".into()).await;
+                }
+                Ok(())
+            }
+            Message::Pull(ranges) => {
+                for range in coalesce(ranges) {
+                    self.serve(range).await?;
+                }
+                Ok(())
+            }
+            Message::Complete { request } => {
+                self.shared.store.remove(request);
+                Ok(())
+            }
+            other => {
+                let message = format!("unexpected message from the decode side: {other:?}");
+                self.fail(ErrorCode::Malformed, 0, message.clone()).await?;
+                Err(TransferError::Protocol(message))
+            }
+        }
+    }
+
+    async fn on_event(&mut self, event: Event) -> Result<(), TransferError> {
+        match event {
+            Event::Ready { request, layer, bytes, crc } => {
+                self.send(&Message::Ready { request, layer, bytes, crc }).await?;
+                if self.mode == Mode::Push {
+                    let count = self.shared.layout.blocks(bytes) as u32;
+                    self.serve(BlockRange { request, layer, first: 0, count }).await?;
+                }
+                Ok(())
+            }
+            Event::Done { request, logits } => self.send(&Message::Done { request, logits }).await,
+            Event::Failed { request, message } => self.fail(ErrorCode::Prefill, request, message).await,
+        }
+    }
+
+    /// Sends the blocks of `range` in as few frames as the payload cap allows.
+    async fn serve(&self, range: BlockRange) -> Result<(), TransferError> {
+        let BlockRange { request, layer, .. } = range;
+        let Some(blob) = self.shared.store.get(request, layer as usize) else {
+            let why =
+                format!("layer {layer} of request {request} is not held (unknown, completed, expired or not computed)");
+            return self.fail(ErrorCode::UnknownRequest, request, why).await;
+        };
+        let block_size = self.shared.layout.block_size;
+        let per_frame = blocks_per_frame(&self.shared.layout, self.shared.config.max_payload);
+        for piece in split(range, per_frame) {
+            let Some((start, end)) = span(block_size, blob.len(), piece.first, piece.count) else {
+                let why =
+                    format!("blocks {}+{} are outside layer {layer} of request {request}", piece.first, piece.count);
+                return self.fail(ErrorCode::Refused, request, why).await;
+            };
+            let block_header = BlockFrame::header(request, layer, piece.first);
+            let mut payload = vec![&block_header[..]];
+            payload.extend(blob.slices(start, end));
+            let (frame_header, trailer) = self.codec.envelope(FrameKind::Block, &payload)?;
+            let head = [&frame_header[..], &block_header].concat();
+            self.send_bytes(Outgoing::Scattered { head, body: blob.clone(), start, end, tail: trailer }).await?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,51 @@
+//! A token bucket that paces one connection's writes to emulate a link of a given rate.
+
+use std::time::{Duration, Instant};
+
+/// Paces writes to `rate` bytes per second with a burst of a few milliseconds of traffic.
+///
+/// Tokens may go negative: a write of `n` bytes is admitted at once and the writer then sleeps
+/// off the debt, so the long-run rate is exact even though timers oversleep by up to a
+/// millisecond (the burst cap is large enough to absorb that).
+#[derive(Debug, Clone)]
+pub struct TokenBucket {
+    rate: f64,
+    burst: f64,
+    tokens: f64,
+    last: Instant,
+}
+
+impl TokenBucket {
+    /// A bucket for `bytes_per_second`, holding at most 5 ms of traffic (and at least 64 KiB).
+    pub fn new(bytes_per_second: f64) -> Self {
+        let burst = (bytes_per_second * 0.005).max(64.0 * 1024.0);
+        Self { rate: bytes_per_second, burst, tokens: burst, last: Instant::now() }
+    }
+
+    /// A bucket for a link of `gbps` gigabits per second (10^9 bit/s).
+    pub fn from_gbps(gbps: f64) -> Self {
+        Self::new(gbps * 1e9 / 8.0)
+    }
+
+    /// The rate, bytes per second.
+    pub fn rate(&self) -> f64 {
+        self.rate
+    }
+
+    /// The largest write admitted without waiting, bytes.
+    pub fn burst(&self) -> usize {
+        self.burst as usize
+    }
+
+    /// Takes `n` tokens and returns how long the caller must wait before sending more.
+    pub fn take(&mut self, n: usize) -> Duration {
+        let now = Instant::now();
+        let refill = now.duration_since(self.last).as_secs_f64() * self.rate;
+        self.last = now;
+        self.tokens = (self.tokens + refill).min(self.burst) - n as f64;
+        match self.tokens < 0.0 {
+            true => Duration::from_secs_f64(-self.tokens / self.rate),
+            false => Duration::ZERO,
+        }
+    }
+}

@@ -1,0 +1,50 @@
+//! Block arithmetic: coalescing, splitting into frames, reassembly in any order.
+
+use burn_kvtransfer::{
+    protocol::blocks::{blocks_per_frame, coalesce, span, split, Reassembly},
+    wire::{BlockRange, Layout, ModelShape, BLOCK_HEADER_LEN},
+};
+
+fn r(layer: u32, first: u32, count: u32) -> BlockRange {
+    BlockRange { request: 1, layer, first, count }
+}
+
+#[test]
+fn contiguous_and_overlapping_ranges_coalesce_per_layer() {
+    let merged = coalesce(vec![r(0, 4, 2), r(0, 0, 2), r(0, 2, 2), r(1, 6, 1), r(0, 5, 4), r(1, 0, 0), r(1, 8, 1)]);
+    assert_eq!(merged, vec![r(0, 0, 9), r(1, 6, 1), r(1, 8, 1)]);
+    let other_request = BlockRange { request: 2, ..r(0, 2, 2) };
+    assert_eq!(coalesce(vec![r(0, 0, 2), other_request]).len(), 2);
+}
+
+#[test]
+fn ranges_split_into_frames_under_the_cap() {
+    let shape = ModelShape { num_layers: 1, kv_heads: 1, heads: 1, head_dim: 1, vocab: 1 };
+    let layout = Layout { block_size: 1000, shape };
+    assert_eq!(blocks_per_frame(&layout, 3000 + BLOCK_HEADER_LEN as u32), 3);
+    assert_eq!(blocks_per_frame(&layout, 10), 1);
+    let pieces: Vec<_> = split(r(0, 5, 7), 3).collect();
+    assert_eq!(pieces, vec![r(0, 5, 3), r(0, 8, 3), r(0, 11, 1)]);
+    assert_eq!(span(1000, 2500, 2, 5), Some((2000, 2500)));
+    assert_eq!(span(1000, 2500, 3, 1), None);
+}
+
+#[test]
+fn a_layer_reassembles_from_blocks_in_any_order_with_duplicates() {
+    let data: Vec<u8> = (0..2500u32).map(|i| i as u8).collect();
+    let mut layer = Reassembly::new(data.len(), 1000, crc32fast::hash(&data));
+    layer.put(2, &data[2000..]).unwrap();
+    assert_eq!(layer.missing(), vec![(0, 2)]);
+    layer.put(0, &data[..1000]).unwrap();
+    layer.put(0, &data[..1000]).unwrap();
+    assert_eq!(layer.missing(), vec![(1, 1)]);
+    assert!(!layer.is_complete());
+    // Misplaced: not a whole block, past the end, a short block that is not the last.
+    assert!(layer.put(1, &data[..999]).is_err());
+    assert!(layer.put(3, &data[..10]).is_err());
+    assert!(layer.put(0, &data[..1500]).is_err());
+    layer.put(1, &data[1000..2000]).unwrap();
+    assert!(layer.is_complete());
+    assert_eq!(layer.bytes(), &data[..]);
+    assert_eq!(crc32fast::hash(layer.bytes()), layer.crc);
+}

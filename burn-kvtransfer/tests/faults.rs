@@ -1,0 +1,323 @@
+//! Faults: incompatible peers, foreign versions, hostile lengths, corrupt and truncated streams,
+//! peers that vanish or stall. Each ends in a typed error or a recovery, and the prefill side
+//! never keeps a request's memory past its lease.
+
+mod common;
+
+use std::time::Duration;
+
+use burn_kvcompress::{
+    backend::NdArray,
+    cache::{DenseScheme, TransferableCache},
+};
+use burn_kvtransfer::{
+    decode::fetch,
+    protocol::{ClientConfig, PrefillClient, PrefillPool, RequestEvent, ServerConfig},
+    transport::{channel::ChannelConnector, Connector, FrameReader, FrameWriter, WireCounter},
+    wire::{ErrorCode, FrameCodec, FrameKind, Message, Mode, WireError, MAGIC},
+    ModelFingerprint, SchemeDescriptor, TransferError,
+};
+use common::*;
+use tokio::io::{ReadHalf, WriteHalf};
+
+const CODEC: FrameCodec = FrameCodec { max_payload: 1 << 20 };
+const SHORT: Duration = Duration::from_millis(300);
+
+type Raw = (FrameReader<ReadHalf<tokio::io::DuplexStream>>, FrameWriter<WriteHalf<tokio::io::DuplexStream>>);
+
+/// A connection that speaks frames by hand.
+async fn raw(connector: &ChannelConnector) -> Raw {
+    let (rd, wr) = tokio::io::split(connector.connect().await.unwrap());
+    (FrameReader::new(rd, CODEC, WireCounter::default()), FrameWriter::new(wr, None, WireCounter::default()))
+}
+
+async fn hello(raw: &mut Raw) {
+    raw.1.send(&Message::Hello { descriptor: descriptor(), mode: Mode::Pull }.encode(&CODEC).unwrap()).await.unwrap();
+    assert!(matches!(Message::decode(raw.0.next().await.unwrap()).unwrap(), Message::Layout(_)));
+}
+
+/// A frame header with any version and length (checksum made valid).
+fn header(version: u16, kind: u8, len: u32) -> Vec<u8> {
+    let mut h = MAGIC.to_vec();
+    h.extend(version.to_le_bytes());
+    h.extend([kind, 0]);
+    h.extend(len.to_le_bytes());
+    let crc = crc32fast::hash(&h);
+    h.extend(crc.to_le_bytes());
+    h
+}
+
+async fn next_error(raw: &mut Raw) -> (ErrorCode, String) {
+    match Message::decode(raw.0.next().await.unwrap()).unwrap() {
+        Message::Error { code, message, .. } => (code, message),
+        other => panic!("expected an Error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn scheme_or_model_mismatch_is_refused_at_connect_with_both_descriptors() {
+    let (_server, connector) = start(engine(), ServerConfig::default());
+    let other_scheme = SchemeDescriptor { scheme: "hack:bits=2,pi=64".into(), ..descriptor() };
+    let other_model = SchemeDescriptor { model: ModelFingerprint::of_bytes(b"another model"), ..descriptor() };
+    for theirs in [other_scheme, other_model] {
+        let err = PrefillClient::connect(&connector, ClientConfig::new(theirs.clone())).await.unwrap_err();
+        match err {
+            TransferError::Remote { code: ErrorCode::Incompatible, message } => {
+                assert!(
+                    message.contains(&theirs.to_string()) && message.contains(&descriptor().to_string()),
+                    "{message}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn another_protocol_version_is_reported_to_the_peer() {
+    let (_server, connector) = start(engine(), ServerConfig::default());
+    let mut raw = raw(&connector).await;
+    raw.1.send(&header(2, FrameKind::Hello as u8, 0)).await.unwrap();
+    let (code, message) = next_error(&mut raw).await;
+    assert_eq!(code, ErrorCode::Malformed);
+    assert!(message.contains("protocol version 2"), "{message}");
+    assert!(matches!(raw.0.next().await, Err(TransferError::Closed)));
+}
+
+#[tokio::test]
+async fn a_server_of_another_version_fails_the_client_cleanly() {
+    let (listener, connector) = burn_kvtransfer::transport::channel::channel();
+    tokio::spawn(async move {
+        use burn_kvtransfer::transport::Listener;
+        let mut listener = listener;
+        let stream = listener.accept().await.unwrap();
+        let (_rd, wr) = tokio::io::split(stream);
+        let mut w = FrameWriter::new(wr, None, WireCounter::default());
+        w.send(&header(7, FrameKind::Layout as u8, 0)).await.unwrap();
+        std::future::pending::<()>().await;
+    });
+    let err = PrefillClient::connect(&connector, ClientConfig::new(descriptor())).await.unwrap_err();
+    assert_eq!(err, TransferError::Wire(WireError::UnsupportedVersion { found: 7, supported: 1 }));
+}
+
+#[tokio::test]
+async fn hostile_lengths_are_rejected_from_the_header() {
+    let (_server, connector) = start(engine(), ServerConfig::default());
+    let mut raw = raw(&connector).await;
+    hello(&mut raw).await;
+    // A 4 GiB Submit: refused from its 16-byte header, nothing more is read or allocated.
+    raw.1.send(&header(1, FrameKind::Submit as u8, u32::MAX)).await.unwrap();
+    let (code, message) = next_error(&mut raw).await;
+    assert_eq!(code, ErrorCode::Malformed);
+    assert!(message.contains("exceeds the cap"), "{message}");
+
+    // A hostile token count inside a small payload: checked against the payload's size.
+    let mut raw = raw_connected(&connector).await;
+    let mut payload = 1u64.to_le_bytes().to_vec();
+    payload.extend(u32::MAX.to_le_bytes());
+    raw.1.send(&CODEC.encode(FrameKind::Submit, &payload).unwrap()).await.unwrap();
+    let (code, message) = next_error(&mut raw).await;
+    assert_eq!(code, ErrorCode::Malformed);
+    assert!(message.contains("truncated"), "{message}");
+}
+
+async fn raw_connected(connector: &ChannelConnector) -> Raw {
+    let mut r = raw(connector).await;
+    hello(&mut r).await;
+    r
+}
+
+#[tokio::test]
+async fn a_layer_announced_over_the_cap_fails_the_request_not_the_process() {
+    let (server, connector) = start(engine(), ServerConfig::default());
+    let config = ClientConfig { max_layer_bytes: 100, ..ClientConfig::new(descriptor()) };
+    let client = PrefillClient::connect(&connector, config).await.unwrap();
+    let mut handle = client.submit(vec![1, 2, 3]).unwrap();
+    match handle.next().await.unwrap() {
+        Err(TransferError::Protocol(m)) => assert!(m.contains("over the cap"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    // The client completes the failed request: freed at once, not after the 30 s lease.
+    wait_until_freed(&server, Duration::from_secs(2)).await;
+    assert_eq!(server.stats().store.expired, 0);
+}
+
+#[tokio::test]
+async fn pulls_of_unknown_requests_and_oversized_prompts_are_refused() {
+    let config = ServerConfig { max_prompt_tokens: 8, ..ServerConfig::default() };
+    let (_server, connector) = start(engine(), config);
+    let mut raw = raw_connected(&connector).await;
+    let pull = Message::Pull(vec![burn_kvtransfer::wire::BlockRange { request: 42, layer: 0, first: 0, count: 3 }]);
+    raw.1.send(&pull.encode(&CODEC).unwrap()).await.unwrap();
+    assert_eq!(next_error(&mut raw).await.0, ErrorCode::UnknownRequest);
+    raw.1.send(&Message::Submit { request: 1, tokens: vec![0; 9] }.encode(&CODEC).unwrap()).await.unwrap();
+    assert_eq!(next_error(&mut raw).await.0, ErrorCode::Refused);
+}
+
+/// Push mode makes the stream's order fixed: Layout (44 bytes), Ready of layer 0 (44), then
+/// layer 0's Block frames (16-byte frame header, 16-byte block header, data).
+const FIRST_BLOCK_DATA: u64 = 44 + 44 + 16 + 16;
+
+async fn corrupt_block_is_pulled_again(block_size: u32, max_payload: u32, tokens: u32) {
+    let config = ServerConfig { block_size, max_payload, ..ServerConfig::default() };
+    let (server, inner) = start(engine(), config);
+    let connector = FaultyConnector { inner, fault: Fault::Corrupt(FIRST_BLOCK_DATA + 100) };
+    let client_config = ClientConfig { mode: Mode::Push, max_payload, ..ClientConfig::new(descriptor()) };
+    let client = PrefillClient::connect(&connector, client_config).await.unwrap();
+    let tokens: Vec<u32> = (0..tokens).collect();
+    let mut handle = client.submit(tokens.clone()).unwrap();
+    let mut layers = 0;
+    while let Some(event) = handle.next().await {
+        match event.unwrap() {
+            RequestEvent::Layer { layer, state } => {
+                assert_eq!(state, expected_state(SHAPE, &tokens, layer));
+                layers += 1;
+            }
+            RequestEvent::Logits(_) => break,
+        }
+    }
+    assert_eq!(layers, SHAPE.num_layers);
+    assert_eq!(client.corrupt_frames(), 1);
+    wait_until_freed(&server, Duration::from_secs(2)).await;
+}
+
+#[tokio::test]
+async fn a_corrupt_block_is_detected_and_pulled_again() {
+    // Small frames (through the read buffer) and 512 KiB frames (read straight into the payload).
+    corrupt_block_is_pulled_again(512, 1600, 40).await;
+    corrupt_block_is_pulled_again(64 << 10, 1 << 20, 2048).await;
+}
+
+#[tokio::test]
+async fn a_corrupt_control_frame_or_header_ends_the_connection_with_an_error() {
+    let config = ServerConfig { block_size: 512, max_payload: 1600, ..ServerConfig::default() };
+    let (_server, inner) = start(engine(), config);
+    // Byte 60 is in the payload of the Ready frame, byte 44 + 3 in its header's magic.
+    for (offset, expected) in
+        [(60, TransferError::Corrupt(FrameKind::Ready)), (47, TransferError::Wire(WireError::BadMagic(*b"KVC\xb9")))]
+    {
+        let connector = FaultyConnector { inner: inner.clone(), fault: Fault::Corrupt(offset) };
+        let client_config = ClientConfig { mode: Mode::Push, max_payload: 1600, ..ClientConfig::new(descriptor()) };
+        let client = PrefillClient::connect(&connector, client_config).await.unwrap();
+        let mut handle = client.submit(vec![5; 10]).unwrap();
+        assert_eq!(handle.next().await.unwrap(), Err(expected));
+    }
+}
+
+async fn cut_stream_errors_and_the_lease_frees_the_server(max_payload: u32, tokens: u32) {
+    let config = ServerConfig { block_size: 512, max_payload, lease: SHORT, ..ServerConfig::default() };
+    let (server, inner) = start(engine(), config);
+    let connector = FaultyConnector { inner, fault: Fault::CutAt(FIRST_BLOCK_DATA + 700) };
+    let client_config = ClientConfig { mode: Mode::Push, max_payload, ..ClientConfig::new(descriptor()) };
+    let client = PrefillClient::connect(&connector, client_config).await.unwrap();
+    let mut handle = client.submit((0..tokens).collect()).unwrap();
+    assert!(matches!(handle.next().await.unwrap(), Err(TransferError::Truncated(_))));
+    assert!(server.stats().store.requests <= 1);
+    wait_until_freed(&server, SHORT * 10).await;
+    assert_eq!(server.stats().store.expired, 1);
+}
+
+#[tokio::test]
+async fn a_stream_cut_mid_transfer_errors_and_the_lease_frees_the_server() {
+    cut_stream_errors_and_the_lease_frees_the_server(1600, 40).await;
+    cut_stream_errors_and_the_lease_frees_the_server(1 << 20, 2048).await;
+}
+
+#[tokio::test]
+async fn a_decode_worker_that_vanishes_mid_request_is_reaped_by_the_lease() {
+    let config = ServerConfig { lease: SHORT, ..ServerConfig::default() };
+    let (server, connector) = start(engine(), config);
+    let mut raw = raw_connected(&connector).await;
+    raw.1.send(&Message::Submit { request: 9, tokens: vec![1, 2, 3] }.encode(&CODEC).unwrap()).await.unwrap();
+    assert!(matches!(Message::decode(raw.0.next().await.unwrap()).unwrap(), Message::Ready { request: 9, .. }));
+    drop(raw);
+    assert_eq!(server.stats().store.requests, 1);
+    wait_until_freed(&server, SHORT * 10).await;
+    assert_eq!(server.stats().store.expired, 1);
+}
+
+#[tokio::test]
+async fn a_killed_prefill_server_is_retried_on_another() {
+    let config = || ServerConfig { block_size: 512, max_payload: 1600, ..ServerConfig::default() };
+    let (_dying, inner) = start(engine(), config());
+    let (_healthy, healthy) = start(engine(), config());
+    let client_config = ClientConfig { max_payload: 1600, ..ClientConfig::new(descriptor()) };
+    let dying = FaultyConnector { inner, fault: Fault::CutAt(2000) };
+    let pool = PrefillPool::new(vec![
+        PrefillClient::connect(&dying, client_config.clone()).await.unwrap(),
+        PrefillClient::connect(&healthy, client_config).await.unwrap(),
+    ]);
+    let tokens: Vec<u32> = (0..40).collect();
+    let device = Default::default();
+    let received = fetch::<NdArray, _>(&pool, &tokens, &DenseScheme, &device, 2).await.unwrap();
+    assert_eq!((received.server, received.attempts), (1, 2));
+    assert!(matches!(pool.clients()[0].failure(), Some(TransferError::Truncated(_))));
+    for (l, cache) in received.caches.layers.iter().enumerate() {
+        assert_eq!(TransferableCache::<NdArray>::export_state(cache), expected_state(SHAPE, &tokens, l));
+    }
+    assert_eq!(received.logits, expected_logits(SHAPE, &tokens));
+}
+
+#[tokio::test]
+async fn a_stalled_peer_times_out() {
+    // A server whose prefill takes far longer than the client's patience.
+    let engine = engine().with_per_layer(Duration::from_secs(5));
+    let (_server, connector) = start(engine, ServerConfig::default());
+    let config = ClientConfig { io_timeout: SHORT, ..ClientConfig::new(descriptor()) };
+    let client = PrefillClient::connect(&connector, config.clone()).await.unwrap();
+    let mut handle = client.submit(vec![1]).unwrap();
+    assert_eq!(handle.next().await.unwrap(), Err(TransferError::Timeout(SHORT)));
+
+    // A listener that never answers the Hello.
+    let (_listener, silent) = burn_kvtransfer::transport::channel::channel();
+    let err = PrefillClient::connect(&silent, config).await.unwrap_err();
+    assert_eq!(err, TransferError::Timeout(SHORT));
+}
+
+/// An engine that publishes layer 0 twice and fails prompts of one token.
+struct Broken;
+
+impl burn_kvtransfer::engine::PrefillEngine for Broken {
+    fn descriptor(&self) -> SchemeDescriptor {
+        descriptor()
+    }
+
+    fn shape(&self) -> burn_kvtransfer::wire::ModelShape {
+        SHAPE
+    }
+
+    fn prefill(
+        &mut self,
+        tokens: &[u32],
+        publish: &dyn Fn(usize, burn_kvcompress::cache::LayerState),
+    ) -> Result<Vec<f32>, String> {
+        if tokens.len() == 1 {
+            return Err("out of memory".into());
+        }
+        for layer in [0, 0, 1, 2, 3] {
+            publish(layer, expected_state(SHAPE, tokens, layer));
+        }
+        Ok(expected_logits(SHAPE, tokens))
+    }
+}
+
+#[tokio::test]
+async fn a_failing_engine_fails_the_request_and_frees_it() {
+    let (server, connector) = start(Broken, ServerConfig::default());
+    let client = connect(&connector).await;
+    for (tokens, expected) in [(vec![1], "out of memory"), (vec![1, 2], "layer 0 published twice")] {
+        let mut handle = client.submit(tokens).unwrap();
+        let error = loop {
+            if let Err(e) = handle.next().await.unwrap() {
+                break e;
+            }
+        };
+        match error {
+            TransferError::Remote { code: ErrorCode::Prefill, message } => {
+                assert!(message.contains(expected), "{message}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    wait_until_freed(&server, Duration::from_secs(2)).await;
+}

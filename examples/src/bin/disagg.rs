@@ -1,0 +1,437 @@
+//! Disaggregated inference: a prefill server process and a decode worker process that pulls each
+//! request's (compressed) KV cache layer by layer over TCP (`burn-kvtransfer`).
+//!
+//! ```text
+//! disagg demo --kv dense                      # spawns a prefill server, decodes against it, checks
+//! disagg serve --listen 127.0.0.1:7070        # a prefill server
+//! disagg decode --server 127.0.0.1:7070 ...   # a decode worker (several --server: least loaded)
+//! ```
+//!
+//! The decode worker prints, per request: TTFT (submit to first token: prefill, transfer and
+//! import), TBT (mean gap between later tokens), JCT (submit to last token) and the bytes on the
+//! wire. `--check` also verifies that the received KV hashes equal a local prefill's and that
+//! the tokens equal a single-process run with the same scheme and seed.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use burn::tensor::backend::Backend;
+use burn_hack_attn::kernels::HackBackend;
+use burn_kvcompress::{
+    cache::{KvCache, LayerCaches, TransferableCache, TransferableScheme},
+    generation::{decode_batch, generate, GenerateOptions, SamplingConfig},
+    loading::{load_model, LoadedModel},
+    paths::default_model_path,
+    tokenizer::{chatml_prompt, ChatMessage, Role},
+};
+use burn_kvtransfer::{
+    decode::fetch,
+    engine::ModelPrefill,
+    protocol::{ClientConfig, PrefillClient, PrefillPool, PrefillServer, ServerConfig},
+    state_codec::encode_state,
+    transport::tcp::{TcpConnector, TcpServer},
+    wire::Mode,
+    ModelFingerprint, SchemeDescriptor,
+};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use examples::{backend_choice::BackendChoice, scheme_arg::SchemeArg, with_backend, with_scheme};
+use sha2::{Digest, Sha256};
+
+/// Disaggregated prefill/decode over burn-kvtransfer.
+#[derive(Parser, Debug)]
+#[command(about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Run a prefill server: accepts prompts, prefills them, serves the KV cache.
+    Serve(ServeArgs),
+    /// Run a decode worker against one or more prefill servers.
+    Decode(DecodeArgs),
+    /// Spawn prefill server processes on loopback and run a decode worker against them.
+    Demo(DemoArgs),
+}
+
+/// Options both processes need to agree on.
+#[derive(Args, Debug, Clone)]
+struct ModelArgs {
+    /// Model: a `.gguf` file or a Hugging Face directory. Default: SmolLM2-135M-Instruct.
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// KV cache scheme, e.g. `dense` (the same spelling as `generate --kv`).
+    #[arg(long, default_value = "dense", value_parser = parse_kv)]
+    kv: String,
+    /// Backend to run on.
+    #[arg(long, value_enum, default_value_t = BackendChoice::Ndarray)]
+    backend: BackendChoice,
+    /// Emulated link rate of each connection's sending side, Gbit/s (default: unpaced).
+    #[arg(long)]
+    link_gbps: Option<f64>,
+}
+
+#[derive(Args, Debug, Clone)]
+struct ServeArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Address to listen on (port 0 picks a free port; the address is printed).
+    #[arg(long, default_value = "127.0.0.1:7070")]
+    listen: String,
+    /// Block size, KiB.
+    #[arg(long, default_value_t = 256)]
+    block_kib: u32,
+    /// Seconds a request's KV is held without pulls or completion before it is freed.
+    #[arg(long, default_value_t = 30.0)]
+    lease_secs: f64,
+}
+
+#[derive(Args, Debug, Clone)]
+struct RunArgs {
+    /// User messages to send (ChatML-wrapped); default: four built-in questions.
+    #[arg(long = "prompt")]
+    prompts: Vec<String>,
+    /// Tokens to generate per request.
+    #[arg(long, default_value_t = 32)]
+    max_new_tokens: usize,
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    /// Random seed for sampling.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Who starts block transfers.
+    #[arg(long, value_enum, default_value_t = ModeArg::Pull)]
+    mode: ModeArg,
+    /// Also check KV hashes against a local prefill and tokens against a single-process run.
+    #[arg(long)]
+    check: bool,
+    /// Stream each request's generated text to stdout as tokens are decoded.
+    #[arg(long)]
+    show_text: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+struct DecodeArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    run: RunArgs,
+    /// Prefill server address `host:port`; repeat for several (requests go to the least loaded).
+    #[arg(long = "server", required = true)]
+    servers: Vec<String>,
+}
+
+#[derive(Args, Debug, Clone)]
+struct DemoArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    run: RunArgs,
+    /// Prefill server processes to spawn.
+    #[arg(long, default_value_t = 1)]
+    servers: usize,
+    /// Block size of the spawned servers, KiB.
+    #[arg(long, default_value_t = 256)]
+    block_kib: u32,
+}
+
+/// `--mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ModeArg {
+    /// The decode side pulls each layer once announced.
+    Pull,
+    /// The prefill side pushes each layer as soon as computed.
+    Push,
+}
+
+/// Validates `--kv` but keeps its spelling, which the demo passes on to the servers it spawns.
+fn parse_kv(s: &str) -> Result<String, String> {
+    s.parse::<SchemeArg>().map(|_| s.to_string())
+}
+
+impl ModelArgs {
+    fn scheme(&self) -> SchemeArg {
+        self.kv.parse().expect("validated by clap")
+    }
+}
+
+const DEFAULT_PROMPTS: [&str; 4] = [
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "Explain in two sentences why the sky is blue.",
+    "List three uses of a paperclip.",
+];
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?)
+}
+
+fn load<B: Backend>(args: &ModelArgs, device: &B::Device) -> anyhow::Result<(LoadedModel<B>, ModelFingerprint)> {
+    let path = args.model.clone().unwrap_or_else(default_model_path);
+    let fingerprint = ModelFingerprint::of_path(&path).with_context(|| format!("hashing {}", path.display()))?;
+    let loaded = load_model::<B>(&path, device)
+        .with_context(|| format!("loading {} (run `cargo xtask fetch-model` for the default model)", path.display()))?;
+    Ok((loaded, fingerprint))
+}
+
+fn serve<B: HackBackend>(device: B::Device, args: &ServeArgs) -> anyhow::Result<()>
+where
+    burn_kvcompress::model::CausalLm<B>: Send,
+{
+    with_scheme!(args.model.scheme(), serve_scheme::<B, _>, (args, device))
+}
+
+fn serve_scheme<B: Backend, S>(scheme: S, args: &ServeArgs, device: B::Device) -> anyhow::Result<()>
+where
+    burn_kvcompress::model::CausalLm<B>: Send,
+    S: TransferableScheme<B> + Send + 'static,
+    S::Cache: TransferableCache<B>,
+{
+    let (loaded, fingerprint) = load::<B>(&args.model, &device)?;
+    let config = ServerConfig {
+        block_size: args.block_kib * 1024,
+        lease: Duration::from_secs_f64(args.lease_secs),
+        link_gbps: args.model.link_gbps,
+        ..ServerConfig::default()
+    };
+    let server = PrefillServer::new(ModelPrefill::new(loaded.model, scheme, fingerprint, device), config);
+    runtime()?.block_on(async {
+        let listener = TcpServer::bind(&args.listen).await?;
+        println!("listening on {}", listener.local_addr()?);
+        std::io::stdout().flush()?;
+        server.serve(listener).await?;
+        anyhow::Ok(())
+    })
+}
+
+fn decode<B: HackBackend>(device: B::Device, args: &DecodeArgs) -> anyhow::Result<()> {
+    with_scheme!(args.model.scheme(), decode_scheme::<B, _>, (args, device))
+}
+
+/// One request's measurements.
+struct Row {
+    prompt_tokens: usize,
+    server: usize,
+    attempts: usize,
+    kv_bytes: usize,
+    wire_bytes: u64,
+    ttft: Duration,
+    tbt: Duration,
+    jct: Duration,
+    tokens: Vec<u32>,
+    check: Option<(bool, bool)>,
+}
+
+fn decode_scheme<B: Backend, S>(scheme: S, args: &DecodeArgs, device: B::Device) -> anyhow::Result<()>
+where
+    S: TransferableScheme<B>,
+    S::Cache: TransferableCache<B>,
+{
+    let (loaded, fingerprint) = load::<B>(&args.model, &device)?;
+    let tokenizer = loaded.tokenizer.as_ref().context("the model files carry no tokenizer")?;
+    let mut config = ClientConfig::new(SchemeDescriptor { scheme: scheme.name(), model: fingerprint });
+    config.mode = match args.run.mode {
+        ModeArg::Pull => Mode::Pull,
+        ModeArg::Push => Mode::Push,
+    };
+    config.link_gbps = args.model.link_gbps;
+    let rt = runtime()?;
+    let pool = rt.block_on(async {
+        let mut clients = Vec::new();
+        for addr in &args.servers {
+            let connector = TcpConnector { addr: addr.clone() };
+            clients.push(
+                PrefillClient::connect(&connector, config.clone())
+                    .await
+                    .with_context(|| format!("connecting to {addr}"))?,
+            );
+        }
+        anyhow::Ok(PrefillPool::new(clients))
+    })?;
+    let options = GenerateOptions {
+        max_new_tokens: args.run.max_new_tokens,
+        stop_tokens: tokenizer.eos_id().into_iter().collect(),
+        sampling: SamplingConfig { temperature: args.run.temperature, top_p: 0.9, seed: args.run.seed },
+    };
+    let prompts: Vec<String> = match args.run.prompts.is_empty() {
+        true => DEFAULT_PROMPTS.iter().map(|s| s.to_string()).collect(),
+        false => args.run.prompts.clone(),
+    };
+    let mut rows = Vec::new();
+    for text in &prompts {
+        let chat = chatml_prompt(&[ChatMessage { role: Role::User, content: text.clone() }], true);
+        let tokens = tokenizer.encode(&chat, true)?;
+        let check = match args.run.check {
+            true => Some(check_request(&rt, &pool, &loaded, &scheme, &device, &tokens, &options)?),
+            false => None,
+        };
+        let before = pool.wire_bytes();
+        let started = Instant::now();
+        let mut received = rt.block_on(fetch::<B, S>(&pool, &tokens, &scheme, &device, pool.clients().len()))?;
+        let kv_bytes = received.caches.layers.iter().map(KvCache::memory_bytes).sum();
+        let mut times = Vec::new();
+        let mut stream = args.run.show_text.then(|| tokenizer.stream(true));
+        if stream.is_some() {
+            println!("> {text}");
+        }
+        let decoded =
+            decode_batch(&loaded.model, &mut received.caches, vec![received.logits], &options, |_, token| {
+                times.push(started.elapsed());
+                if let Some(Ok(piece)) = stream.as_mut().map(|s| s.push(token)) {
+                    print!("{piece}");
+                    _ = std::io::stdout().flush();
+                }
+            })?;
+        if let Some(mut stream) = stream {
+            println!("{}\n", stream.finish()?);
+        }
+        let after = pool.wire_bytes();
+        let gaps = times.windows(2).map(|w| w[1] - w[0]);
+        let tbt = gaps.clone().sum::<Duration>().checked_div(gaps.len() as u32).unwrap_or_default();
+        let tokens_out = decoded.tokens.into_iter().next().unwrap_or_default();
+        let check = check.map(|(kv_ok, reference)| (kv_ok, reference == tokens_out));
+        rows.push(Row {
+            prompt_tokens: tokens.len(),
+            server: received.server,
+            attempts: received.attempts,
+            kv_bytes,
+            wire_bytes: (after.0 - before.0) + (after.1 - before.1),
+            ttft: times.first().copied().unwrap_or_default(),
+            tbt,
+            jct: started.elapsed(),
+            tokens: tokens_out,
+            check,
+        });
+    }
+    print_table(&scheme.name(), args, &rows);
+    if rows.iter().any(|r| r.check.is_some_and(|(kv, tokens)| !(kv && tokens))) {
+        bail!("a disaggregated run differs from the single-process run");
+    }
+    Ok(())
+}
+
+/// Fetches the request once more only to hash its KV, and runs it in this process: returns
+/// whether the received KV hashes equal a local prefill's, and the single-process tokens.
+fn check_request<B: Backend, S>(
+    rt: &tokio::runtime::Runtime,
+    pool: &PrefillPool,
+    loaded: &LoadedModel<B>,
+    scheme: &S,
+    device: &B::Device,
+    tokens: &[u32],
+    options: &GenerateOptions,
+) -> anyhow::Result<(bool, Vec<u32>)>
+where
+    S: TransferableScheme<B>,
+    S::Cache: TransferableCache<B>,
+{
+    let received = rt.block_on(fetch::<B, S>(pool, tokens, scheme, device, pool.clients().len()))?;
+    let mut local = loaded.model.new_cache(scheme, 1, device);
+    loaded.model.prefill_padded(&[tokens.to_vec()], &mut local, 0)?;
+    let kv_ok = kv_hash(&received.caches) == kv_hash(&local);
+    let mut caches = loaded.model.new_cache(scheme, 1, device);
+    let reference = generate(&loaded.model, &mut caches, tokens, options, |_| {})?;
+    Ok((kv_ok, reference.tokens.into_iter().next().unwrap_or_default()))
+}
+
+/// SHA-256 over every layer's serialized state.
+fn kv_hash<B: Backend, C: TransferableCache<B>>(caches: &LayerCaches<C>) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    for layer in &caches.layers {
+        hasher.update(encode_state(&layer.export_state()));
+    }
+    hasher.finalize().into()
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn print_table(scheme: &str, args: &DecodeArgs, rows: &[Row]) {
+    let link = args.model.link_gbps.map_or("unpaced".into(), |g| format!("{g} Gbit/s"));
+    println!("scheme {scheme}, {:?} mode, link {link}, {} server(s)", args.run.mode, args.servers.len());
+    println!(
+        "{:>3} {:>6} {:>6} {:>4} {:>10} {:>10} {:>9} {:>8} {:>9} {:>6} {:>5} {:>6}",
+        "req", "prompt", "server", "try", "KV bytes", "wire B", "TTFT ms", "TBT ms", "JCT ms", "tokens", "KV=", "tok="
+    );
+    let mark = |c: Option<bool>| c.map_or("-", |ok| if ok { "yes" } else { "NO" });
+    for (i, r) in rows.iter().enumerate() {
+        println!(
+            "{:>3} {:>6} {:>6} {:>4} {:>10} {:>10} {:>9.1} {:>8.1} {:>9.1} {:>6} {:>5} {:>6}",
+            i,
+            r.prompt_tokens,
+            r.server,
+            r.attempts,
+            r.kv_bytes,
+            r.wire_bytes,
+            ms(r.ttft),
+            ms(r.tbt),
+            ms(r.jct),
+            r.tokens.len(),
+            mark(r.check.map(|c| c.0)),
+            mark(r.check.map(|c| c.1)),
+        );
+    }
+    let n = rows.len().max(1) as f64;
+    let mean = |f: fn(&Row) -> Duration| rows.iter().map(|r| ms(f(r))).sum::<f64>() / n;
+    println!(
+        "mean TTFT {:.1} ms, TBT {:.1} ms, JCT {:.1} ms; wire bytes {} (--check fetches not counted)",
+        mean(|r| r.ttft),
+        mean(|r| r.tbt),
+        mean(|r| r.jct),
+        rows.iter().map(|r| r.wire_bytes).sum::<u64>()
+    );
+}
+
+/// A spawned prefill server process, killed when dropped.
+struct Spawned(Child);
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        _ = self.0.kill();
+        _ = self.0.wait();
+    }
+}
+
+fn spawn_server(args: &DemoArgs) -> anyhow::Result<(Spawned, String)> {
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--kv", &args.model.kv]);
+    cmd.args(["--block-kib", &args.block_kib.to_string()]);
+    cmd.args(["--backend", &format!("{:?}", args.model.backend).to_lowercase()]);
+    if let Some(model) = &args.model.model {
+        cmd.arg("--model").arg(model);
+    }
+    if let Some(g) = args.model.link_gbps {
+        cmd.args(["--link-gbps", &g.to_string()]);
+    }
+    let mut child = Spawned(cmd.stdout(Stdio::piped()).spawn()?);
+    let stdout = child.0.stdout.take().context("child stdout")?;
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line)?;
+    match line.trim().strip_prefix("listening on ") {
+        Some(addr) => Ok((child, addr.to_string())),
+        None => bail!("the prefill server did not start (said {line:?})"),
+    }
+}
+
+fn demo(args: &DemoArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let spawned = (0..args.servers).map(|_| spawn_server(args)).collect::<anyhow::Result<Vec<_>>>()?;
+    let servers: Vec<String> = spawned.iter().map(|(_, addr)| addr.clone()).collect();
+    eprintln!("[{} prefill server(s) up at {servers:?} after {:.1} s]", servers.len(), started.elapsed().as_secs_f64());
+    let decode_args = DecodeArgs { model: args.model.clone(), run: args.run.clone(), servers };
+    with_backend!(args.model.backend, decode(&decode_args))
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Cmd::Serve(args) => with_backend!(args.model.backend, serve(&args)),
+        Cmd::Decode(args) => with_backend!(args.model.backend, decode(&args)),
+        Cmd::Demo(args) => demo(&args),
+    }
+}
