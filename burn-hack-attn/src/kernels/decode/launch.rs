@@ -1,14 +1,16 @@
 //! Launching the fused decode kernel and its merge on a CubeCL backend.
 
-use burn::tensor::{Int, Shape, Tensor, TensorData, TensorPrimitive};
+use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive};
 use burn_cubecl::{
-    cubecl::prelude::*, kernel::into_contiguous, ops::numeric::empty_device, tensor::CubeTensor, BoolElement,
-    CubeBackend, CubeRuntime,
+    cubecl::prelude::*, kernel::into_contiguous, tensor::CubeTensor, BoolElement, CubeBackend, CubeRuntime,
 };
 use burn_kvcompress::cache::AttendOptions;
 
 use super::kernel::{decode_kernel, merge_kernel, DecodeGeometry};
-use crate::{cache::key_group, kernels::CacheView};
+use crate::{
+    cache::key_group,
+    kernels::{quantize::dense_output, CacheView},
+};
 
 type Backend<R, BT> = CubeBackend<R, f32, i32, BT>;
 
@@ -48,7 +50,7 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     };
     let q = float(&q);
     let client = q.client.clone();
-    let empty = |n: usize| empty_device::<R, f32>(client.clone(), device.clone(), Shape::new([n]));
+    let empty = |n: usize| dense_output::<R, f32>(&q, n);
     let dummy_int = || into_contiguous(Tensor::<Backend<R, BT>, 1, Int>::zeros([1], &device).into_primitive());
     let keys = cache.keys;
     let (blocks, v_words, v_min, v_scale, v_sums) = match cache.values {
@@ -85,7 +87,7 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
         options.scale,
         geo,
     );
-    let out = empty_device::<R, f32>(client.clone(), device.clone(), Shape::new([batch, heads, 1, d]));
+    let out = dense_output::<R, f32>(&partial, batch * heads * d);
     let total = batch * heads * d;
     merge_kernel::launch(
         &client,
@@ -99,5 +101,5 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
         splits as u32,
         d as u32,
     );
-    Tensor::from_primitive(TensorPrimitive::Float(out))
+    Tensor::<Backend<R, BT>, 1>::from_primitive(TensorPrimitive::Float(out)).reshape([batch, heads, 1, d])
 }

@@ -15,8 +15,14 @@ use crate::{
 
 type Backend<R, BT> = CubeBackend<R, f32, i32, BT>;
 
-fn output<R: CubeRuntime, E: burn_cubecl::CubeElement>(like: &CubeTensor<R>, shape: [usize; 4]) -> CubeTensor<R> {
-    empty_device::<R, E>(like.client.clone(), like.device.clone(), Shape::new(shape))
+/// A dense output buffer of `n` elements. Kernels index outputs as dense arrays, and a
+/// multi-dimensional allocation may pad its rows (CUDA's optimized layout does), so outputs are
+/// allocated flat and reshaped as tensors afterwards.
+pub(crate) fn dense_output<R: CubeRuntime, E: burn_cubecl::CubeElement>(
+    like: &CubeTensor<R>,
+    n: usize,
+) -> CubeTensor<R> {
+    empty_device::<R, E>(like.client.clone(), like.device.clone(), Shape::new([n]))
 }
 
 /// Quantizes `x: [batch, kv_heads, rows, z]` per `spec` with [`quantize_kernel`].
@@ -28,9 +34,11 @@ pub fn quantize_launch<R: CubeRuntime, BT: BoolElement>(
     let parts = z / spec.group;
     let x = into_contiguous(x.into_primitive().tensor());
     let meta = [batch, kv_heads, rows, parts];
-    let words = output::<R, i32>(&x, [batch, kv_heads, rows, parts * spec.words_per_group()]);
-    let (mins, scales, sums) = (output::<R, f32>(&x, meta), output::<R, f32>(&x, meta), output::<R, i32>(&x, meta));
     let partitions = batch * kv_heads * rows * parts;
+    let words_shape = [batch, kv_heads, rows, parts * spec.words_per_group()];
+    let words = dense_output::<R, i32>(&x, words_shape.iter().product());
+    let (mins, scales) = (dense_output::<R, f32>(&x, partitions), dense_output::<R, f32>(&x, partitions));
+    let sums = dense_output::<R, i32>(&x, partitions);
     let (first_slot, value_blocks) = match spec.layout {
         RowLayout::Keys { first_slot } => (first_slot, false),
         RowLayout::ValueBlocks { first_slot } => (first_slot, true),
@@ -66,7 +74,7 @@ pub fn quantize_launch<R: CubeRuntime, BT: BoolElement>(
         rounding_stream,
         geo,
     );
-    let float = |t: CubeTensor<R>| Tensor::<Backend<R, BT>, 4>::from_primitive(TensorPrimitive::Float(t));
-    let int = |t: CubeTensor<R>| Tensor::<Backend<R, BT>, 4, Int>::from_primitive(t);
-    Codes { words: int(words), min: float(mins), scale: float(scales), sums: int(sums) }
+    let float = |t: CubeTensor<R>| Tensor::<Backend<R, BT>, 1>::from_primitive(TensorPrimitive::Float(t)).reshape(meta);
+    let int = |t: CubeTensor<R>, shape: [usize; 4]| Tensor::<Backend<R, BT>, 1, Int>::from_primitive(t).reshape(shape);
+    Codes { words: int(words, words_shape), min: float(mins), scale: float(scales), sums: int(sums, meta) }
 }

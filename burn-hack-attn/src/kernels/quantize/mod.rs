@@ -7,5 +7,6 @@ mod launch;
 mod reference;
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub(crate) use launch::dense_output;
 pub use launch::quantize_launch;
 pub use reference::{quantize_reference, unpack_words};
