@@ -2,7 +2,7 @@
 
 use burn::tensor::Tensor;
 use burn_kvcompress::{
-    cache::{AttendOptions, CacheGeometry, KvCache},
+    cache::{append_slots, AttendOptions, CacheGeometry, KvCache},
     error::CacheError,
 };
 
@@ -86,19 +86,6 @@ impl<B: HackBackend> HackCache<B> {
         }
     }
 
-    fn check_kv(&self, what: &'static str, t: &Tensor<B, 4>) -> Result<(), CacheError> {
-        let [batch, kv_heads, new, head_dim] = t.dims();
-        let g = self.geometry;
-        if batch != g.batch || kv_heads != g.kv_heads || head_dim != g.head_dim || new == 0 {
-            return Err(CacheError::Shape {
-                what,
-                expected: format!("[{}, {}, >=1, {}]", g.batch, g.kv_heads, g.head_dim),
-                found: t.dims().to_vec(),
-            });
-        }
-        Ok(())
-    }
-
     /// Quantizes every full block at the front of the tail and keeps the rest as the tail.
     fn close_blocks(&mut self, tail: Tensor<B, 4>) -> Result<(), CacheError> {
         let [batch, kv_heads, tail_len, d] = tail.dims();
@@ -121,23 +108,12 @@ impl<B: HackBackend> HackCache<B> {
 impl<B: HackBackend> KvCache<B> for HackCache<B> {
     fn append(&mut self, k: Tensor<B, 4>, v: Tensor<B, 4>) -> Result<(), CacheError> {
         self.check_supported()?;
-        self.check_kv("keys", &k)?;
-        self.check_kv("values", &v)?;
-        if k.dims() != v.dims() {
-            return Err(CacheError::Shape {
-                what: "values",
-                expected: format!("the keys' shape {:?}", k.dims()),
-                found: v.dims().to_vec(),
-            });
-        }
+        self.geometry.check_append(k.dims(), v.dims())?;
         let new = k.dims()[2];
         let group = key_group(self.geometry.head_dim, self.config.partition);
         let spec = self.spec(group, 0, RowLayout::Keys { first_slot: self.len });
         let keys = B::hack_quantize(k, &spec).map_err(|e| CacheError::Request(e.to_string()))?;
-        let tail = match self.tail.take() {
-            Some(tail) => Tensor::cat(vec![tail, v], 2),
-            None => v,
-        };
+        let tail = append_slots(self.tail.take(), v);
         self.close_blocks(tail)?;
         self.keys = Some(append_codes(self.keys.take(), keys));
         self.len += new;

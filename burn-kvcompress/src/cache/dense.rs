@@ -32,22 +32,10 @@ impl<B: Backend> DenseCache<B> {
     pub fn keys_values(&self) -> Option<(Tensor<B, 4>, Tensor<B, 4>)> {
         Some((self.k.clone()?, self.v.clone()?))
     }
-
-    fn check_kv(&self, what: &'static str, t: &Tensor<B, 4>) -> Result<(), CacheError> {
-        let [batch, kv_heads, new, head_dim] = t.dims();
-        let g = self.geometry;
-        if batch != g.batch || kv_heads != g.kv_heads || head_dim != g.head_dim || new == 0 {
-            return Err(CacheError::Shape {
-                what,
-                expected: format!("[{}, {}, >=1, {}]", g.batch, g.kv_heads, g.head_dim),
-                found: t.dims().to_vec(),
-            });
-        }
-        Ok(())
-    }
 }
 
-fn concat<B: Backend>(old: Option<Tensor<B, 4>>, new: Tensor<B, 4>) -> Tensor<B, 4> {
+/// `new` appended to `old` along the slot axis (axis 2), or `new` alone when `old` is None.
+pub fn append_slots<B: Backend>(old: Option<Tensor<B, 4>>, new: Tensor<B, 4>) -> Tensor<B, 4> {
     match old {
         Some(old) => Tensor::cat(vec![old, new], 2),
         None => new,
@@ -56,17 +44,9 @@ fn concat<B: Backend>(old: Option<Tensor<B, 4>>, new: Tensor<B, 4>) -> Tensor<B,
 
 impl<B: Backend> KvCache<B> for DenseCache<B> {
     fn append(&mut self, k: Tensor<B, 4>, v: Tensor<B, 4>) -> Result<(), CacheError> {
-        self.check_kv("keys", &k)?;
-        self.check_kv("values", &v)?;
-        if k.dims() != v.dims() {
-            return Err(CacheError::Shape {
-                what: "values",
-                expected: format!("the keys' shape {:?}", k.dims()),
-                found: v.dims().to_vec(),
-            });
-        }
-        self.k = Some(concat(self.k.take(), k));
-        self.v = Some(concat(self.v.take(), v));
+        self.geometry.check_append(k.dims(), v.dims())?;
+        self.k = Some(append_slots(self.k.take(), k));
+        self.v = Some(append_slots(self.v.take(), v));
         Ok(())
     }
 

@@ -11,7 +11,7 @@ mod scheme;
 mod state;
 
 pub use attention::{attention_reference, check_attend_shapes};
-pub use dense::{DenseCache, DenseScheme};
+pub use dense::{append_slots, DenseCache, DenseScheme};
 pub use options::AttendOptions;
 pub use scheme::{CacheGeometry, KvCache, KvScheme, LayerCaches};
 pub use state::{LayerState, StateDType, StateTensor, TransferableCache, TransferableScheme};

@@ -45,6 +45,31 @@ pub struct CacheGeometry {
     pub head_dim: usize,
 }
 
+impl CacheGeometry {
+    /// Checks the keys and values of an append: both `[batch, kv_heads, new_tokens >= 1,
+    /// head_dim]` of this geometry, with the same shape.
+    pub fn check_append(&self, k: [usize; 4], v: [usize; 4]) -> Result<(), CacheError> {
+        for (what, dims) in [("keys", k), ("values", v)] {
+            let [batch, kv_heads, new, head_dim] = dims;
+            if batch != self.batch || kv_heads != self.kv_heads || head_dim != self.head_dim || new == 0 {
+                return Err(CacheError::Shape {
+                    what,
+                    expected: format!("[{}, {}, >=1, {}]", self.batch, self.kv_heads, self.head_dim),
+                    found: dims.to_vec(),
+                });
+            }
+        }
+        if k != v {
+            return Err(CacheError::Shape {
+                what: "values",
+                expected: format!("the keys' shape {k:?}"),
+                found: v.to_vec(),
+            });
+        }
+        Ok(())
+    }
+}
+
 /// A cache scheme: the configuration that builds one [`KvCache`] per layer.
 pub trait KvScheme<B: Backend> {
     /// The cache type this scheme builds.
