@@ -18,8 +18,11 @@ pub mod backend;
 pub mod cache;
 pub mod error;
 pub mod eval;
+pub mod fingerprint;
 pub mod generation;
 pub mod gguf;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub mod kernels;
 pub mod loading;
 pub mod model;
 pub mod paths;

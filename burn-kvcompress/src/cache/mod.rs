@@ -7,11 +7,13 @@
 mod attention;
 mod dense;
 mod options;
+mod recording;
 mod scheme;
 mod state;
 
 pub use attention::{attention_reference, check_attend_shapes};
 pub use dense::{append_slots, DenseCache, DenseScheme};
 pub use options::AttendOptions;
+pub use recording::{KvRecorder, LayerRecording, RecordedTensor, RecordingCache, RecordingScheme};
 pub use scheme::{CacheGeometry, KvCache, KvScheme, LayerCaches};
 pub use state::{LayerState, StateDType, StateTensor, TransferableCache, TransferableScheme};

@@ -10,12 +10,13 @@
 //!    the same codes as quantizing the normalized P, up to float rounding), with its code sum;
 //! 5. per (head, channel): Σ over closed blocks of Eq. 4 on P codes and unpacked V codes with the
 //!    cached V sums, plus `p · v` in f32 over the tail's slots;
-//! 6. write the unnormalized output, `m` and `l` of the chunk; [`merge_kernel`] combines the
+//! 6. write the unnormalized output, `m` and `l` of the chunk; `burn_kvcompress::kernels::merge_kernel` combines the
 //!    chunks with a log-sum-exp.
 //!
 //! Chunks start at multiples of Π (`chunk` is a multiple of Π), so each of a chunk's blocks is
 //! either a closed block or lies in the tail.
 
+use burn_kvcompress::kernels::masked_score as masked;
 use cubecl::prelude::*;
 
 /// Shapes fixed at compile time (one compiled kernel per model geometry and configuration).
@@ -33,12 +34,6 @@ pub struct DecodeGeometry {
     pub bits: u32,
     /// Slots per cube (a multiple of Π).
     pub chunk: u32,
-}
-
-/// The score of a masked slot (finite, so that `exp(MASKED - m)` is 0 without NaNs).
-#[cube]
-fn masked() -> f32 {
-    f32::new(-3.0e38)
 }
 
 /// Unpacked code `i` of a row of packed words starting at `base`.
@@ -277,36 +272,4 @@ pub fn decode_kernel(
         }
         pair += units;
     }
-}
-
-/// Combines the chunks of [`decode_kernel`]: one unit per (query head, channel),
-/// `o = Σ_s o_s e^(m_s - M) / Σ_s l_s e^(m_s - M)` with `M = max_s m_s`.
-#[cube(launch)]
-pub fn merge_kernel(
-    partial: &Array<f32>,
-    partial_max: &Array<f32>,
-    partial_sum: &Array<f32>,
-    out: &mut Array<f32>,
-    heads: u32,
-    splits: u32,
-    #[comptime] head_dim: u32,
-) {
-    let index = ABSOLUTE_POS as u32;
-    if index >= heads * head_dim {
-        terminate!();
-    }
-    let head = index / head_dim;
-    let c = index % head_dim;
-    let mut m = masked();
-    for s in 0..splits {
-        m = f32::max(m, partial_max[(head * splits + s) as usize]);
-    }
-    let mut l = 0.0f32;
-    let mut o = 0.0f32;
-    for s in 0..splits {
-        let w = f32::exp(partial_max[(head * splits + s) as usize] - m);
-        l += partial_sum[(head * splits + s) as usize] * w;
-        o += partial[((head * splits + s) * head_dim + c) as usize] * w;
-    }
-    out[index as usize] = o / l;
 }

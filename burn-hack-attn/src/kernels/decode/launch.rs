@@ -1,30 +1,18 @@
 //! Launching the fused decode kernel and its merge on a CubeCL backend.
 
 use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive};
-use burn_cubecl::{
-    cubecl::prelude::*, kernel::into_contiguous, tensor::CubeTensor, BoolElement, CubeBackend, CubeRuntime,
-};
-use burn_kvcompress::cache::AttendOptions;
-
-use super::kernel::{decode_kernel, merge_kernel, DecodeGeometry};
-use crate::{
-    cache::key_group,
-    kernels::{quantize::dense_output, CacheView},
+use burn_cubecl::{cubecl::prelude::*, kernel::into_contiguous, BoolElement, CubeRuntime};
+use burn_kvcompress::{
+    cache::AttendOptions,
+    kernels::{dense_output, float_arg as float, int_arg as int, merge_partials, CubeF32 as Backend, SplitPartials},
 };
 
-type Backend<R, BT> = CubeBackend<R, f32, i32, BT>;
+use super::kernel::{decode_kernel, DecodeGeometry};
+use crate::{cache::key_group, kernels::CacheView};
 
 /// Slots per cube: the smallest multiple of Π that is at least 256.
 pub fn decode_chunk(partition: usize) -> usize {
     256usize.div_ceil(partition) * partition
-}
-
-fn float<R: CubeRuntime, BT: BoolElement, const D: usize>(t: &Tensor<Backend<R, BT>, D>) -> CubeTensor<R> {
-    into_contiguous(t.clone().into_primitive().tensor())
-}
-
-fn int<R: CubeRuntime, BT: BoolElement, const D: usize>(t: &Tensor<Backend<R, BT>, D, Int>) -> CubeTensor<R> {
-    into_contiguous(t.clone().into_primitive())
 }
 
 /// HACK decode attention of `q: [batch, heads, 1, head_dim]` (the last slot) over `cache`, shapes
@@ -60,8 +48,7 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     let tail = cache.tail.map_or_else(|| empty(1), float);
     let key_start: Vec<i32> = options.key_start.iter().map(|&s| s as i32).collect();
     let key_start = Tensor::<Backend<R, BT>, 1, Int>::from_data(TensorData::new(key_start, [batch]), &device);
-    let partial = empty(batch * heads * splits * d);
-    let (partial_max, partial_sum) = (empty(batch * heads * splits), empty(batch * heads * splits));
+    let partials = SplitPartials::allocate(&q, batch * heads, splits, d);
     let units = (group * d).clamp(32, 256) as u32;
     decode_kernel::launch(
         &client,
@@ -78,28 +65,15 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
         v_sums.into_array_arg(),
         tail.into_array_arg(),
         int(&key_start).into_array_arg(),
-        partial.clone().into_array_arg(),
-        partial_max.clone().into_array_arg(),
-        partial_sum.clone().into_array_arg(),
+        partials.output.clone().into_array_arg(),
+        partials.max.clone().into_array_arg(),
+        partials.sum.clone().into_array_arg(),
         len as u32,
         blocks as u32,
         options.window.unwrap_or(0) as u32,
         options.scale,
         geo,
     );
-    let out = dense_output::<R, f32>(&partial, batch * heads * d);
-    let total = batch * heads * d;
-    merge_kernel::launch(
-        &client,
-        CubeCount::Static(total.div_ceil(128) as u32, 1, 1),
-        CubeDim::new_1d(128),
-        partial.into_array_arg(),
-        partial_max.into_array_arg(),
-        partial_sum.into_array_arg(),
-        out.clone().into_array_arg(),
-        (batch * heads) as u32,
-        splits as u32,
-        d as u32,
-    );
+    let out = merge_partials(partials);
     Tensor::<Backend<R, BT>, 1>::from_primitive(TensorPrimitive::Float(out)).reshape([batch, heads, 1, d])
 }

@@ -1,29 +1,15 @@
 //! Launching the quantize kernel on a CubeCL backend.
 
-use burn::tensor::{Int, Shape, Tensor, TensorPrimitive};
-use burn_cubecl::{
-    cubecl::prelude::*, kernel::into_contiguous, ops::numeric::empty_device, tensor::CubeTensor, BoolElement,
-    CubeBackend, CubeRuntime,
-};
-
 use super::kernel::{quantize_kernel, QuantizeGeometry};
 use crate::{
     cache::Codes,
     kernels::{QuantizeSpec, RowLayout},
     quant::Rounder,
 };
+use burn::tensor::{Int, Tensor, TensorPrimitive};
+use burn_cubecl::{cubecl::prelude::*, kernel::into_contiguous, tensor::CubeTensor, BoolElement, CubeRuntime};
 
-type Backend<R, BT> = CubeBackend<R, f32, i32, BT>;
-
-/// A dense output buffer of `n` elements. Kernels index outputs as dense arrays, and a
-/// multi-dimensional allocation may pad its rows (CUDA's optimized layout does), so outputs are
-/// allocated flat and reshaped as tensors afterwards.
-pub(crate) fn dense_output<R: CubeRuntime, E: burn_cubecl::CubeElement>(
-    like: &CubeTensor<R>,
-    n: usize,
-) -> CubeTensor<R> {
-    empty_device::<R, E>(like.client.clone(), like.device.clone(), Shape::new([n]))
-}
+use burn_kvcompress::kernels::{dense_output, CubeF32 as Backend};
 
 /// Quantizes `x: [batch, kv_heads, rows, z]` per `spec` with [`quantize_kernel`].
 pub fn quantize_launch<R: CubeRuntime, BT: BoolElement>(

@@ -7,7 +7,5 @@ mod launch;
 mod reference;
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-pub(crate) use launch::dense_output;
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub use launch::quantize_launch;
 pub use reference::{quantize_reference, unpack_words};

@@ -1,0 +1,27 @@
+//! Kernel buffers: flat outputs and contiguous inputs.
+
+use burn::tensor::{Int, Shape, Tensor};
+use burn_cubecl::{
+    kernel::into_contiguous, ops::numeric::empty_device, tensor::CubeTensor, BoolElement, CubeBackend, CubeElement,
+    CubeRuntime,
+};
+
+/// The CubeCL backends the kernels run on: f32 floats, i32 integers.
+pub type CubeF32<R, BT> = CubeBackend<R, f32, i32, BT>;
+
+/// A dense output buffer of `n` elements of `E` on `like`'s device. Kernels index outputs as
+/// dense arrays, and a multi-dimensional allocation may pad its rows (CUDA's optimized layout
+/// does), so outputs are allocated flat and reshaped as tensors afterwards.
+pub fn dense_output<R: CubeRuntime, E: CubeElement>(like: &CubeTensor<R>, n: usize) -> CubeTensor<R> {
+    empty_device::<R, E>(like.client.clone(), like.device.clone(), Shape::new([n]))
+}
+
+/// A float tensor as a contiguous kernel argument.
+pub fn float_arg<R: CubeRuntime, BT: BoolElement, const D: usize>(t: &Tensor<CubeF32<R, BT>, D>) -> CubeTensor<R> {
+    into_contiguous(t.clone().into_primitive().tensor())
+}
+
+/// An integer tensor as a contiguous kernel argument.
+pub fn int_arg<R: CubeRuntime, BT: BoolElement, const D: usize>(t: &Tensor<CubeF32<R, BT>, D, Int>) -> CubeTensor<R> {
+    into_contiguous(t.clone().into_primitive())
+}

@@ -1,0 +1,11 @@
+//! CubeCL building blocks shared by the schemes' kernels (wgpu and cuda features): dense output
+//! buffers, contiguous kernel arguments from tensors, and the log-sum-exp merge of split-sequence
+//! (flash-decoding) partial results.
+
+mod buffers;
+// `#[cube]` expands each kernel into undocumented helper items.
+#[allow(missing_docs)]
+mod merge;
+
+pub use buffers::{dense_output, float_arg, int_arg, CubeF32};
+pub use merge::{masked_score, merge_partials, SplitPartials};

@@ -1,0 +1,78 @@
+//! The encode kernel: nearest centroid per subspace, packed into 32-bit words.
+//!
+//! One unit per (vector, word): it encodes the word's `32 / nbits` subspaces with exactly the
+//! host rule ([`crate::codebook::nearest_centroid`]: squared distance summed channel by channel
+//! from centroid 0, strictly smaller wins) and writes the packed word.
+
+use cubecl::prelude::*;
+
+/// Shapes fixed at compile time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EncodeGeometry {
+    /// Channels per head.
+    pub head_dim: u32,
+    /// Subspaces per vector.
+    pub subspaces: u32,
+    /// Channels per subspace.
+    pub sub_dim: u32,
+    /// Centroids per subspace.
+    pub centroids: u32,
+    /// Bits per code.
+    pub nbits: u32,
+    /// Packed words per vector.
+    pub words: u32,
+}
+
+/// Squared distance of `x[x_base..x_base + sub_dim]` to centroid `book[c_base..c_base + sub_dim]`.
+#[cube]
+fn distance(x: &Array<f32>, x_base: u32, book: &Array<f32>, c_base: u32, #[comptime] sub_dim: u32) -> f32 {
+    let mut dist = 0.0f32;
+    for j in 0..sub_dim {
+        let diff = x[(x_base + j) as usize] - book[(c_base + j) as usize];
+        dist += diff * diff;
+    }
+    dist
+}
+
+/// Encodes `x` (`[rows, head_dim]`, rows ordered `[batch, kv_heads, tokens]`) with `books`
+/// (`[groups, subspaces, centroids, sub_dim]`) into `words` (`[rows, words]`).
+#[cube(launch)]
+pub fn encode_kernel(
+    x: &Array<f32>,
+    books: &Array<f32>,
+    words: &mut Array<u32>,
+    rows: u32,
+    tokens: u32,
+    kv_heads: u32,
+    per_head_books: u32,
+    #[comptime] geo: EncodeGeometry,
+) {
+    let index = ABSOLUTE_POS as u32;
+    if index >= rows * geo.words {
+        terminate!();
+    }
+    let row = index / geo.words;
+    let w = index % geo.words;
+    let head = (row / tokens) % kv_heads;
+    let group = head * per_head_books;
+    let per_word = 32 / geo.nbits;
+    let mut packed = 0u32;
+    for j in 0..per_word {
+        let i = w * per_word + j;
+        if i < geo.subspaces {
+            let x_base = row * geo.head_dim + i * geo.sub_dim;
+            let book_base = (group * geo.subspaces + i) * geo.centroids * geo.sub_dim;
+            let mut best = distance(x, x_base, books, book_base, geo.sub_dim);
+            let mut best_index = 0u32;
+            for c in 1..geo.centroids {
+                let dist = distance(x, x_base, books, book_base + c * geo.sub_dim, geo.sub_dim);
+                if dist < best {
+                    best = dist;
+                    best_index = c;
+                }
+            }
+            packed |= best_index << (j * geo.nbits);
+        }
+    }
+    words[index as usize] = packed;
+}
