@@ -51,7 +51,7 @@ impl PqConfig {
         if !(1..=12).contains(&self.nbits) {
             return Err(PqError::Config(format!("nbits {} is outside 1..=12", self.nbits)));
         }
-        if self.subspaces == 0 || head_dim % self.subspaces != 0 {
+        if self.subspaces == 0 || !head_dim.is_multiple_of(self.subspaces) {
             return Err(PqError::Config(format!(
                 "{} subspaces do not divide the head dimension {head_dim}",
                 self.subspaces

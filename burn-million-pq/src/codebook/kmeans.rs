@@ -90,7 +90,7 @@ pub fn kmeans(
     mut on_iteration: impl FnMut(),
 ) -> Result<KmeansResult, PqError> {
     let rows = points.len() / dim;
-    if dim == 0 || points.len() % dim != 0 {
+    if dim == 0 || !points.len().is_multiple_of(dim) {
         return Err(PqError::Calibration(format!("{} values do not make rows of {dim}", points.len())));
     }
     if rows < k {

@@ -11,7 +11,7 @@ use burn_kvcompress::{cache::AttendOptions, error::CacheError};
 
 pub use attention::attention_reference;
 pub use encode::{encode_reference, unpack_codes};
-pub use view::PqView;
+pub use view::{KvPair, PqView};
 
 use crate::PqConfig;
 

@@ -4,6 +4,9 @@ use burn::tensor::{backend::Backend, Int, Tensor};
 
 use crate::PqConfig;
 
+/// A pair of borrowed key and value tensors.
+pub type KvPair<'a, T> = Option<(&'a T, &'a T)>;
+
 /// A PQ cache's state as attention sees it. Slots `0..coded` are codes, slots `coded..len` are
 /// the recent window in f32.
 #[derive(Debug, Clone, Copy)]
@@ -15,9 +18,9 @@ pub struct PqView<'a, B: Backend> {
     /// Value codebooks, same shape.
     pub value_books: &'a Tensor<B, 4>,
     /// Packed key and value codes, `[batch, kv_heads, coded, words_per_vector]` each.
-    pub codes: Option<(&'a Tensor<B, 4, Int>, &'a Tensor<B, 4, Int>)>,
+    pub codes: KvPair<'a, Tensor<B, 4, Int>>,
     /// The recent window's keys and values, `[batch, kv_heads, recent, head_dim]` each.
-    pub recent: Option<(&'a Tensor<B, 4>, &'a Tensor<B, 4>)>,
+    pub recent: KvPair<'a, Tensor<B, 4>>,
 }
 
 impl<B: Backend> PqView<'_, B> {
