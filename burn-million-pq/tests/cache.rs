@@ -3,194 +3,23 @@
 
 mod common;
 
-use burn::tensor::{Tensor, TensorData};
 use burn_kvcompress::{
     backend::NdArray,
-    cache::{
-        attention_reference, AttendOptions, CacheGeometry, KvCache, KvScheme, TransferableCache, TransferableScheme,
-    },
+    cache::{AttendOptions, CacheGeometry, KvCache, KvScheme, TransferableCache, TransferableScheme},
     error::CacheError,
 };
-use burn_million_pq::{cache::PqCache, CodebookScope, PqConfig};
-use common::{random_values, reconstruct_host, scheme};
+use burn_million_pq::{cache::PqCache, CodebookScope};
+use common::{
+    case::{cases, config, run, tensor, Case},
+    random_values, scheme,
+};
 
 type B = NdArray;
-
-struct Case {
-    config: PqConfig,
-    head_dim: usize,
-    kv_heads: usize,
-    group: usize,
-    batch: usize,
-    window: usize,
-    appends: &'static [usize],
-    q_len: usize,
-    key_start: Vec<usize>,
-    sliding: Option<usize>,
-}
-
-fn tensor(values: Vec<f32>, shape: [usize; 4]) -> Tensor<B, 4> {
-    Tensor::from_data(TensorData::new(values, shape), &Default::default())
-}
-
-/// Slots `[from, to)` of `x: [batch, heads, n, d]` (row-major) as a flat vector.
-fn slots(x: &[f32], shape: [usize; 4], from: usize, to: usize) -> Vec<f32> {
-    let [b, h, n, d] = shape;
-    (0..b * h).flat_map(|bh| x[(bh * n + from) * d..(bh * n + to) * d].iter().copied()).collect()
-}
-
-/// Returns the max difference from the expected output, its bound, and the max difference from
-/// attention over the unquantized K/V (which must be far larger when slots are coded).
-fn run(case: &Case, seed: u64) -> (f32, f32, f32) {
-    let Case { config, head_dim: d, kv_heads, group, batch, window, .. } = *case;
-    let heads = kv_heads * group;
-    let scheme = scheme(config, kv_heads, d, window, seed);
-    let geometry = CacheGeometry { batch, kv_heads, heads, head_dim: d };
-    let mut cache: PqCache<B> = scheme.new_cache(0, geometry, &Default::default());
-    let total: usize = case.appends.iter().sum();
-    let kv_shape = [batch, kv_heads, total, d];
-    let (k, v) =
-        (random_values(kv_shape.iter().product(), seed + 10), random_values(kv_shape.iter().product(), seed + 11));
-    let mut at = 0;
-    for &n in case.appends {
-        let piece = |x: &[f32]| tensor(slots(x, kv_shape, at, at + n), [batch, kv_heads, n, d]);
-        cache.append(piece(&k), piece(&v)).unwrap();
-        at += n;
-    }
-    let last = *case.appends.last().unwrap();
-    let recent = total.min(window.max(last));
-    assert_eq!((cache.coded_len(), cache.recent_len(), cache.len()), (total - recent, recent, total));
-
-    // Expected: coded slots reconstructed on the host, recent ones as they are.
-    let coded = total - recent;
-    let expect = |x: &[f32], kind: usize| -> Vec<f32> {
-        let old = reconstruct_host(&slots(x, kv_shape, 0, coded), [batch, kv_heads, coded, d], &scheme.codebooks, kind);
-        let new = slots(x, kv_shape, coded, total);
-        (0..batch * kv_heads)
-            .flat_map(|bh| {
-                old[bh * coded * d..(bh + 1) * coded * d].iter().chain(&new[bh * recent * d..(bh + 1) * recent * d])
-            })
-            .copied()
-            .collect()
-    };
-    let (k_hat, v_hat) = (expect(&k, 0), expect(&v, 1));
-    let q_shape = [batch, heads, case.q_len, d];
-    let q = random_values(q_shape.iter().product(), seed + 12);
-    let options =
-        AttendOptions { scale: 1.0 / (d as f32).sqrt(), key_start: case.key_start.clone(), window: case.sliding };
-    let got = cache.attend(tensor(q.clone(), q_shape), &options).unwrap();
-    let want = attention_reference(
-        tensor(q.clone(), q_shape),
-        tensor(k_hat.clone(), kv_shape),
-        tensor(v_hat.clone(), kv_shape),
-        &options,
-    )
-    .unwrap();
-    let diff = (got.clone() - want).abs().max().into_scalar();
-    let raw = attention_reference(
-        tensor(q.clone(), q_shape),
-        tensor(k.clone(), kv_shape),
-        tensor(v.clone(), kv_shape),
-        &options,
-    )
-    .unwrap();
-    let raw_diff = (got - raw).abs().max().into_scalar();
-
-    // Bound: the table sums a score's d products in another order than the direct dot product,
-    // so each score differs by at most γ_(d+1) Σ|q_i k_i| (u = 2^-24) times the scale; a softmax
-    // input error ε moves the output by at most 2ε max|v|. Both sides also round the softmax
-    // and the P·V sum: (total + d) u max|v| each, counted twice.
-    let u = f32::EPSILON / 2.0;
-    let max_v = v_hat.iter().fold(0.0f32, |m, x| m.max(x.abs()));
-    let mut max_abs_dot = 0.0f32;
-    for qv in q.chunks_exact(d) {
-        for kv in k_hat.chunks_exact(d) {
-            max_abs_dot = max_abs_dot.max(qv.iter().zip(kv).map(|(a, b)| (a * b).abs()).sum());
-        }
-    }
-    let bound = 2.0 * options.scale * (d + 1) as f32 * u * max_abs_dot * max_v + 4.0 * (total + d) as f32 * u * max_v;
-    (diff, bound, raw_diff)
-}
-
-fn config(subspaces: usize, nbits: u8, scope: CodebookScope) -> PqConfig {
-    PqConfig { subspaces, nbits, scope }
-}
-
-fn cases() -> Vec<Case> {
-    use CodebookScope::{Layer, LayerHead};
-    vec![
-        // Window 0: every older slot coded; decode steps; GQA 2; left padding.
-        Case {
-            config: config(8, 4, Layer),
-            head_dim: 16,
-            kv_heads: 2,
-            group: 2,
-            batch: 2,
-            window: 0,
-            appends: &[7, 1, 1, 1],
-            q_len: 1,
-            key_start: vec![0, 2],
-            sliding: None,
-        },
-        // Per-head codebooks, 6-bit codes (5 per word), GQA 3, window 5.
-        Case {
-            config: config(8, 6, LayerHead),
-            head_dim: 32,
-            kv_heads: 2,
-            group: 3,
-            batch: 1,
-            window: 5,
-            appends: &[13, 1, 1, 1, 1, 1, 1],
-            q_len: 1,
-            key_start: vec![0],
-            sliding: None,
-        },
-        // SmolLM2's shape: 8-bit codes of 2 channels; a chunk of 9 queries over codes + window, sliding window.
-        Case {
-            config: config(32, 8, Layer),
-            head_dim: 64,
-            kv_heads: 3,
-            group: 3,
-            batch: 2,
-            window: 4,
-            appends: &[20, 9],
-            q_len: 9,
-            key_start: vec![3, 0],
-            sliding: Some(6),
-        },
-        // One channel per subspace (scalar codebooks), window longer than the context.
-        Case {
-            config: config(8, 3, LayerHead),
-            head_dim: 8,
-            kv_heads: 1,
-            group: 4,
-            batch: 1,
-            window: 64,
-            appends: &[3, 1, 1],
-            q_len: 1,
-            key_start: vec![0],
-            sliding: None,
-        },
-        // 12-bit codes (2 per word), an odd number of subspaces' words.
-        Case {
-            config: config(3, 12, Layer),
-            head_dim: 12,
-            kv_heads: 2,
-            group: 1,
-            batch: 1,
-            window: 2,
-            appends: &[30, 3],
-            q_len: 3,
-            key_start: vec![0],
-            sliding: None,
-        },
-    ]
-}
 
 #[test]
 fn attention_matches_reconstructed_kv_within_the_derived_bound() {
     for (i, case) in cases().iter().enumerate() {
-        let (diff, bound, raw_diff) = run(case, 100 * i as u64);
+        let (diff, bound, raw_diff) = run::<B>(case, 100 * i as u64);
         assert!(diff <= bound, "case {i}: {diff} > {bound}");
         // Quantization moves the output far more than the bound: the test tells codes from f32.
         let total: usize = case.appends.iter().sum();
@@ -217,7 +46,7 @@ fn long_query_runs_are_split_into_steps_with_the_same_result() {
         key_start: vec![0],
         sliding: None,
     };
-    let (diff, bound, _) = run(&case, 7);
+    let (diff, bound, _) = run::<B>(&case, 7);
     assert!(diff <= bound, "{diff} > {bound}");
 }
 
@@ -233,8 +62,8 @@ fn state_round_trips_and_malformed_states_are_errors() {
     for (n, seed) in [(9, 1), (1, 2), (1, 3)] {
         cache
             .append(
-                tensor(random_values(n * 32, seed), [1, 2, n, d]),
-                tensor(random_values(n * 32, seed + 9), [1, 2, n, d]),
+                tensor::<B>(random_values(n * 32, seed), [1, 2, n, d]),
+                tensor::<B>(random_values(n * 32, seed + 9), [1, 2, n, d]),
             )
             .unwrap();
     }
@@ -243,7 +72,7 @@ fn state_round_trips_and_malformed_states_are_errors() {
     assert_eq!(names, ["k_codes", "v_codes", "k_recent", "v_recent"]);
     let back: PqCache<B> = scheme.import_state(0, geometry, &state, &device).unwrap();
     assert_eq!(back.export_state(), state);
-    let q = tensor(random_values(4 * d, 4), [1, 4, 1, d]);
+    let q = tensor::<B>(random_values(4 * d, 4), [1, 4, 1, d]);
     let options = AttendOptions { scale: 0.25, key_start: vec![0], window: None };
     back.attend(q.clone(), &options)
         .unwrap()
@@ -285,7 +114,7 @@ fn codebooks_that_do_not_fit_are_reported_on_use() {
     for (layer, d) in [(1, 16), (0, 32)] {
         let geometry = CacheGeometry { batch: 1, kv_heads: 2, heads: 2, head_dim: d };
         let mut cache: PqCache<B> = scheme.new_cache(layer, geometry, &device);
-        let x = tensor(vec![0.0; 2 * d], [1, 2, 1, d]);
+        let x = tensor::<B>(vec![0.0; 2 * d], [1, 2, 1, d]);
         assert!(matches!(cache.append(x.clone(), x), Err(CacheError::Request(m)) if m.contains("do not fit")));
     }
     let name = KvScheme::<B>::name(&scheme);
@@ -299,11 +128,11 @@ fn wrong_shapes_are_typed_errors() {
     let scheme = scheme(config(4, 4, CodebookScope::Layer), 2, 16, 2, 1);
     let geometry = CacheGeometry { batch: 1, kv_heads: 2, heads: 2, head_dim: 16 };
     let mut cache: PqCache<B> = scheme.new_cache(0, geometry, &Default::default());
-    let bad = tensor(vec![0.0; 3 * 16], [1, 3, 1, 16]);
+    let bad = tensor::<B>(vec![0.0; 3 * 16], [1, 3, 1, 16]);
     assert!(matches!(cache.append(bad.clone(), bad), Err(CacheError::Shape { .. })));
-    let x = tensor(vec![0.5; 2 * 16], [1, 2, 1, 16]);
+    let x = tensor::<B>(vec![0.5; 2 * 16], [1, 2, 1, 16]);
     cache.append(x.clone(), x).unwrap();
     let options = AttendOptions { scale: 1.0, key_start: vec![0], window: None };
-    let too_many = tensor(vec![0.0; 2 * 2 * 16], [1, 2, 2, 16]);
+    let too_many = tensor::<B>(vec![0.0; 2 * 2 * 16], [1, 2, 2, 16]);
     assert!(matches!(cache.attend(too_many, &options), Err(CacheError::Shape { .. })));
 }

@@ -3,6 +3,8 @@
 //! attention over the codes and the recent window; `decode` is its fused kernel for one query).
 
 pub mod attention;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub mod decode;
 pub mod encode;
 mod view;
 
@@ -10,7 +12,7 @@ use burn::tensor::{backend::Backend, Int, Tensor};
 use burn_kvcompress::{cache::AttendOptions, error::CacheError};
 
 pub use attention::attention_reference;
-pub use encode::{encode_reference, unpack_codes};
+pub use encode::{encode_host, encode_reference, unpack_codes};
 pub use view::{KvPair, PqView};
 
 use crate::PqConfig;
@@ -38,3 +40,33 @@ pub trait PqBackend: Backend {
 
 #[cfg(feature = "ndarray")]
 impl PqBackend for burn::backend::NdArray<f32> {}
+
+/// The kernels run on CubeCL backends computing in f32 with i32 integers (the `Wgpu` and `Cuda`
+/// backends).
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+impl<R, BT> PqBackend for burn_cubecl::CubeBackend<R, f32, i32, BT>
+where
+    R: burn_cubecl::CubeRuntime,
+    BT: burn_cubecl::BoolElement,
+{
+    fn pq_encode(x: Tensor<Self, 4>, books: &Tensor<Self, 4>, config: &PqConfig) -> Tensor<Self, 4, Int> {
+        encode::encode_launch(x, books, config)
+    }
+
+    /// The fused decode kernel for one query slot; several query slots run the reference.
+    fn pq_attention(
+        q: Tensor<Self, 4>,
+        view: &PqView<'_, Self>,
+        options: &AttendOptions,
+    ) -> Result<Tensor<Self, 4>, CacheError> {
+        let pair = view.codes.map(|(k, _)| k.dims()).or(view.recent.map(|(k, _)| k.dims()));
+        let [batch, kv_heads, _, _] =
+            pair.ok_or_else(|| CacheError::Request("attention over an empty cache".into()))?;
+        let cache_dims = [batch, kv_heads, view.len(), q.dims()[3]];
+        let (_, _, q_len, _) = burn_kvcompress::cache::check_attend_shapes(q.dims(), cache_dims, options)?;
+        match q_len {
+            1 => Ok(decode::decode_launch(q, view, options, kv_heads)),
+            _ => attention_reference(q, view, options),
+        }
+    }
+}

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod case;
+
 use std::sync::Arc;
 
 use burn_kvcompress::fingerprint::ModelFingerprint;

@@ -1,0 +1,198 @@
+//! The fused PQ decode attention kernel (one query slot per sequence), flash-decoding style.
+//!
+//! One cube per (sequence, KV head, split); it serves all `group` query heads of its KV head, so
+//! each code word and recent vector is read once per cube. A split covers `chunk` slots of the
+//! coded range, or of the recent window:
+//! 1. scores: for a coded slot, per query head, `Σ_i T[i, code_i]` from the lookup table `T`
+//!    (query · key centroid, already scaled, built once per step); for a recent slot, `q · k` in
+//!    f32, scaled. Masked slots (padding, sliding window) are excluded. The split's value code
+//!    words are staged in shared memory;
+//! 2. per head, the split's max score `m`, `p = exp(s - m)` and `l = Σ p`;
+//! 3. per (head, channel): `Σ p · v`, with `v` rebuilt from its value code and the value
+//!    codebook (coded slots) or read in f32 (recent slots);
+//! 4. the unnormalized output, `m` and `l` go to the log-sum-exp merge
+//!    (`burn_kvcompress::kernels::merge_partials`).
+
+use burn_kvcompress::kernels::masked_score;
+use cubecl::prelude::*;
+
+/// Shapes fixed at compile time (one compiled kernel per model geometry and configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DecodeGeometry {
+    /// Query heads per KV head.
+    pub group: u32,
+    /// Channels per head.
+    pub head_dim: u32,
+    /// Subspaces per vector.
+    pub subspaces: u32,
+    /// Channels per subspace.
+    pub sub_dim: u32,
+    /// Centroids per subspace.
+    pub centroids: u32,
+    /// Bits per code.
+    pub nbits: u32,
+    /// Packed words per vector.
+    pub words: u32,
+    /// Slots per split.
+    pub chunk: u32,
+}
+
+/// Code `i` of the packed vector whose words start at `base` in `words`.
+#[cube]
+fn code_at(words: &SharedMemory<u32>, base: u32, i: u32, #[comptime] nbits: u32) -> u32 {
+    let per_word = 32 / nbits;
+    (words[(base + i / per_word) as usize] >> ((i % per_word) * nbits)) & ((1u32 << nbits) - 1)
+}
+
+/// One split of PQ decode attention; see the module documentation.
+///
+/// - `table`: `[batch, kv_heads, subspaces, group, centroids]`, scaled query·centroid products;
+/// - `k_codes`, `v_codes`: `[batch, kv_heads, coded, words]`; `v_books`: `[groups, subspaces,
+///   centroids, sub_dim]`; `k_recent`, `v_recent`: `[batch, kv_heads, len - coded, head_dim]`;
+/// - `q`: `[batch, kv_heads * group, head_dim]`; `key_start`: `[batch]`;
+/// - outputs per (query head, split): `out` (`head_dim` each), `out_max`, `out_sum`.
+#[allow(clippy::too_many_arguments)]
+#[cube(launch)]
+pub fn decode_kernel(
+    q: &Array<f32>,
+    table: &Array<f32>,
+    k_codes: &Array<u32>,
+    v_codes: &Array<u32>,
+    v_books: &Array<f32>,
+    k_recent: &Array<f32>,
+    v_recent: &Array<f32>,
+    key_start: &Array<u32>,
+    out: &mut Array<f32>,
+    out_max: &mut Array<f32>,
+    out_sum: &mut Array<f32>,
+    len: u32,
+    coded: u32,
+    coded_splits: u32,
+    window: u32,
+    scale: f32,
+    per_head_books: u32,
+    #[comptime] geo: DecodeGeometry,
+) {
+    let splits = CUBE_COUNT_X;
+    let split = CUBE_POS_X;
+    let stream = CUBE_POS_Y; // batch row * kv_heads + kv head
+    let kv_heads = CUBE_COUNT_Y / key_start.len() as u32;
+    let batch_row = stream / kv_heads;
+    let kv_head = stream % kv_heads;
+    let unit = UNIT_POS;
+    let units = CUBE_DIM;
+    let group = geo.group;
+    let d = geo.head_dim;
+    let chunk = geo.chunk;
+    let is_coded = split < coded_splits;
+    let recent_len = len - coded;
+    // The split's slots: `chunk` of the coded range, or of the recent window.
+    let mut first = split * chunk;
+    let mut end = coded;
+    if !is_coded {
+        first = coded + (split - coded_splits) * chunk;
+        end = len;
+    }
+    let count = u32::min(chunk, end - first);
+
+    let mut p = SharedMemory::<f32>::new((geo.group * geo.chunk) as usize);
+    let mut words = SharedMemory::<u32>::new((geo.chunk * geo.words) as usize);
+    let mut head_max = SharedMemory::<f32>::new(geo.group as usize);
+
+    // 1. Scores per (slot, head); value code words to shared memory.
+    let mut t = unit;
+    while t < chunk {
+        let slot = first + t;
+        let mut allowed = false;
+        if t < count {
+            allowed =
+                slot + 1 == len || (slot >= key_start[batch_row as usize] && (window == 0 || len - 1 - slot < window));
+        }
+        if allowed && is_coded {
+            let row = stream * coded + slot;
+            for w in 0..geo.words {
+                words[(t * geo.words + w) as usize] = v_codes[(row * geo.words + w) as usize];
+            }
+        }
+        for g in 0..group {
+            let mut score = masked_score();
+            if allowed {
+                let mut acc = 0.0f32;
+                if is_coded {
+                    let row = stream * coded + slot;
+                    let per_word = 32 / geo.nbits;
+                    for i in 0..geo.subspaces {
+                        let word = k_codes[(row * geo.words + i / per_word) as usize];
+                        let c = (word >> ((i % per_word) * geo.nbits)) & ((1u32 << geo.nbits) - 1);
+                        acc += table[(((stream * geo.subspaces + i) * group + g) * geo.centroids + c) as usize];
+                    }
+                } else {
+                    let row = stream * recent_len + (slot - coded);
+                    let q_base = (stream * group + g) * d;
+                    for c in 0..d {
+                        acc += q[(q_base + c) as usize] * k_recent[(row * d + c) as usize];
+                    }
+                    acc *= scale;
+                }
+                score = acc;
+            }
+            p[(g * chunk + t) as usize] = score;
+        }
+        t += units;
+    }
+    sync_cube();
+
+    // 2. Per head: the split's max score, then p = exp(s - m) (0 where masked).
+    if unit < group {
+        let mut m = masked_score();
+        for t in 0..chunk {
+            m = f32::max(m, p[(unit * chunk + t) as usize]);
+        }
+        head_max[unit as usize] = m;
+    }
+    sync_cube();
+    let mut pair = unit;
+    while pair < group * chunk {
+        let s = p[pair as usize];
+        let mut e = 0.0f32;
+        if s > masked_score() {
+            e = f32::exp(s - head_max[(pair / chunk) as usize]);
+        }
+        p[pair as usize] = e;
+        pair += units;
+    }
+    sync_cube();
+
+    // 3. Per (head, channel): Σ p · v.
+    let book_group = kv_head * per_head_books;
+    let mut pair = unit;
+    while pair < group * d {
+        let g = pair / d;
+        let c = pair % d;
+        let i = c / geo.sub_dim;
+        let within = c % geo.sub_dim;
+        let book_base = (book_group * geo.subspaces + i) * geo.centroids;
+        let mut acc = 0.0f32;
+        let mut l = 0.0f32;
+        for t in 0..count {
+            let weight = p[(g * chunk + t) as usize];
+            l += weight;
+            if weight > 0.0 {
+                if is_coded {
+                    let code = code_at(&words, t * geo.words, i, geo.nbits);
+                    acc += weight * v_books[((book_base + code) * geo.sub_dim + within) as usize];
+                } else {
+                    let row = stream * recent_len + (first - coded + t);
+                    acc += weight * v_recent[(row * d + c) as usize];
+                }
+            }
+        }
+        let head = stream * group + g;
+        out[((head * splits + split) * d + c) as usize] = acc;
+        if c == 0 {
+            out_max[(head * splits + split) as usize] = head_max[g as usize];
+            out_sum[(head * splits + split) as usize] = l;
+        }
+        pair += units;
+    }
+}
