@@ -40,7 +40,8 @@ fn main() -> anyhow::Result<()> {
             // Again with the wgpu feature, which compiles the CubeCL kernels and their tests.
             shell::run(
                 "cargo",
-                &[&clippy[..], &["--features", "burn-hack-attn/wgpu", "--", "-D", "warnings"]].concat(),
+                &[&clippy[..], &["--features", "burn-hack-attn/wgpu,burn-million-pq/wgpu", "--", "-D", "warnings"]]
+                    .concat(),
             )?;
             test()
         }
@@ -52,5 +53,8 @@ fn test() -> anyhow::Result<()> {
     fetch_model::fetch_model()?;
     shell::run("cargo", &["test", "--release", "--workspace"])?;
     // The CubeCL kernels against their references on wgpu (lavapipe on a machine without a GPU).
-    shell::run("cargo", &["test", "--release", "-p", "burn-hack-attn", "--features", "wgpu"])
+    for crate_name in ["burn-hack-attn", "burn-million-pq"] {
+        shell::run("cargo", &["test", "--release", "-p", crate_name, "--features", "wgpu"])?;
+    }
+    Ok(())
 }
