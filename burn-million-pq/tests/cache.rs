@@ -33,7 +33,7 @@ fn attention_matches_reconstructed_kv_within_the_derived_bound() {
 
 #[test]
 fn long_query_runs_are_split_into_steps_with_the_same_result() {
-    // 1 x 2 heads x 2 group x 32 subspaces x 600 coded slots x 300 queries > 2^24: stepped.
+    // 1 x 2 heads x 2 group x (32 subspaces x 600 coded + 900 slots) x 300 queries > 2^24: stepped.
     let case = Case {
         config: config(32, 8, CodebookScope::Layer),
         head_dim: 64,

@@ -2,5 +2,6 @@
 //! syntax, and llama.cpp's reference numbers.
 
 pub mod backend_choice;
+pub mod bench;
 pub mod reference;
 pub mod scheme_arg;

@@ -4,10 +4,8 @@
 //! achieved bandwidth. The PyTorch SDPA fp16 anchor is `examples/bench/sdpa_anchor.py`, run in the
 //! same session (see `results/hack-bench-*.md`).
 
-use std::time::Instant;
-
 use anyhow::ensure;
-use burn::tensor::{backend::Backend, Distribution, ElementConversion, Tensor, TensorData};
+use burn::tensor::{Distribution, Tensor, TensorData};
 use burn_hack_attn::{
     kernels::{attention_reference, HackBackend},
     HackConfig, Rounding,
@@ -17,7 +15,11 @@ use burn_kvcompress::{
     cache::{AttendOptions, CacheGeometry, KvCache, KvScheme, TransferableCache},
 };
 use clap::Parser;
-use examples::{backend_choice::BackendChoice, with_backend};
+use examples::{
+    backend_choice::BackendChoice,
+    bench::{self, diffs, host_floats, time},
+    with_backend,
+};
 
 /// Time HACK decode and prefill attention on random K/V.
 #[derive(Parser, Debug)]
@@ -52,24 +54,6 @@ struct Args {
     prefill_contexts: Vec<usize>,
 }
 
-/// Median and minimum of `runs` synchronized calls of `f`, in microseconds.
-fn time<B: Backend>(device: &B::Device, runs: usize, mut f: impl FnMut()) -> (f64, f64) {
-    for _ in 0..10 {
-        f();
-    }
-    B::sync(device).expect("sync");
-    let mut times: Vec<f64> = (0..runs)
-        .map(|_| {
-            let start = Instant::now();
-            f();
-            B::sync(device).expect("sync");
-            start.elapsed().as_secs_f64() * 1e6
-        })
-        .collect();
-    times.sort_by(f64::total_cmp);
-    (times[times.len() / 2], times[0])
-}
-
 fn filled_cache<B: HackBackend>(
     args: &Args,
     batch: usize,
@@ -77,26 +61,7 @@ fn filled_cache<B: HackBackend>(
     device: &B::Device,
 ) -> anyhow::Result<<HackConfig as KvScheme<B>>::Cache> {
     let geometry = CacheGeometry { batch, kv_heads: args.kv_heads, heads: args.heads, head_dim: args.head_dim };
-    let mut cache = KvScheme::<B>::new_cache(&args.config, 0, geometry, device);
-    // Appended in slices of at most 4096 slots, as a prefill would.
-    for start in (0..len).step_by(4096) {
-        let n = 4096.min(len - start);
-        let shape = [batch, args.kv_heads, n, args.head_dim];
-        let k = Tensor::<B, 4>::random(shape, Distribution::Normal(0.0, 1.0), device);
-        let v = Tensor::<B, 4>::random(shape, Distribution::Normal(0.0, 1.0), device);
-        cache.append(k, v)?;
-    }
-    Ok(cache)
-}
-
-/// Max and mean absolute difference.
-fn diffs<B: Backend>(a: Tensor<B, 4>, b: Tensor<B, 4>) -> (f32, f32) {
-    let d = (a - b).abs();
-    (d.clone().max().into_scalar().elem::<f32>(), d.mean().into_scalar().elem::<f32>())
-}
-
-fn host_floats<B: Backend>(t: Tensor<B, 4>) -> Vec<f32> {
-    t.into_data().convert::<f32>().into_vec().expect("f32")
+    Ok(bench::filled_cache(&args.config, geometry, len, device)?)
 }
 
 /// The kernels and the prefill path on this backend against the ndarray reference, on SmolLM2's

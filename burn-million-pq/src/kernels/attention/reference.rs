@@ -14,7 +14,7 @@ use burn_kvcompress::{
 
 use crate::kernels::{unpack_codes, PqView};
 
-/// Most elements of the gathered table per query step (bounds the reference's memory).
+/// Most elements of the gathered table and scores per query step (bounds the reference's memory).
 const STEP_ELEMENTS: usize = 1 << 24;
 
 /// Per query row, the score of every coded slot by table lookups.
@@ -56,7 +56,7 @@ pub fn reconstruct<B: Backend>(codes: Tensor<B, 4, Int>, books: &Tensor<B, 4>) -
 
 /// Attention of `q: [batch, heads, q_len, head_dim]` (the last `q_len` slots) over `view`,
 /// `[batch, heads, q_len, head_dim]`. Long query runs are split into steps so that the gathered
-/// table stays under 2^24 elements.
+/// table and the scores stay under 2^24 elements.
 pub fn attention_reference<B: Backend>(
     q: Tensor<B, 4>,
     view: &PqView<'_, B>,
@@ -69,7 +69,8 @@ pub fn attention_reference<B: Backend>(
     let (_, heads, q_len, _) = check_attend_shapes(q.dims(), [batch, kv_heads, total, head_dim], options)?;
     let group = heads / kv_heads;
     let coded = view.coded();
-    let per_query = batch * kv_heads * group * view.config.subspaces * coded.max(1);
+    // Per query: its gathered table entries and its scores.
+    let per_query = batch * kv_heads * group * (view.config.subspaces * coded + total);
     let step = (STEP_ELEMENTS / per_query).clamp(1, q_len);
     if step == q_len {
         return Ok(attend_last(q, view, options, kv_heads, total));

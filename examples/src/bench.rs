@@ -1,0 +1,58 @@
+//! Helpers of the GPU attention benchmarks: synchronized timing, differences, random caches.
+
+use std::time::Instant;
+
+use burn::tensor::{backend::Backend, Distribution, ElementConversion, Tensor};
+use burn_kvcompress::{
+    cache::{CacheGeometry, KvCache, KvScheme},
+    error::CacheError,
+};
+
+/// Median and minimum of `runs` device-synchronized calls of `f` (after 10 warm-up calls), in
+/// microseconds.
+pub fn time<B: Backend>(device: &B::Device, runs: usize, mut f: impl FnMut()) -> (f64, f64) {
+    for _ in 0..10 {
+        f();
+    }
+    B::sync(device).expect("sync");
+    let mut times: Vec<f64> = (0..runs.max(1))
+        .map(|_| {
+            let start = Instant::now();
+            f();
+            B::sync(device).expect("sync");
+            start.elapsed().as_secs_f64() * 1e6
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    (times[times.len() / 2], times[0])
+}
+
+/// Max and mean absolute difference of two tensors.
+pub fn diffs<B: Backend>(a: Tensor<B, 4>, b: Tensor<B, 4>) -> (f32, f32) {
+    let d = (a - b).abs();
+    (d.clone().max().into_scalar().elem::<f32>(), d.mean().into_scalar().elem::<f32>())
+}
+
+/// A tensor's values on the host.
+pub fn host_floats<B: Backend>(t: Tensor<B, 4>) -> Vec<f32> {
+    t.into_data().convert::<f32>().into_vec().expect("f32")
+}
+
+/// A cache of `scheme` holding `len` slots of N(0, 1) keys and values, appended as a prefill
+/// would: in slices of at most 4096 slots.
+pub fn filled_cache<B: Backend, S: KvScheme<B>>(
+    scheme: &S,
+    geometry: CacheGeometry,
+    len: usize,
+    device: &B::Device,
+) -> Result<S::Cache, CacheError> {
+    let mut cache = scheme.new_cache(0, geometry, device);
+    for start in (0..len).step_by(4096) {
+        let n = 4096.min(len - start);
+        let shape = [geometry.batch, geometry.kv_heads, n, geometry.head_dim];
+        let k = Tensor::<B, 4>::random(shape, Distribution::Normal(0.0, 1.0), device);
+        let v = Tensor::<B, 4>::random(shape, Distribution::Normal(0.0, 1.0), device);
+        cache.append(k, v)?;
+    }
+    Ok(cache)
+}
