@@ -3,9 +3,9 @@
 //! One cube per (sequence, KV head, split); it serves all `group` query heads of its KV head, so
 //! each code word and recent vector is read once per cube. A split covers `chunk` slots of the
 //! coded range, or of the recent window:
-//! 1. scores: for a coded slot, per query head, `Σ_i T[i, code_i]` from the lookup table `T`
-//!    (query · key centroid, already scaled, built once per step); for a recent slot, `q · k` in
-//!    f32, scaled. Masked slots (padding, sliding window) are excluded. The split's value code
+//! 1. scores: for a coded slot, per query head, `Σ_i T[i, code_i]` (in subspace order) from the
+//!    lookup table `T` (query · key centroid, already scaled, built once per step); for a recent
+//!    slot, `q · k` in f32, scaled. Masked slots (padding, sliding window) are excluded. The split's value code
 //!    words are staged in shared memory;
 //! 2. per head, the split's max score `m`, `p = exp(s - m)` and `l = Σ p`;
 //! 3. per (head, channel): `Σ p · v`, with `v` rebuilt from its value code and the value
@@ -46,7 +46,7 @@ fn code_at(words: &SharedMemory<u32>, base: u32, i: u32, #[comptime] nbits: u32)
 
 /// One split of PQ decode attention; see the module documentation.
 ///
-/// - `table`: `[batch, kv_heads, subspaces, group, centroids]`, scaled query·centroid products;
+/// - `table`: `[batch, kv_heads, subspaces, centroids, group]`, scaled query·centroid products;
 /// - `k_codes`, `v_codes`: `[batch, kv_heads, coded, words]`; `v_books`: `[groups, subspaces,
 ///   centroids, sub_dim]`; `k_recent`, `v_recent`: `[batch, kv_heads, len - coded, head_dim]`;
 /// - `q`: `[batch, kv_heads * group, head_dim]`; `key_start`: `[batch]`;
@@ -98,8 +98,11 @@ pub fn decode_kernel(
     let mut p = SharedMemory::<f32>::new((geo.group * geo.chunk) as usize);
     let mut words = SharedMemory::<u32>::new((geo.chunk * geo.words) as usize);
     let mut head_max = SharedMemory::<f32>::new(geo.group as usize);
+    let mut lane_max = SharedMemory::<f32>::new((geo.group * 16) as usize);
 
-    // 1. Scores per (slot, head); value code words to shared memory.
+    // 1. Scores per (slot, head), accumulated in `p`. A unit reads its slot's key code words
+    //    once; per subspace, the `group` heads' table entries of the code are adjacent. The
+    //    slot's value code words go to shared memory.
     let mut t = unit;
     while t < chunk {
         let slot = first + t;
@@ -108,45 +111,67 @@ pub fn decode_kernel(
             allowed =
                 slot + 1 == len || (slot >= key_start[batch_row as usize] && (window == 0 || len - 1 - slot < window));
         }
+        for g in 0..group {
+            p[(g * chunk + t) as usize] = 0.0;
+        }
         if allowed && is_coded {
             let row = stream * coded + slot;
+            let per_word = 32 / geo.nbits;
+            let mask = (1u32 << geo.nbits) - 1;
             for w in 0..geo.words {
                 words[(t * geo.words + w) as usize] = v_codes[(row * geo.words + w) as usize];
+                let word = k_codes[(row * geo.words + w) as usize];
+                for j in 0..per_word {
+                    let i = w * per_word + j;
+                    if i < geo.subspaces {
+                        let c = (word >> (j * geo.nbits)) & mask;
+                        let base = ((stream * geo.subspaces + i) * geo.centroids + c) * group;
+                        for g in 0..group {
+                            p[(g * chunk + t) as usize] += table[(base + g) as usize];
+                        }
+                    }
+                }
             }
         }
-        for g in 0..group {
-            let mut score = masked_score();
-            if allowed {
+        if allowed && !is_coded {
+            let row = stream * recent_len + (slot - coded);
+            for g in 0..group {
+                let q_base = (stream * group + g) * d;
                 let mut acc = 0.0f32;
-                if is_coded {
-                    let row = stream * coded + slot;
-                    let per_word = 32 / geo.nbits;
-                    for i in 0..geo.subspaces {
-                        let word = k_codes[(row * geo.words + i / per_word) as usize];
-                        let c = (word >> ((i % per_word) * geo.nbits)) & ((1u32 << geo.nbits) - 1);
-                        acc += table[(((stream * geo.subspaces + i) * group + g) * geo.centroids + c) as usize];
-                    }
-                } else {
-                    let row = stream * recent_len + (slot - coded);
-                    let q_base = (stream * group + g) * d;
-                    for c in 0..d {
-                        acc += q[(q_base + c) as usize] * k_recent[(row * d + c) as usize];
-                    }
-                    acc *= scale;
+                for c in 0..d {
+                    acc += q[(q_base + c) as usize] * k_recent[(row * d + c) as usize];
                 }
-                score = acc;
+                p[(g * chunk + t) as usize] = acc * scale;
             }
-            p[(g * chunk + t) as usize] = score;
+        }
+        if !allowed {
+            for g in 0..group {
+                p[(g * chunk + t) as usize] = masked_score();
+            }
         }
         t += units;
     }
     sync_cube();
 
-    // 2. Per head: the split's max score, then p = exp(s - m) (0 where masked).
+    // 2. Per head: the split's max score (16 lanes per head, then one), then p = exp(s - m)
+    //    (0 where masked).
+    let lanes = 16u32;
+    if unit < group * lanes {
+        let g = unit / lanes;
+        let lane = unit % lanes;
+        let mut m = masked_score();
+        let mut t = lane;
+        while t < chunk {
+            m = f32::max(m, p[(g * chunk + t) as usize]);
+            t += lanes;
+        }
+        lane_max[unit as usize] = m;
+    }
+    sync_cube();
     if unit < group {
         let mut m = masked_score();
-        for t in 0..chunk {
-            m = f32::max(m, p[(unit * chunk + t) as usize]);
+        for lane in 0..lanes {
+            m = f32::max(m, lane_max[(unit * lanes + lane) as usize]);
         }
         head_max[unit as usize] = m;
     }

@@ -14,8 +14,8 @@ use crate::kernels::PqView;
 pub const DECODE_CHUNK: usize = 256;
 
 /// The lookup table of one step: `q: [batch, heads, 1, head_dim]`, key codebooks `[groups,
-/// subspaces, centroids, sub_dim]`; returns `[batch, kv_heads, subspaces, group, centroids]` of
-/// `scale · <q^(i), C_K^i[c]>`.
+/// subspaces, centroids, sub_dim]`; returns `[batch, kv_heads, subspaces, centroids, group]` of
+/// `scale · <q^(i), C_K^i[c]>` (a code's entries for the group's heads are adjacent).
 fn lookup_table<R: CubeRuntime, BT: BoolElement>(
     q: Tensor<CubeF32<R, BT>, 4>,
     books: &Tensor<CubeF32<R, BT>, 4>,
@@ -31,7 +31,7 @@ fn lookup_table<R: CubeRuntime, BT: BoolElement>(
         .reshape([1, groups, m, centroids, ds])
         .swap_dims(3, 4)
         .expand([batch, kv_heads, m, ds, centroids]);
-    q.matmul(books) * scale
+    (q.matmul(books) * scale).swap_dims(3, 4)
 }
 
 /// PQ decode attention of `q: [batch, heads, 1, head_dim]` (the last slot) over `view`, shapes
