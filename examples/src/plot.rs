@@ -2,8 +2,8 @@
 //!
 //! SVG carries its text as `<text>` elements, so it needs no font. The PNG backend is built
 //! without a font feature (those need system font libraries or font files at build or run time),
-//! so a PNG has the axes, grid and lines but no text: the curves are told apart by the colours
-//! [`CURVE_COLOURS`] names, in order.
+//! so a PNG has a frame, the grid and the lines but no text: the curves are told apart by the
+//! colours [`CURVE_COLOURS`] names, in order.
 
 use std::path::Path;
 
@@ -41,7 +41,7 @@ pub struct PlotSpec<'a> {
 pub enum PlotFormat {
     /// `.svg`: with text.
     Svg,
-    /// `.png`: lines, axes and grid, no text.
+    /// `.png`: lines, frame and grid, no text.
     Png,
 }
 
@@ -118,16 +118,22 @@ where
     let fail = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow::anyhow!("{e}");
     let count = spec.curves.iter().map(|c| c.values.len()).max().unwrap_or(1);
     let mut mesh = chart.configure_mesh();
+    mesh.x_labels(count.clamp(2, 12));
+    // Without label areas (no text) plotters draws the grid but no axes or tick labels.
     match text {
         true => mesh
-            .x_labels(count.clamp(2, 12))
             .x_desc(spec.x_label)
             .y_desc(spec.y_label)
             .x_label_formatter(&|x| format_value(*x))
             .y_label_formatter(&|y| format_value(*y)),
-        false => mesh.x_labels(0).y_labels(0),
+        false => &mut mesh,
     };
     mesh.draw().map_err(fail)?;
+    if !text {
+        let area = chart.plotting_area().strip_coord_spec();
+        let (w, h) = area.dim_in_pixel();
+        area.draw(&Rectangle::new([(0, 0), (w as i32 - 1, h as i32 - 1)], BLACK)).map_err(fail)?;
+    }
     for (curve, (_, colour)) in spec.curves.iter().zip(CURVE_COLOURS) {
         let points = curve.values.iter().enumerate().map(|(x, &y)| (x as f64, y));
         let series = chart.draw_series(LineSeries::new(points, colour.stroke_width(2))).map_err(fail)?;

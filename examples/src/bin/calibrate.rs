@@ -170,8 +170,8 @@ fn file_name(path: &Path) -> String {
     path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned())
 }
 
-/// Loads the model, tokenizes the texts (`(file name, contents)`) and prefills them window by window through a recording
-/// cache, up to `args.tokens` tokens.
+/// Loads the model, tokenizes the texts (`(file name, contents)`) and prefills them window by
+/// window through a recording cache, up to `args.tokens` tokens.
 fn record<B: Backend>(
     device: B::Device,
     args: &Args,
@@ -247,7 +247,7 @@ fn train(
         ProgressStyle::with_template("k-means [{bar:30}] {pos}/{len} iterations, eta {eta}").expect("template"),
     );
     eprintln!(
-        "training {config} codebooks for {g} on {} vectors per KV head ({} k-means of {} iterations, {threads} threads)",
+        "training {config} codebooks for {g}: {} vectors per KV head, {} k-means x {} iterations, {threads} threads",
         samples.rows_per_head(),
         total / kmeans.iterations.max(1),
         kmeans.iterations
