@@ -1,6 +1,15 @@
-//! `--backend ndarray|wgpu|cuda`: which Burn backend a program runs on.
+//! `--backend ndarray|wgpu|cuda`: which Burn backend a program runs on, and [`KernelBackend`]: what
+//! the programs need of it.
 
+use burn_hack_attn::kernels::HackBackend;
+use burn_million_pq::kernels::PqBackend;
 use clap::ValueEnum;
+
+/// A backend that runs every scheme's operations (HACK's and MILLION's), which the programs'
+/// run functions need to take any `--kv`.
+pub trait KernelBackend: HackBackend + PqBackend {}
+
+impl<B: HackBackend + PqBackend> KernelBackend for B {}
 
 /// A backend selectable on the command line (wgpu and cuda need the crate features of the
 /// same name).

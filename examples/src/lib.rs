@@ -1,7 +1,8 @@
 //! Shared plumbing of the example command-line programs: backend selection, the `--kv` scheme
-//! syntax, and llama.cpp's reference numbers.
+//! syntax, llama.cpp's reference numbers, benchmark helpers and plots.
 
 pub mod backend_choice;
 pub mod bench;
+pub mod plot;
 pub mod reference;
 pub mod scheme_arg;

@@ -1,17 +1,66 @@
-//! The `--kv` syntax: `dense`, or `hack:bits=2,pi=64,round=stochastic,seed=0` (any subset of the
-//! keys; see [`HackConfig`]'s text form). More schemes join as their crates land.
+//! The `--kv` syntax: `dense`, `hack:bits=2,pi=64,round=stochastic,seed=0` (any subset of the
+//! keys; see [`HackConfig`]'s text form) or `pq:codebooks=books.safetensors,window=64` (codebooks
+//! from `calibrate`; `window` defaults to 64). More schemes join as their crates land.
+//!
+//! A [`SchemeArg`] is only the parsed description; [`SchemeArg::resolve`] turns it into a
+//! [`Scheme`] against the loaded model (PQ reads its codebook file and checks that it was
+//! calibrated on this model), and [`with_scheme!`](crate::with_scheme) calls a function generic
+//! over the scheme with the concrete type.
 
-use std::str::FromStr;
+use std::{path::Path, path::PathBuf, str::FromStr, sync::Arc};
 
+use anyhow::Context;
 use burn_hack_attn::HackConfig;
+use burn_kvcompress::{
+    cache::{CacheGeometry, DenseScheme},
+    fingerprint::ModelFingerprint,
+    model::ModelConfig,
+};
+use burn_million_pq::{cache::PqScheme, codebook::Codebooks};
 
-/// A KV cache scheme chosen on the command line.
+/// `pq:` parameters: the codebook file and the recent window.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PqArg {
+    /// Codebook file written by `calibrate` (required).
+    pub codebooks: PathBuf,
+    /// Recent slots kept in f32 (default [`PqArg::DEFAULT_WINDOW`]).
+    pub window: usize,
+}
+
+impl PqArg {
+    /// The recent window when `window` is not given.
+    pub const DEFAULT_WINDOW: usize = 64;
+}
+
+impl FromStr for PqArg {
+    type Err = String;
+
+    /// `codebooks=PATH[,window=N]`, in any order (a path may not contain `,`).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (mut codebooks, mut window) = (None, Self::DEFAULT_WINDOW);
+        for pair in s.split(',').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').ok_or_else(|| format!("`{pair}` is not key=value"))?;
+            match key {
+                "codebooks" if value.is_empty() => return Err("`codebooks` needs a path".into()),
+                "codebooks" => codebooks = Some(PathBuf::from(value)),
+                "window" => window = value.parse().map_err(|_| format!("window `{value}` is not a number"))?,
+                other => return Err(format!("unknown pq key `{other}` (codebooks, window)")),
+            }
+        }
+        let codebooks = codebooks.ok_or("pq needs `codebooks=PATH` (a file written by `calibrate`)")?;
+        Ok(Self { codebooks, window })
+    }
+}
+
+/// A KV cache scheme chosen on the command line (parsed, not yet checked against a model).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SchemeArg {
     /// Uncompressed K/V.
     Dense,
     /// HACK: 2- or 4-bit K/V codes, attention on the codes.
     Hack(HackConfig),
+    /// MILLION: product-quantized K/V with trained codebooks, lookup-table attention.
+    Pq(PqArg),
 }
 
 impl FromStr for SchemeArg {
@@ -23,20 +72,77 @@ impl FromStr for SchemeArg {
             "dense" if params.is_empty() => Ok(Self::Dense),
             "dense" => Err(format!("`dense` takes no parameters (got `{params}`)")),
             "hack" => params.parse().map(Self::Hack).map_err(|e| e.to_string()),
-            other => Err(format!("unknown KV scheme `{other}` (available: dense, hack)")),
+            "pq" => params.parse().map(Self::Pq),
+            other => Err(format!("unknown KV scheme `{other}` (available: dense, hack, pq)")),
         }
     }
 }
 
-/// Calls `$run($scheme_value, ...)` with the concrete scheme the argument names; `$run` is a
-/// path, so it may carry generic arguments: `with_scheme!(arg, run::<B, _>, (x, y))`.
+/// A scheme ready to build caches: a [`SchemeArg`] resolved against the loaded model.
+#[derive(Debug, Clone)]
+pub enum Scheme {
+    /// Uncompressed K/V.
+    Dense(DenseScheme),
+    /// HACK.
+    Hack(HackConfig),
+    /// MILLION, with its codebooks loaded and checked against the model.
+    Pq(PqScheme),
+}
+
+impl SchemeArg {
+    /// The concrete scheme for the model at `model_path` with hyper-parameters `config`.
+    ///
+    /// `pq` loads its codebook file and checks that it was calibrated on this model file (by
+    /// SHA-256: `fingerprint` if the caller already has it, else the file is hashed here) and fits
+    /// its geometry (layers, KV heads, head dimension); the error names the file and the mismatch.
+    pub fn resolve(
+        &self,
+        model_path: &Path,
+        config: &ModelConfig,
+        fingerprint: Option<ModelFingerprint>,
+    ) -> anyhow::Result<Scheme> {
+        Ok(match self {
+            Self::Dense => Scheme::Dense(DenseScheme),
+            Self::Hack(config) => Scheme::Hack(*config),
+            Self::Pq(arg) => {
+                let path = &arg.codebooks;
+                let books =
+                    Codebooks::load(path).with_context(|| format!("loading PQ codebooks {}", path.display()))?;
+                let fingerprint = match fingerprint {
+                    Some(f) => f,
+                    None => ModelFingerprint::of_path(model_path)
+                        .with_context(|| format!("hashing the model {}", model_path.display()))?,
+                };
+                let geometry = CacheGeometry {
+                    batch: 1,
+                    kv_heads: config.num_kv_heads,
+                    heads: config.num_heads,
+                    head_dim: config.head_dim,
+                };
+                books.check_model(fingerprint, config.num_layers, geometry).with_context(|| {
+                    format!(
+                        "the PQ codebooks {} (calibrated on: {}) do not fit the model {}",
+                        path.display(),
+                        books.calibration,
+                        model_path.display()
+                    )
+                })?;
+                Scheme::Pq(PqScheme::new(Arc::new(books), arg.window))
+            }
+        })
+    }
+}
+
+/// Calls `$run($scheme_value, ...)` with the concrete scheme a [`Scheme`] holds; `$run` is a
+/// path, so it may carry generic arguments: `with_scheme!(scheme, run::<B, _>, (x, y))`.
 #[macro_export]
 macro_rules! with_scheme {
-    ($arg:expr, $run:path, ( $($a:expr),* )) => {{
-        use $crate::scheme_arg::SchemeArg;
-        match $arg {
-            SchemeArg::Dense => $run(burn_kvcompress::cache::DenseScheme, $($a),*),
-            SchemeArg::Hack(config) => $run(config, $($a),*),
+    ($scheme:expr, $run:path, ( $($a:expr),* )) => {{
+        use $crate::scheme_arg::Scheme;
+        match $scheme {
+            Scheme::Dense(scheme) => $run(scheme, $($a),*),
+            Scheme::Hack(scheme) => $run(scheme, $($a),*),
+            Scheme::Pq(scheme) => $run(scheme, $($a),*),
         }
     }};
 }
@@ -53,5 +159,76 @@ mod tests {
         let hack = "hack:bits=4,pi=32,round=nearest".parse::<SchemeArg>().unwrap();
         assert_eq!(hack, SchemeArg::Hack("bits=4,pi=32,round=nearest".parse().unwrap()));
         assert!("hack:bits=3".parse::<SchemeArg>().unwrap_err().contains("bit width"));
+    }
+
+    #[test]
+    fn parses_pq_and_rejects_bad_parameters() {
+        let pq = |s: &str| s.parse::<SchemeArg>();
+        let arg = |path: &str, window| SchemeArg::Pq(PqArg { codebooks: PathBuf::from(path), window });
+        assert_eq!(pq("pq:codebooks=/tmp/b.safetensors,window=16"), Ok(arg("/tmp/b.safetensors", 16)));
+        assert_eq!(pq("pq:window=0,codebooks=b.safetensors"), Ok(arg("b.safetensors", 0)));
+        assert_eq!(pq("pq:codebooks=b.safetensors"), Ok(arg("b.safetensors", 64)));
+        assert!(pq("pq").unwrap_err().contains("codebooks=PATH"));
+        assert!(pq("pq:window=8").unwrap_err().contains("codebooks=PATH"));
+        assert!(pq("pq:codebooks=").unwrap_err().contains("needs a path"));
+        assert!(pq("pq:codebooks=b,window=x").unwrap_err().contains("not a number"));
+        assert!(pq("pq:codebooks=b,window=-1").unwrap_err().contains("not a number"));
+        assert!(pq("pq:codebooks=b,m=32").unwrap_err().contains("unknown pq key `m`"));
+        assert!(pq("pq:codebooks").unwrap_err().contains("not key=value"));
+    }
+
+    fn tiny_config(num_layers: usize) -> ModelConfig {
+        ModelConfig {
+            architecture: burn_kvcompress::model::Architecture::Llama,
+            vocab_size: 8,
+            hidden_size: 8,
+            intermediate_size: 8,
+            num_layers,
+            num_heads: 2,
+            num_kv_heads: 1,
+            head_dim: 4,
+            rope_theta: 10000.0,
+            rms_norm_eps: 1e-5,
+            tie_embeddings: true,
+            sliding_window: None,
+            max_position: 16,
+        }
+    }
+
+    #[test]
+    fn resolving_pq_checks_the_file_the_model_and_the_geometry() {
+        let dir = std::env::temp_dir().join(format!("scheme-arg-pq-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (model, other_model, books_path) =
+            (dir.join("model.gguf"), dir.join("other.gguf"), dir.join("books.safetensors"));
+        std::fs::write(&model, b"model weights").unwrap();
+        std::fs::write(&other_model, b"other weights").unwrap();
+        let config: burn_million_pq::PqConfig = "m=2,nbits=2".parse().unwrap();
+        let books = Codebooks {
+            config,
+            geometry: burn_million_pq::codebook::CodebookGeometry { layers: 2, kv_heads: 1, head_dim: 4 },
+            model: ModelFingerprint::of_path(&model).unwrap(),
+            calibration: "unit test".into(),
+            keys: vec![vec![0.5; 2 * 4 * 2]; 2],
+            values: vec![vec![-0.5; 2 * 4 * 2]; 2],
+        };
+        books.save(&books_path).unwrap();
+        let arg: SchemeArg = format!("pq:codebooks={},window=8", books_path.display()).parse().unwrap();
+        let message = |result: anyhow::Result<Scheme>| format!("{:#}", result.unwrap_err());
+
+        match arg.resolve(&model, &tiny_config(2), None).unwrap() {
+            Scheme::Pq(scheme) => assert_eq!((scheme.window, &*scheme.codebooks), (8, &books)),
+            other => panic!("resolved to {other:?}"),
+        }
+        let wrong_model = message(arg.resolve(&other_model, &tiny_config(2), None));
+        assert!(wrong_model.contains("books.safetensors") && wrong_model.contains("other.gguf"), "{wrong_model}");
+        assert!(wrong_model.contains("calibrated on model"), "{wrong_model}");
+        let wrong_geometry = message(arg.resolve(&model, &tiny_config(3), None));
+        assert!(wrong_geometry.contains("3 layers"), "{wrong_geometry}");
+        let missing: SchemeArg = "pq:codebooks=/nonexistent/books.safetensors".parse().unwrap();
+        let missing = message(missing.resolve(&model, &tiny_config(2), None));
+        assert!(missing.contains("/nonexistent/books.safetensors"), "{missing}");
+        assert!(matches!(SchemeArg::Dense.resolve(&model, &tiny_config(2), None), Ok(Scheme::Dense(_))));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -40,8 +40,11 @@ fn main() -> anyhow::Result<()> {
             // Again with the wgpu feature, which compiles the CubeCL kernels and their tests.
             shell::run(
                 "cargo",
-                &[&clippy[..], &["--features", "burn-hack-attn/wgpu,burn-million-pq/wgpu", "--", "-D", "warnings"]]
-                    .concat(),
+                &[
+                    &clippy[..],
+                    &["--features", "burn-hack-attn/wgpu,burn-million-pq/wgpu,examples/wgpu", "--", "-D", "warnings"],
+                ]
+                .concat(),
             )?;
             test()
         }

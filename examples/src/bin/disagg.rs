@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use burn::tensor::backend::Backend;
-use burn_hack_attn::kernels::HackBackend;
 use burn_kvcompress::{
     cache::{KvCache, LayerCaches, TransferableCache, TransferableScheme},
     generation::{decode_batch, generate, GenerateOptions, SamplingConfig},
@@ -37,7 +36,11 @@ use burn_kvtransfer::{
     ModelFingerprint, SchemeDescriptor,
 };
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use examples::{backend_choice::BackendChoice, scheme_arg::SchemeArg, with_backend, with_scheme};
+use examples::{
+    backend_choice::{BackendChoice, KernelBackend},
+    scheme_arg::{Scheme, SchemeArg},
+    with_backend, with_scheme,
+};
 use sha2::{Digest, Sha256};
 
 /// Disaggregated prefill/decode over burn-kvtransfer.
@@ -64,7 +67,9 @@ struct ModelArgs {
     /// Model: a `.gguf` file or a Hugging Face directory. Default: SmolLM2-135M-Instruct.
     #[arg(long)]
     model: Option<PathBuf>,
-    /// KV cache scheme, e.g. `dense` (the same spelling as `generate --kv`).
+    /// KV cache scheme: `dense`, `hack:bits=2,pi=64,round=stochastic` or
+    /// `pq:codebooks=books.safetensors,window=64` (the same spelling as `generate --kv`; both
+    /// processes must load the same codebook file).
     #[arg(long, default_value = "dense", value_parser = parse_kv)]
     kv: String,
     /// Backend to run on.
@@ -155,8 +160,8 @@ fn parse_kv(s: &str) -> Result<String, String> {
 }
 
 impl ModelArgs {
-    fn scheme(&self) -> SchemeArg {
-        self.kv.parse().expect("validated by clap")
+    fn model_path(&self) -> PathBuf {
+        self.model.clone().unwrap_or_else(default_model_path)
     }
 }
 
@@ -171,28 +176,40 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?)
 }
 
-fn load<B: Backend>(args: &ModelArgs, device: &B::Device) -> anyhow::Result<(LoadedModel<B>, ModelFingerprint)> {
-    let path = args.model.clone().unwrap_or_else(default_model_path);
+/// The model, its fingerprint, and the `--kv` scheme resolved against it.
+fn load<B: Backend>(
+    args: &ModelArgs,
+    device: &B::Device,
+) -> anyhow::Result<(LoadedModel<B>, ModelFingerprint, Scheme)> {
+    let path = args.model_path();
     let fingerprint = ModelFingerprint::of_path(&path).with_context(|| format!("hashing {}", path.display()))?;
     let loaded = load_model::<B>(&path, device)
         .with_context(|| format!("loading {} (run `cargo xtask fetch-model` for the default model)", path.display()))?;
-    Ok((loaded, fingerprint))
+    let kv: SchemeArg = args.kv.parse().map_err(anyhow::Error::msg)?;
+    let scheme = kv.resolve(&path, loaded.model.config(), Some(fingerprint))?;
+    Ok((loaded, fingerprint, scheme))
 }
 
-fn serve<B: HackBackend>(device: B::Device, args: &ServeArgs) -> anyhow::Result<()>
+fn serve<B: KernelBackend>(device: B::Device, args: &ServeArgs) -> anyhow::Result<()>
 where
     burn_kvcompress::model::CausalLm<B>: Send,
 {
-    with_scheme!(args.model.scheme(), serve_scheme::<B, _>, (args, device))
+    let (loaded, fingerprint, scheme) = load::<B>(&args.model, &device)?;
+    with_scheme!(scheme, serve_scheme::<B, _>, (args, loaded, fingerprint, device))
 }
 
-fn serve_scheme<B: Backend, S>(scheme: S, args: &ServeArgs, device: B::Device) -> anyhow::Result<()>
+fn serve_scheme<B: Backend, S>(
+    scheme: S,
+    args: &ServeArgs,
+    loaded: LoadedModel<B>,
+    fingerprint: ModelFingerprint,
+    device: B::Device,
+) -> anyhow::Result<()>
 where
     burn_kvcompress::model::CausalLm<B>: Send,
     S: TransferableScheme<B> + Send + 'static,
     S::Cache: TransferableCache<B>,
 {
-    let (loaded, fingerprint) = load::<B>(&args.model, &device)?;
     let config = ServerConfig {
         block_size: args.block_kib * 1024,
         lease: Duration::from_secs_f64(args.lease_secs),
@@ -209,8 +226,9 @@ where
     })
 }
 
-fn decode<B: HackBackend>(device: B::Device, args: &DecodeArgs) -> anyhow::Result<()> {
-    with_scheme!(args.model.scheme(), decode_scheme::<B, _>, (args, device))
+fn decode<B: KernelBackend>(device: B::Device, args: &DecodeArgs) -> anyhow::Result<()> {
+    let (loaded, fingerprint, scheme) = load::<B>(&args.model, &device)?;
+    with_scheme!(scheme, decode_scheme::<B, _>, (args, &loaded, fingerprint, device))
 }
 
 /// One request's measurements.
@@ -227,12 +245,17 @@ struct Row {
     check: Option<(bool, bool)>,
 }
 
-fn decode_scheme<B: Backend, S>(scheme: S, args: &DecodeArgs, device: B::Device) -> anyhow::Result<()>
+fn decode_scheme<B: Backend, S>(
+    scheme: S,
+    args: &DecodeArgs,
+    loaded: &LoadedModel<B>,
+    fingerprint: ModelFingerprint,
+    device: B::Device,
+) -> anyhow::Result<()>
 where
     S: TransferableScheme<B>,
     S::Cache: TransferableCache<B>,
 {
-    let (loaded, fingerprint) = load::<B>(&args.model, &device)?;
     let tokenizer = loaded.tokenizer.as_ref().context("the model files carry no tokenizer")?;
     let mut config = ClientConfig::new(SchemeDescriptor { scheme: scheme.name(), model: fingerprint });
     config.mode = match args.run.mode {
@@ -267,7 +290,7 @@ where
         let chat = chatml_prompt(&[ChatMessage { role: Role::User, content: text.clone() }], true);
         let tokens = tokenizer.encode(&chat, true)?;
         let check = match args.run.check {
-            true => Some(check_request(&rt, &pool, &loaded, &scheme, &device, &tokens, &options)?),
+            true => Some(check_request(&rt, &pool, loaded, &scheme, &device, &tokens, &options)?),
             false => None,
         };
         let before = pool.wire_bytes();

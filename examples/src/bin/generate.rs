@@ -7,16 +7,19 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use burn_hack_attn::kernels::HackBackend;
 use burn_kvcompress::{
     cache::KvScheme,
     generation::{generate, GenerateOptions, SamplingConfig},
-    loading::load_model,
+    loading::{load_model, LoadedModel},
     paths::default_model_path,
     tokenizer::{chatml_prompt, ChatMessage, Role},
 };
 use clap::Parser;
-use examples::{backend_choice::BackendChoice, scheme_arg::SchemeArg, with_backend, with_scheme};
+use examples::{
+    backend_choice::{BackendChoice, KernelBackend},
+    scheme_arg::SchemeArg,
+    with_backend, with_scheme,
+};
 
 /// Generate text from a prompt or a chat message.
 #[derive(Parser, Debug)]
@@ -47,7 +50,8 @@ struct Args {
     /// Random seed for sampling.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// KV cache scheme, e.g. `dense`.
+    /// KV cache scheme: `dense`, `hack:bits=2,pi=64,round=stochastic` or
+    /// `pq:codebooks=books.safetensors,window=64` (codebooks from `calibrate`).
     #[arg(long, default_value = "dense")]
     kv: SchemeArg,
     /// Backend to run on.
@@ -55,15 +59,21 @@ struct Args {
     backend: BackendChoice,
 }
 
-fn run<B: HackBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
-    with_scheme!(args.kv.clone(), run_scheme::<B, _>, (args, &device))
+fn run<B: KernelBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
+    let path = args.model.clone().unwrap_or_else(default_model_path);
+    let loaded = load_model::<B>(&path, &device)
+        .with_context(|| format!("loading {} (run `cargo xtask fetch-model` for the default model)", path.display()))?;
+    let scheme = args.kv.resolve(&path, loaded.model.config(), None)?;
+    with_scheme!(scheme, run_scheme::<B, _>, (args, &loaded, &device))
 }
 
-fn run_scheme<B: HackBackend, S: KvScheme<B>>(scheme: S, args: &Args, device: &B::Device) -> anyhow::Result<()> {
-    let path = args.model.clone().unwrap_or_else(default_model_path);
-    let loaded = load_model::<B>(&path, device)
-        .with_context(|| format!("loading {} (run `cargo xtask fetch-model` for the default model)", path.display()))?;
-    let tokenizer = loaded.tokenizer.context("the model files carry no tokenizer")?;
+fn run_scheme<B: KernelBackend, S: KvScheme<B>>(
+    scheme: S,
+    args: &Args,
+    loaded: &LoadedModel<B>,
+    device: &B::Device,
+) -> anyhow::Result<()> {
+    let tokenizer = loaded.tokenizer.as_ref().context("the model files carry no tokenizer")?;
     let text = match (&args.prompt, &args.chat) {
         (Some(prompt), _) => prompt.clone(),
         (None, Some(chat)) => {

@@ -7,16 +7,16 @@
 use std::{fmt::Write as _, path::PathBuf};
 
 use anyhow::Context;
-use burn_hack_attn::kernels::HackBackend;
 use burn_kvcompress::{
     cache::KvScheme,
     eval::{decode_perplexity, PerplexityConfig, PerplexityReport},
+    fingerprint::ModelFingerprint,
     loading::load_model,
     paths::{default_model_path, shared_dir},
 };
 use clap::Parser;
 use examples::{
-    backend_choice::BackendChoice,
+    backend_choice::{BackendChoice, KernelBackend},
     reference::{llamacpp_bits_per_element, load_reference_ppl},
     scheme_arg::SchemeArg,
     with_backend, with_scheme,
@@ -33,7 +33,8 @@ struct Args {
     /// Text files to evaluate (repeatable). Default: the shared tempest.txt and gpl-3.txt.
     #[arg(long)]
     text: Vec<PathBuf>,
-    /// KV cache schemes (repeatable), e.g. `dense`.
+    /// KV cache schemes (repeatable): `dense`, `hack:bits=2,pi=64,round=stochastic`,
+    /// `pq:codebooks=books.safetensors,window=64` (codebooks from `calibrate`).
     #[arg(long, default_value = "dense")]
     kv: Vec<SchemeArg>,
     /// Most windows of 1024 tokens per text.
@@ -59,7 +60,7 @@ struct Row {
     bits_per_element: f64,
 }
 
-fn evaluate<B: HackBackend, S: KvScheme<B>>(
+fn evaluate<B: KernelBackend, S: KvScheme<B>>(
     scheme: S,
     model: &burn_kvcompress::model::CausalLm<B>,
     tokens: &[u32],
@@ -77,12 +78,17 @@ fn evaluate<B: HackBackend, S: KvScheme<B>>(
     Ok(report)
 }
 
-fn run<B: HackBackend>(device: B::Device, args: &Args) -> anyhow::Result<Vec<Row>> {
+fn run<B: KernelBackend>(device: B::Device, args: &Args) -> anyhow::Result<Vec<Row>> {
     let path = args.model.clone().unwrap_or_else(default_model_path);
     let loaded = load_model::<B>(&path, &device)
         .with_context(|| format!("loading {} (run `cargo xtask fetch-model`)", path.display()))?;
     let tokenizer = loaded.tokenizer.context("the model files carry no tokenizer")?;
     let c = loaded.model.config().clone();
+    let fingerprint = match args.kv.iter().any(|kv| matches!(kv, SchemeArg::Pq(_))) {
+        true => Some(ModelFingerprint::of_path(&path).with_context(|| format!("hashing {}", path.display()))?),
+        false => None,
+    };
+    let schemes = args.kv.iter().map(|kv| kv.resolve(&path, &c, fingerprint)).collect::<anyhow::Result<Vec<_>>>()?;
     let elements_per_token = (2 * c.num_layers * c.num_kv_heads * c.head_dim) as f64;
     let config = PerplexityConfig { max_windows: args.windows, batch: args.batch, ..Default::default() };
     let texts = match args.text.is_empty() {
@@ -93,8 +99,8 @@ fn run<B: HackBackend>(device: B::Device, args: &Args) -> anyhow::Result<Vec<Row
     for text_path in &texts {
         let text = std::fs::read_to_string(text_path).with_context(|| format!("reading {}", text_path.display()))?;
         let tokens = tokenizer.encode(&text, false)?;
-        for kv in &args.kv {
-            let report = with_scheme!(kv.clone(), evaluate::<B, _>, (&loaded.model, &tokens, config, &device))?;
+        for scheme in &schemes {
+            let report = with_scheme!(scheme.clone(), evaluate::<B, _>, (&loaded.model, &tokens, config, &device))?;
             let name = text_path.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
             eprintln!("{name} {}: ppl {:.4}", report.scheme, report.ppl);
             let bits_per_element = report.kv_bytes_per_token * 8.0 / elements_per_token;
