@@ -26,7 +26,7 @@ pub struct EvalArgs {
     /// Evaluate MILLION's grid instead: PQ (m, nbits) in {(32, 8), (32, 6), (16, 8)} (4, 3.5 and 2
     /// stored code bits per element at head dim 64) × recent window {0, 64}, beside dense. Each
     /// text is evaluated with codebooks calibrated on the other texts (never on itself); the
-    /// codebooks go to `target/pq-books/`, their training reports and k-means plots to
+    /// codebooks and their training reports go to `target/pq-books/`, the k-means plots to
     /// `results/pq-kmeans/`, and one table per evaluated text to `<out>-pq-<text>.md/.json`.
     #[arg(long, conflicts_with = "hack_grid")]
     pq_grid: bool,
