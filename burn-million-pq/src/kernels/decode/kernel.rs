@@ -1,8 +1,8 @@
 //! The fused PQ decode attention kernel (one query slot per sequence), flash-decoding style.
 //!
-//! One cube per (sequence, KV head, split); it serves all `group` query heads of its KV head, so
-//! each code word and recent vector is read once per cube. A split covers `chunk` slots of the
-//! coded range, or of the recent window:
+//! One cube of `chunk * lanes` units per (sequence, KV head, split); it serves all `group` query
+//! heads of its KV head, so each code word and recent vector is read once per cube. A split covers
+//! `chunk` slots of the coded range, or of the recent window:
 //! 1. scores: for a coded slot, per query head, `Σ_i T[i, code_i]` (in subspace order) from the
 //!    lookup table `T` (query · key centroid, already scaled, built once per step); for a recent
 //!    slot, `q · k` in f32, scaled. Masked slots (padding, sliding window) are excluded. The split's value code
@@ -35,6 +35,8 @@ pub struct DecodeGeometry {
     pub words: u32,
     /// Slots per split.
     pub chunk: u32,
+    /// Units per slot when scoring (`chunk * lanes` = units per cube).
+    pub lanes: u32,
 }
 
 /// Code `i` of the packed vector whose words start at `base` in `words`.
@@ -99,79 +101,99 @@ pub fn decode_kernel(
     let mut words = SharedMemory::<u32>::new((geo.chunk * geo.words) as usize);
     let mut head_max = SharedMemory::<f32>::new(geo.group as usize);
     let mut lane_max = SharedMemory::<f32>::new((geo.group * 16) as usize);
+    let mut partial = SharedMemory::<f32>::new((geo.group * geo.chunk * geo.lanes) as usize);
 
-    // 1. Scores per (slot, head), accumulated in `p`. A unit reads its slot's key code words
-    //    once; per subspace, the `group` heads' table entries of the code are adjacent. The
-    //    slot's value code words go to shared memory.
-    let mut t = unit;
-    while t < chunk {
+    // 1. Scores per (slot, head). `lanes` units share a slot: lane `l` takes the slot's code
+    //    words `l, l + lanes, ...` (or channels, for a recent slot) and writes a partial sum;
+    //    per subspace, the `group` heads' table entries of a code are adjacent. The slot's value
+    //    code words go to shared memory. Then one unit per (slot, head) adds the lanes in order.
+    let lanes = geo.lanes;
+    let t = unit / lanes;
+    let lane = unit % lanes;
+    let slot = first + t;
+    let mut allowed = false;
+    if t < count {
+        allowed =
+            slot + 1 == len || (slot >= key_start[batch_row as usize] && (window == 0 || len - 1 - slot < window));
+    }
+    for g in 0..group {
+        partial[((g * chunk + t) * lanes + lane) as usize] = 0.0;
+    }
+    if allowed && is_coded {
+        let row = stream * coded + slot;
+        let per_word = 32 / geo.nbits;
+        let mask = (1u32 << geo.nbits) - 1;
+        let mut w = lane;
+        while w < geo.words {
+            words[(t * geo.words + w) as usize] = v_codes[(row * geo.words + w) as usize];
+            let word = k_codes[(row * geo.words + w) as usize];
+            for j in 0..per_word {
+                let i = w * per_word + j;
+                if i < geo.subspaces {
+                    let c = (word >> (j * geo.nbits)) & mask;
+                    let base = ((stream * geo.subspaces + i) * geo.centroids + c) * group;
+                    for g in 0..group {
+                        partial[((g * chunk + t) * lanes + lane) as usize] += table[(base + g) as usize];
+                    }
+                }
+            }
+            w += lanes;
+        }
+    }
+    if allowed && !is_coded {
+        let row = stream * recent_len + (slot - coded);
+        for g in 0..group {
+            let q_base = (stream * group + g) * d;
+            let mut acc = 0.0f32;
+            let mut c = lane;
+            while c < d {
+                acc += q[(q_base + c) as usize] * k_recent[(row * d + c) as usize];
+                c += lanes;
+            }
+            partial[((g * chunk + t) * lanes + lane) as usize] = acc * scale;
+        }
+    }
+    sync_cube();
+    let mut pair = unit;
+    while pair < group * chunk {
+        let g = pair / chunk;
+        let t = pair % chunk;
         let slot = first + t;
+        let mut score = masked_score();
         let mut allowed = false;
         if t < count {
             allowed =
                 slot + 1 == len || (slot >= key_start[batch_row as usize] && (window == 0 || len - 1 - slot < window));
         }
-        for g in 0..group {
-            p[(g * chunk + t) as usize] = 0.0;
-        }
-        if allowed && is_coded {
-            let row = stream * coded + slot;
-            let per_word = 32 / geo.nbits;
-            let mask = (1u32 << geo.nbits) - 1;
-            for w in 0..geo.words {
-                words[(t * geo.words + w) as usize] = v_codes[(row * geo.words + w) as usize];
-                let word = k_codes[(row * geo.words + w) as usize];
-                for j in 0..per_word {
-                    let i = w * per_word + j;
-                    if i < geo.subspaces {
-                        let c = (word >> (j * geo.nbits)) & mask;
-                        let base = ((stream * geo.subspaces + i) * geo.centroids + c) * group;
-                        for g in 0..group {
-                            p[(g * chunk + t) as usize] += table[(base + g) as usize];
-                        }
-                    }
-                }
+        if allowed {
+            score = 0.0;
+            for l in 0..lanes {
+                score += partial[((g * chunk + t) * lanes + l) as usize];
             }
         }
-        if allowed && !is_coded {
-            let row = stream * recent_len + (slot - coded);
-            for g in 0..group {
-                let q_base = (stream * group + g) * d;
-                let mut acc = 0.0f32;
-                for c in 0..d {
-                    acc += q[(q_base + c) as usize] * k_recent[(row * d + c) as usize];
-                }
-                p[(g * chunk + t) as usize] = acc * scale;
-            }
-        }
-        if !allowed {
-            for g in 0..group {
-                p[(g * chunk + t) as usize] = masked_score();
-            }
-        }
-        t += units;
+        p[pair as usize] = score;
+        pair += units;
     }
     sync_cube();
 
     // 2. Per head: the split's max score (16 lanes per head, then one), then p = exp(s - m)
     //    (0 where masked).
-    let lanes = 16u32;
-    if unit < group * lanes {
-        let g = unit / lanes;
-        let lane = unit % lanes;
+    let max_lanes = 16u32;
+    if unit < group * max_lanes {
+        let g = unit / max_lanes;
         let mut m = masked_score();
-        let mut t = lane;
+        let mut t = unit % max_lanes;
         while t < chunk {
             m = f32::max(m, p[(g * chunk + t) as usize]);
-            t += lanes;
+            t += max_lanes;
         }
         lane_max[unit as usize] = m;
     }
     sync_cube();
     if unit < group {
         let mut m = masked_score();
-        for lane in 0..lanes {
-            m = f32::max(m, lane_max[(unit * lanes + lane) as usize]);
+        for l in 0..max_lanes {
+            m = f32::max(m, lane_max[(unit * max_lanes + l) as usize]);
         }
         head_max[unit as usize] = m;
     }

@@ -10,8 +10,10 @@ use burn_kvcompress::{
 use super::kernel::{decode_kernel, DecodeGeometry};
 use crate::kernels::PqView;
 
-/// Slots per split (and units per cube).
-pub const DECODE_CHUNK: usize = 256;
+/// Slots per split.
+pub const DECODE_CHUNK: usize = 64;
+/// Units scoring one slot (`DECODE_CHUNK * DECODE_LANES` units per cube).
+const DECODE_LANES: usize = 4;
 
 /// The lookup table of one step: `q: [batch, heads, 1, head_dim]`, key codebooks `[groups,
 /// subspaces, centroids, sub_dim]`; returns `[batch, kv_heads, subspaces, centroids, group]` of
@@ -58,6 +60,7 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
         nbits: config.nbits as u32,
         words: config.words_per_vector() as u32,
         chunk: DECODE_CHUNK as u32,
+        lanes: DECODE_LANES as u32,
     };
     let table = lookup_table(q.clone(), view.key_books, kv_heads, options.scale);
     let q = float_arg(&q);
@@ -75,7 +78,7 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     decode_kernel::launch(
         &client,
         CubeCount::Static(splits as u32, (batch * kv_heads) as u32, 1),
-        CubeDim::new_1d(DECODE_CHUNK as u32),
+        CubeDim::new_1d((DECODE_CHUNK * DECODE_LANES) as u32),
         q.into_array_arg(),
         float_arg(&table).into_array_arg(),
         k_codes.into_array_arg(),
