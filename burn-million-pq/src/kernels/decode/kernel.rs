@@ -221,44 +221,17 @@ pub fn decode_kernel(
         let book_base = (book_group * geo.subspaces + i) * geo.centroids;
         let mut acc = 0.0f32;
         let mut l = 0.0f32;
-        let p_base = g * chunk;
-        // Four slots per step with independent loads, so their latencies overlap. A masked slot
-        // has weight 0; its code words were not staged, but any code stays inside the codebook.
-        let mut t = 0u32;
-        if is_coded {
-            while t + 4 <= count {
-                let v0 = v_books
-                    [((book_base + code_at(&words, t * geo.words, i, geo.nbits)) * geo.sub_dim + within) as usize];
-                let v1 = v_books[((book_base + code_at(&words, (t + 1) * geo.words, i, geo.nbits)) * geo.sub_dim
-                    + within) as usize];
-                let v2 = v_books[((book_base + code_at(&words, (t + 2) * geo.words, i, geo.nbits)) * geo.sub_dim
-                    + within) as usize];
-                let v3 = v_books[((book_base + code_at(&words, (t + 3) * geo.words, i, geo.nbits)) * geo.sub_dim
-                    + within) as usize];
-                let (w0, w1, w2, w3) = (
-                    p[(p_base + t) as usize],
-                    p[(p_base + t + 1) as usize],
-                    p[(p_base + t + 2) as usize],
-                    p[(p_base + t + 3) as usize],
-                );
-                acc += w0 * v0 + w1 * v1 + w2 * v2 + w3 * v3;
-                l += w0 + w1 + w2 + w3;
-                t += 4;
-            }
-            while t < count {
-                let w = p[(p_base + t) as usize];
-                acc += w * v_books
-                    [((book_base + code_at(&words, t * geo.words, i, geo.nbits)) * geo.sub_dim + within) as usize];
-                l += w;
-                t += 1;
-            }
-        } else {
-            let row = stream * recent_len + (first - coded);
-            while t < count {
-                let w = p[(p_base + t) as usize];
-                acc += w * v_recent[((row + t) * d + c) as usize];
-                l += w;
-                t += 1;
+        for t in 0..count {
+            let weight = p[(g * chunk + t) as usize];
+            l += weight;
+            if weight > 0.0 {
+                if is_coded {
+                    let code = code_at(&words, t * geo.words, i, geo.nbits);
+                    acc += weight * v_books[((book_base + code) * geo.sub_dim + within) as usize];
+                } else {
+                    let row = stream * recent_len + (first - coded + t);
+                    acc += weight * v_recent[(row * d + c) as usize];
+                }
             }
         }
         let head = stream * group + g;
