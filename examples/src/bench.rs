@@ -1,4 +1,5 @@
-//! Helpers of the GPU attention benchmarks: synchronized timing, differences, random caches.
+//! Helpers of the GPU attention benchmarks: the shape grid, synchronized timing, differences,
+//! random caches.
 
 use std::time::Instant;
 
@@ -7,6 +8,7 @@ use burn_kvcompress::{
     cache::{CacheGeometry, KvCache, KvScheme},
     error::CacheError,
 };
+use clap::Args;
 
 /// Median and minimum of `runs` device-synchronized calls of `f` (after 10 warm-up calls), in
 /// microseconds.
@@ -55,4 +57,37 @@ pub fn filled_cache<B: Backend, S: KvScheme<B>>(
         cache.append(k, v)?;
     }
     Ok(cache)
+}
+
+/// The shapes an attention benchmark times, and how often.
+#[derive(Args, Debug, Clone)]
+pub struct AttentionGrid {
+    /// Context lengths (cached slots) to time decode at.
+    #[arg(long, value_delimiter = ',', default_value = "4096,16384,32768,65536")]
+    pub contexts: Vec<usize>,
+    /// Batch sizes.
+    #[arg(long, value_delimiter = ',', default_value = "1,8")]
+    pub batches: Vec<usize>,
+    /// Query heads.
+    #[arg(long, default_value_t = 32)]
+    pub heads: usize,
+    /// Key/value heads.
+    #[arg(long, default_value_t = 8)]
+    pub kv_heads: usize,
+    /// Head dimension.
+    #[arg(long, default_value_t = 128)]
+    pub head_dim: usize,
+    /// Timed runs per point (after 10 warm-up runs); the median is reported.
+    #[arg(long, default_value_t = 100)]
+    pub runs: usize,
+    /// Context lengths to time prefill attention at (batch 1; queries = all slots).
+    #[arg(long, value_delimiter = ',', default_value = "4096")]
+    pub prefill_contexts: Vec<usize>,
+}
+
+impl AttentionGrid {
+    /// The cache geometry of one batch size.
+    pub fn geometry(&self, batch: usize) -> CacheGeometry {
+        CacheGeometry { batch, kv_heads: self.kv_heads, heads: self.heads, head_dim: self.head_dim }
+    }
 }

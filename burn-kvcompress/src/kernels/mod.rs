@@ -3,9 +3,13 @@
 //! (flash-decoding) partial results.
 
 mod buffers;
+// `#[cube]` expands each function into undocumented helper items.
+#[allow(missing_docs)]
+mod mask;
 // `#[cube]` expands each kernel into undocumented helper items.
 #[allow(missing_docs)]
 mod merge;
 
 pub use buffers::{dense_output, float_arg, int_arg, CubeF32};
+pub use mask::decode_slot_visible;
 pub use merge::{masked_score, merge_partials, SplitPartials};

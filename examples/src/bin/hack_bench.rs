@@ -17,7 +17,7 @@ use burn_kvcompress::{
 use clap::Parser;
 use examples::{
     backend_choice::BackendChoice,
-    bench::{self, diffs, host_floats, time},
+    bench::{self, diffs, host_floats, time, AttentionGrid},
     with_backend,
 };
 
@@ -31,27 +31,9 @@ struct Args {
     /// HACK configuration.
     #[arg(long, default_value = "bits=2,pi=64,round=stochastic,seed=0")]
     config: HackConfig,
-    /// Context lengths (cached slots) to time decode at.
-    #[arg(long, value_delimiter = ',', default_value = "4096,16384,32768,65536")]
-    contexts: Vec<usize>,
-    /// Batch sizes.
-    #[arg(long, value_delimiter = ',', default_value = "1,8")]
-    batches: Vec<usize>,
-    /// Query heads.
-    #[arg(long, default_value_t = 32)]
-    heads: usize,
-    /// Key/value heads.
-    #[arg(long, default_value_t = 8)]
-    kv_heads: usize,
-    /// Head dimension.
-    #[arg(long, default_value_t = 128)]
-    head_dim: usize,
-    /// Timed runs per point (after 10 warm-up runs); the median is reported.
-    #[arg(long, default_value_t = 100)]
-    runs: usize,
-    /// Context lengths to time prefill attention at (batch 1; queries = all slots).
-    #[arg(long, value_delimiter = ',', default_value = "4096")]
-    prefill_contexts: Vec<usize>,
+    /// The grid of shapes and how often to time each.
+    #[command(flatten)]
+    grid: AttentionGrid,
 }
 
 fn filled_cache<B: HackBackend>(
@@ -60,8 +42,7 @@ fn filled_cache<B: HackBackend>(
     len: usize,
     device: &B::Device,
 ) -> anyhow::Result<<HackConfig as KvScheme<B>>::Cache> {
-    let geometry = CacheGeometry { batch, kv_heads: args.kv_heads, heads: args.heads, head_dim: args.head_dim };
-    Ok(bench::filled_cache(&args.config, geometry, len, device)?)
+    Ok(bench::filled_cache(&args.config, args.grid.geometry(batch), len, device)?)
 }
 
 /// The kernels and the prefill path on this backend against the ndarray reference, on SmolLM2's
@@ -114,13 +95,13 @@ fn check_against_cpu<B: HackBackend>(device: &B::Device) -> anyhow::Result<()> {
 /// Bytes the decode kernel reads from device memory: every resident code word, min, scale and
 /// sum (4 bytes each on the device), the tail and the queries.
 fn device_bytes(args: &Args, batch: usize, len: usize) -> f64 {
-    let (d, bits, pi) = (args.head_dim, args.config.bits as usize, args.config.partition);
+    let (d, bits, pi) = (args.grid.head_dim, args.config.bits as usize, args.config.partition);
     let parts = d / burn_hack_attn::cache::key_group(d, pi);
     let blocks = len / pi;
     let tail = len - blocks * pi;
     let keys = len * (d * bits / 8 + parts * 12);
     let values = blocks * d * (pi * bits / 8 + 12) + tail * d * 4;
-    (batch * args.kv_heads * (keys + values) + batch * args.heads * d * 4) as f64
+    (batch * args.grid.kv_heads * (keys + values) + batch * args.grid.heads * d * 4) as f64
 }
 
 fn run<B: HackBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
@@ -128,9 +109,13 @@ fn run<B: HackBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
     // 1. The decode kernel against the reference on this backend, on the benchmark's geometry.
     for (batch, len) in [(1, 1), (2, 300), (3, 1000)] {
         let cache = filled_cache::<B>(args, batch, len, &device)?;
-        let q = Tensor::<B, 4>::random([batch, args.heads, 1, args.head_dim], Distribution::Normal(0.0, 1.0), &device);
+        let q = Tensor::<B, 4>::random(
+            [batch, args.grid.heads, 1, args.grid.head_dim],
+            Distribution::Normal(0.0, 1.0),
+            &device,
+        );
         let key_start: Vec<usize> = (0..batch).map(|b| b * len / 4).collect();
-        let options = AttendOptions { scale: 1.0 / (args.head_dim as f32).sqrt(), key_start, window: None };
+        let options = AttendOptions { scale: 1.0 / (args.grid.head_dim as f32).sqrt(), key_start, window: None };
         let got = cache.attend(q.clone(), &options)?;
         let want = attention_reference(q, &cache.view().expect("filled"), &options)?;
         let (max, mean) = diffs(got, want);
@@ -143,14 +128,20 @@ fn run<B: HackBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
     // 2. Decode attention timing.
     println!("\n| batch | context | median µs | min µs | MB read | GB/s |");
     println!("|---:|---:|---:|---:|---:|---:|");
-    for &batch in &args.batches {
-        for &len in &args.contexts {
+    for &batch in &args.grid.batches {
+        for &len in &args.grid.contexts {
             let cache = filled_cache::<B>(args, batch, len, &device)?;
-            let q =
-                Tensor::<B, 4>::random([batch, args.heads, 1, args.head_dim], Distribution::Normal(0.0, 1.0), &device);
-            let options =
-                AttendOptions { scale: 1.0 / (args.head_dim as f32).sqrt(), key_start: vec![0; batch], window: None };
-            let (median, min) = time::<B>(&device, args.runs, || {
+            let q = Tensor::<B, 4>::random(
+                [batch, args.grid.heads, 1, args.grid.head_dim],
+                Distribution::Normal(0.0, 1.0),
+                &device,
+            );
+            let options = AttendOptions {
+                scale: 1.0 / (args.grid.head_dim as f32).sqrt(),
+                key_start: vec![0; batch],
+                window: None,
+            };
+            let (median, min) = time::<B>(&device, args.grid.runs, || {
                 let _ = cache.attend(q.clone(), &options).expect("attend");
             });
             let bytes = device_bytes(args, batch, len);
@@ -161,11 +152,16 @@ fn run<B: HackBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
     // 3. Prefill attention timing (the tensor-op path: Q/P 8-bit, homomorphic products).
     println!("\n| prefill context | median ms |");
     println!("|---:|---:|");
-    for &len in &args.prefill_contexts {
+    for &len in &args.grid.prefill_contexts {
         let cache = filled_cache::<B>(args, 1, len, &device)?;
-        let q = Tensor::<B, 4>::random([1, args.heads, len, args.head_dim], Distribution::Normal(0.0, 1.0), &device);
-        let options = AttendOptions { scale: 1.0 / (args.head_dim as f32).sqrt(), key_start: vec![0], window: None };
-        let (median, _) = time::<B>(&device, 5.max(args.runs / 20), || {
+        let q = Tensor::<B, 4>::random(
+            [1, args.grid.heads, len, args.grid.head_dim],
+            Distribution::Normal(0.0, 1.0),
+            &device,
+        );
+        let options =
+            AttendOptions { scale: 1.0 / (args.grid.head_dim as f32).sqrt(), key_start: vec![0], window: None };
+        let (median, _) = time::<B>(&device, 5.max(args.grid.runs / 20), || {
             let _ = cache.attend(q.clone(), &options).expect("attend");
         });
         println!("| {len} | {:.2} |", median / 1e3);

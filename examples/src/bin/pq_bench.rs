@@ -22,7 +22,7 @@ use burn_million_pq::{
 use clap::Parser;
 use examples::{
     backend_choice::BackendChoice,
-    bench::{diffs, filled_cache, host_floats, time},
+    bench::{diffs, filled_cache, host_floats, time, AttentionGrid},
     with_backend,
 };
 
@@ -40,28 +40,9 @@ struct Args {
     /// Recent slots kept in f32.
     #[arg(long, default_value_t = 64)]
     window: usize,
-    /// Context lengths (cached slots) to time decode at.
-    #[arg(long, value_delimiter = ',', default_value = "4096,16384,32768,65536")]
-    contexts: Vec<usize>,
-    /// Batch sizes.
-    #[arg(long, value_delimiter = ',', default_value = "1,8")]
-    batches: Vec<usize>,
-    /// Query heads.
-    #[arg(long, default_value_t = 32)]
-    heads: usize,
-    /// Key/value heads.
-    #[arg(long, default_value_t = 8)]
-    kv_heads: usize,
-    /// Head dimension.
-    #[arg(long, default_value_t = 128)]
-    head_dim: usize,
-    /// Timed runs per point (after 10 warm-up runs); the median is reported.
-    #[arg(long, default_value_t = 100)]
-    runs: usize,
-    /// Context lengths to time prefill at (batch 1: full-precision attention over the prompt,
-    /// then encoding it).
-    #[arg(long, value_delimiter = ',', default_value = "4096")]
-    prefill_contexts: Vec<usize>,
+    /// The grid of shapes and how often to time each.
+    #[command(flatten)]
+    grid: AttentionGrid,
 }
 
 /// Random N(0, 1) codebooks for one layer of the given geometry.
@@ -155,19 +136,23 @@ fn decode_cache<B: PqBackend>(
 fn device_bytes(args: &Args, batch: usize, len: usize) -> f64 {
     let recent = args.window.min(len);
     let codes = (len - recent) * args.config.words_per_vector() * 4;
-    let window = recent * args.head_dim * 4;
-    (batch * args.kv_heads * 2 * (codes + window) + batch * args.heads * args.head_dim * 4) as f64
+    let window = recent * args.grid.head_dim * 4;
+    (batch * args.grid.kv_heads * 2 * (codes + window) + batch * args.grid.heads * args.grid.head_dim * 4) as f64
 }
 
 fn run<B: PqBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
     check_against_cpu::<B>(&device)?;
-    let scheme = random_scheme(args.config, args.kv_heads, args.head_dim, args.window);
-    let geometry = |batch| CacheGeometry { batch, kv_heads: args.kv_heads, heads: args.heads, head_dim: args.head_dim };
-    let scale = 1.0 / (args.head_dim as f32).sqrt();
+    let scheme = random_scheme(args.config, args.grid.kv_heads, args.grid.head_dim, args.window);
+    let geometry = |batch| args.grid.geometry(batch);
+    let scale = 1.0 / (args.grid.head_dim as f32).sqrt();
     // 1. The decode kernel against the reference on this backend, on the benchmark's geometry.
     for (batch, len) in [(1, 1), (2, 300), (3, 1000)] {
         let cache = decode_cache::<B>(&scheme, geometry(batch), len, &device)?;
-        let q = Tensor::<B, 4>::random([batch, args.heads, 1, args.head_dim], Distribution::Normal(0.0, 1.0), &device);
+        let q = Tensor::<B, 4>::random(
+            [batch, args.grid.heads, 1, args.grid.head_dim],
+            Distribution::Normal(0.0, 1.0),
+            &device,
+        );
         let key_start: Vec<usize> = (0..batch).map(|b| b * len / 4).collect();
         let options = AttendOptions { scale, key_start, window: None };
         let got = cache.attend(q.clone(), &options)?;
@@ -182,18 +167,21 @@ fn run<B: PqBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
     println!(
         "\nPQ {} ({:.2} code bits/elem), window {}",
         args.config,
-        args.config.code_bits_per_element(args.head_dim),
+        args.config.code_bits_per_element(args.grid.head_dim),
         args.window
     );
     println!("| batch | context | median µs | min µs | MB read | GB/s |");
     println!("|---:|---:|---:|---:|---:|---:|");
-    for &batch in &args.batches {
-        for &len in &args.contexts {
+    for &batch in &args.grid.batches {
+        for &len in &args.grid.contexts {
             let cache = decode_cache::<B>(&scheme, geometry(batch), len, &device)?;
-            let q =
-                Tensor::<B, 4>::random([batch, args.heads, 1, args.head_dim], Distribution::Normal(0.0, 1.0), &device);
+            let q = Tensor::<B, 4>::random(
+                [batch, args.grid.heads, 1, args.grid.head_dim],
+                Distribution::Normal(0.0, 1.0),
+                &device,
+            );
             let options = AttendOptions { scale, key_start: vec![0; batch], window: None };
-            let (median, min) = time::<B>(&device, args.runs, || {
+            let (median, min) = time::<B>(&device, args.grid.runs, || {
                 let _ = cache.attend(q.clone(), &options).expect("attend");
             });
             let bytes = device_bytes(args, batch, len);
@@ -205,14 +193,18 @@ fn run<B: PqBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
     //    append does).
     println!("\n| prefill context | median ms |");
     println!("|---:|---:|");
-    for &len in &args.prefill_contexts {
-        let shape = [1, args.kv_heads, len, args.head_dim];
+    for &len in &args.grid.prefill_contexts {
+        let shape = [1, args.grid.kv_heads, len, args.grid.head_dim];
         let k = Tensor::<B, 4>::random(shape, Distribution::Normal(0.0, 1.0), &device);
         let v = Tensor::<B, 4>::random(shape, Distribution::Normal(0.0, 1.0), &device);
         let (k1, v1) = (k.clone().narrow(2, 0, 1), v.clone().narrow(2, 0, 1));
-        let q = Tensor::<B, 4>::random([1, args.heads, len, args.head_dim], Distribution::Normal(0.0, 1.0), &device);
+        let q = Tensor::<B, 4>::random(
+            [1, args.grid.heads, len, args.grid.head_dim],
+            Distribution::Normal(0.0, 1.0),
+            &device,
+        );
         let options = AttendOptions { scale, key_start: vec![0], window: None };
-        let (median, _) = time::<B>(&device, 5.max(args.runs / 20), || {
+        let (median, _) = time::<B>(&device, 5.max(args.grid.runs / 20), || {
             let mut cache: PqCache<B> = scheme.new_cache(0, geometry(1), &device);
             cache.append(k.clone(), v.clone()).expect("append");
             let _ = cache.attend(q.clone(), &options).expect("attend");

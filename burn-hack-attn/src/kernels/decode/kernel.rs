@@ -16,7 +16,7 @@
 //! Chunks start at multiples of Π (`chunk` is a multiple of Π), so each of a chunk's blocks is
 //! either a closed block or lies in the tail.
 
-use burn_kvcompress::kernels::masked_score as masked;
+use burn_kvcompress::kernels::{decode_slot_visible, masked_score as masked};
 use cubecl::prelude::*;
 
 /// Shapes fixed at compile time (one compiled kernel per model geometry and configuration).
@@ -161,8 +161,7 @@ pub fn decode_kernel(
         let slot = first + t;
         let mut score = masked();
         if slot < len {
-            let allowed =
-                slot + 1 == len || (slot >= key_start[batch_row as usize] && (window == 0 || len - 1 - slot < window));
+            let allowed = decode_slot_visible(slot, len, key_start[batch_row as usize], window);
             if allowed {
                 let row = stream * len + slot;
                 let mut acc = 0.0f32;

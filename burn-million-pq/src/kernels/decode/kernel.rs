@@ -13,7 +13,7 @@
 //! 4. the unnormalized output, `m` and `l` go to the log-sum-exp merge
 //!    (`burn_kvcompress::kernels::merge_partials`).
 
-use burn_kvcompress::kernels::masked_score;
+use burn_kvcompress::kernels::{decode_slot_visible, masked_score};
 use cubecl::prelude::*;
 
 /// Shapes fixed at compile time (one compiled kernel per model geometry and configuration).
@@ -113,8 +113,7 @@ pub fn decode_kernel(
     let slot = first + t;
     let mut allowed = false;
     if t < count {
-        allowed =
-            slot + 1 == len || (slot >= key_start[batch_row as usize] && (window == 0 || len - 1 - slot < window));
+        allowed = decode_slot_visible(slot, len, key_start[batch_row as usize], window);
     }
     for g in 0..group {
         partial[((g * chunk + t) * lanes + lane) as usize] = 0.0;
@@ -162,8 +161,7 @@ pub fn decode_kernel(
         let mut score = masked_score();
         let mut allowed = false;
         if t < count {
-            allowed =
-                slot + 1 == len || (slot >= key_start[batch_row as usize] && (window == 0 || len - 1 - slot < window));
+            allowed = decode_slot_visible(slot, len, key_start[batch_row as usize], window);
         }
         if allowed {
             score = 0.0;
