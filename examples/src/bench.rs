@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use burn::tensor::{backend::Backend, Distribution, ElementConversion, Tensor};
 use burn_kvcompress::{
+    backend::NdArray,
     cache::{CacheGeometry, KvCache, KvScheme},
     error::CacheError,
 };
@@ -35,9 +36,11 @@ pub fn diffs<B: Backend>(a: Tensor<B, 4>, b: Tensor<B, 4>) -> (f32, f32) {
     (d.clone().max().into_scalar().elem::<f32>(), d.mean().into_scalar().elem::<f32>())
 }
 
-/// A tensor's values on the host.
-pub fn host_floats<B: Backend>(t: Tensor<B, 4>) -> Vec<f32> {
-    t.into_data().convert::<f32>().into_vec().expect("f32")
+/// Max and mean absolute difference of a tensor of any backend from one of the ndarray
+/// reference (the first is copied to the host).
+pub fn diffs_from_cpu<B: Backend>(got: Tensor<B, 4>, want: Tensor<NdArray, 4>) -> (f32, f32) {
+    let got = Tensor::<NdArray, 4>::from_data(got.into_data().convert::<f32>(), &want.device());
+    diffs(got, want)
 }
 
 /// A cache of `scheme` holding `len` slots of N(0, 1) keys and values, appended as a prefill

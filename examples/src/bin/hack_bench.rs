@@ -5,7 +5,7 @@
 //! same session (see `results/hack-bench-*.md`).
 
 use anyhow::ensure;
-use burn::tensor::{Distribution, Tensor, TensorData};
+use burn::tensor::{Distribution, Tensor};
 use burn_hack_attn::{
     kernels::{attention_reference, HackBackend},
     HackConfig, Rounding,
@@ -17,7 +17,7 @@ use burn_kvcompress::{
 use clap::Parser;
 use examples::{
     backend_choice::BackendChoice,
-    bench::{self, diffs, host_floats, time, AttentionGrid},
+    bench::{self, diffs, diffs_from_cpu, time, AttentionGrid},
     with_backend,
 };
 
@@ -66,21 +66,10 @@ fn check_against_cpu<B: HackBackend>(device: &B::Device) -> anyhow::Result<()> {
             let mut cache = KvScheme::<B>::new_cache(&config, 0, geometry, device);
             cache.append(to_backend(&k), to_backend(&v))?;
             let same_state = cache.export_state() == cpu_cache.export_state();
-            let prefill = diffs(
-                Tensor::<NdArray, 4>::from_data(
-                    TensorData::new(host_floats(cache.attend(to_backend(&q), &options)?), [2, 9, q_len, 64]),
-                    &cpu_device,
-                ),
-                cpu_cache.attend(q.clone(), &options)?,
-            );
+            let prefill =
+                diffs_from_cpu(cache.attend(to_backend(&q), &options)?, cpu_cache.attend(q.clone(), &options)?);
             let q1 = q.clone().narrow(2, q_len - 1, 1);
-            let decode = diffs(
-                Tensor::<NdArray, 4>::from_data(
-                    TensorData::new(host_floats(cache.attend(to_backend(&q1), &options)?), [2, 9, 1, 64]),
-                    &cpu_device,
-                ),
-                cpu_cache.attend(q1, &options)?,
-            );
+            let decode = diffs_from_cpu(cache.attend(to_backend(&q1), &options)?, cpu_cache.attend(q1, &options)?);
             println!(
                 "check vs ndarray, {config}: state bit-exact {same_state}; prefill max {:.2e} mean {:.2e}; decode max {:.2e} mean {:.2e}",
                 prefill.0, prefill.1, decode.0, decode.1

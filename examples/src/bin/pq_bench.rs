@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use anyhow::ensure;
-use burn::tensor::{Distribution, Tensor, TensorData};
+use burn::tensor::{Distribution, Tensor};
 use burn_kvcompress::{
     backend::NdArray,
     cache::{AttendOptions, CacheGeometry, KvCache, KvScheme, TransferableCache},
@@ -22,7 +22,7 @@ use burn_million_pq::{
 use clap::Parser;
 use examples::{
     backend_choice::BackendChoice,
-    bench::{diffs, filled_cache, host_floats, time, AttentionGrid},
+    bench::{diffs, diffs_from_cpu, filled_cache, time, AttentionGrid},
     with_backend,
 };
 
@@ -85,24 +85,12 @@ fn check_against_cpu<B: PqBackend>(device: &B::Device) -> anyhow::Result<()> {
         // A prefill, then one decode step (which encodes the prefill's older slots).
         cpu.append(k.clone(), v.clone())?;
         gpu.append(to_backend(&k), to_backend(&v))?;
-        let prefill = diffs(
-            Tensor::<NdArray, 4>::from_data(
-                TensorData::new(host_floats(gpu.attend(to_backend(&q), &options)?), [2, 9, q_len, 64]),
-                &cpu_device,
-            ),
-            cpu.attend(q.clone(), &options)?,
-        );
+        let prefill = diffs_from_cpu(gpu.attend(to_backend(&q), &options)?, cpu.attend(q.clone(), &options)?);
         cpu.append(k1.clone(), v1.clone())?;
         gpu.append(to_backend(&k1), to_backend(&v1))?;
         let same_state = gpu.export_state() == cpu.export_state();
         let q1 = q.clone().narrow(2, q_len - 1, 1);
-        let decode = diffs(
-            Tensor::<NdArray, 4>::from_data(
-                TensorData::new(host_floats(gpu.attend(to_backend(&q1), &options)?), [2, 9, 1, 64]),
-                &cpu_device,
-            ),
-            cpu.attend(q1, &options)?,
-        );
+        let decode = diffs_from_cpu(gpu.attend(to_backend(&q1), &options)?, cpu.attend(q1, &options)?);
         println!(
             "check vs ndarray, {config}: codes bit-exact {same_state}; prefill max {:.2e} mean {:.2e}; decode max {:.2e} mean {:.2e}",
             prefill.0, prefill.1, decode.0, decode.1
