@@ -43,8 +43,10 @@ pub fn check_attend_shapes(
 /// window, on plain tensors.
 ///
 /// - `q`: `[batch, heads, q_len, head_dim]`, the queries of the last `q_len` slots;
-/// - `k`, `v`: `[batch, kv_heads, total_len, head_dim]`;
-/// - returns `[batch, heads, q_len, head_dim]`.
+/// - `k`: `[batch, kv_heads, total_len, head_dim]`;
+/// - `v`: `[batch, kv_heads, total_len, value_dim]` (`value_dim` is `head_dim` but for schemes
+///   that reduce values and keys to different widths);
+/// - returns `[batch, heads, q_len, value_dim]`.
 pub fn attention_reference<B: Backend>(
     q: Tensor<B, 4>,
     k: Tensor<B, 4>,
@@ -64,5 +66,6 @@ pub fn attention_reference<B: Backend>(
         total_len,
     ]);
     let probs = softmax(scores.mask_fill(forbidden, f32::NEG_INFINITY), 3);
-    Ok(probs.matmul(v).reshape([batch, heads, q_len, head_dim]))
+    let value_dim = v.dims()[3];
+    Ok(probs.matmul(v).reshape([batch, heads, q_len, value_dim]))
 }

@@ -1,0 +1,56 @@
+//! A ZACK cache as a [`LayerState`] and back: `keys` `[batch, slots, Σ k_qk]` and `values`
+//! `[batch, slots, Σ k_vo]`, f32. Rotations and ranks do not travel: both sides load the same
+//! rotation file and pick the same ranks, which the scheme's name (with both digests) makes the
+//! transfer handshake check.
+
+use burn::tensor::backend::Backend;
+use burn_kvcompress::{
+    cache::{CacheGeometry, KvCache, KvScheme, LayerState, StateTensor, TransferableCache, TransferableScheme},
+    error::CacheError,
+};
+
+use super::{ZackCache, ZackScheme};
+
+impl<B: Backend> TransferableCache<B> for ZackCache<B> {
+    fn export_state(&self) -> LayerState {
+        let mut tensors = Vec::new();
+        if let Some((k, v)) = self.keys_values() {
+            tensors.push(StateTensor::from_float("keys", &k));
+            tensors.push(StateTensor::from_float("values", &v));
+        }
+        LayerState { tokens: self.len(), tensors }
+    }
+}
+
+impl<B: Backend> TransferableScheme<B> for ZackScheme {
+    fn import_state(
+        &self,
+        layer: usize,
+        geometry: CacheGeometry,
+        state: &LayerState,
+        device: &B::Device,
+    ) -> Result<ZackCache<B>, CacheError> {
+        let mut cache: ZackCache<B> = self.new_cache(layer, geometry, device);
+        cache.check_usable()?;
+        if state.tokens == 0 {
+            return if state.tensors.is_empty() {
+                Ok(cache)
+            } else {
+                Err(CacheError::State("an empty ZACK state carries tensors".into()))
+            };
+        }
+        let (k, v) = (state.get("keys")?.to_float::<B, 3>(device)?, state.get("values")?.to_float::<B, 3>(device)?);
+        let (b, n) = (geometry.batch, state.tokens);
+        let (kw, vw) = (cache.layout.key_width(), cache.layout.value_width());
+        if k.dims() != [b, n, kw] || v.dims() != [b, n, vw] {
+            return Err(CacheError::State(format!(
+                "ZACK state of shapes {:?} and {:?}, expected [{b}, {n}, {kw}] and [{b}, {n}, {vw}]",
+                k.dims(),
+                v.dims()
+            )));
+        }
+        cache.keys = Some(k);
+        cache.values = Some(v);
+        Ok(cache)
+    }
+}

@@ -1,0 +1,110 @@
+//! [`ZackCache`]: one layer's reduced keys and values.
+
+use burn::tensor::{backend::Backend, Tensor};
+use burn_kvcompress::{
+    cache::{AttendOptions, CacheGeometry, KvCache},
+    error::CacheError,
+};
+
+use super::{zack_attention_reference, HeadLayout};
+
+/// One layer's ZACK cache: keys `[batch, slots, Σ k_qk]` (post-RoPE keys times each head's
+/// truncated basis) and values `[batch, slots, Σ k_vo]` (each head's leading coordinates of the
+/// values the folded `W_V` produced), heads packed side by side as [`HeadLayout`] says.
+#[derive(Debug)]
+pub struct ZackCache<B: Backend> {
+    pub(super) geometry: CacheGeometry,
+    pub(super) layout: HeadLayout,
+    /// `[head_dim, Σ k_qk]`.
+    pub(super) basis: Tensor<B, 2>,
+    pub(super) keys: Option<Tensor<B, 3>>,
+    pub(super) values: Option<Tensor<B, 3>>,
+    /// Set when the scheme cannot serve this geometry; every call then fails with it.
+    problem: Option<String>,
+}
+
+impl<B: Backend> ZackCache<B> {
+    pub(super) fn new(geometry: CacheGeometry, layout: HeadLayout, basis: Tensor<B, 2>) -> Self {
+        Self { geometry, layout, basis, keys: None, values: None, problem: None }
+    }
+
+    pub(super) fn unusable(geometry: CacheGeometry, problem: String, device: &B::Device) -> Self {
+        let layout = HeadLayout { head_dim: geometry.head_dim, qk_ranks: Vec::new(), vo_ranks: Vec::new() };
+        Self {
+            geometry,
+            layout,
+            basis: Tensor::zeros([geometry.head_dim, 0], device),
+            keys: None,
+            values: None,
+            problem: Some(problem),
+        }
+    }
+
+    pub(super) fn check_usable(&self) -> Result<(), CacheError> {
+        self.problem.as_ref().map_or(Ok(()), |p| Err(CacheError::Request(p.clone())))
+    }
+
+    /// This layer's ranks and packing.
+    pub fn layout(&self) -> &HeadLayout {
+        &self.layout
+    }
+
+    /// The cached keys and values, `[batch, slots, Σ k_qk]` and `[batch, slots, Σ k_vo]`.
+    pub fn keys_values(&self) -> Option<(Tensor<B, 3>, Tensor<B, 3>)> {
+        Some((self.keys.clone()?, self.values.clone()?))
+    }
+
+    /// `k`: `[batch, kv_heads, new, head_dim]` to `[batch, new, Σ k_qk]`.
+    fn reduce_keys(&self, k: Tensor<B, 4>) -> Tensor<B, 3> {
+        let [batch, _, new, d] = k.dims();
+        let heads = (0..self.layout.kv_heads()).map(|h| {
+            let columns = self.layout.key_columns(h);
+            let r = self.basis.clone().narrow(1, columns.start, columns.len()).reshape([1, d, columns.len()]);
+            k.clone().narrow(1, h, 1).reshape([batch, new, d]).matmul(r.expand([batch, d, columns.len()]))
+        });
+        Tensor::cat(heads.collect(), 2)
+    }
+
+    /// `v` (rotated by the folded `W_V`): `[batch, kv_heads, new, head_dim]` to
+    /// `[batch, new, Σ k_vo]`.
+    fn reduce_values(&self, v: Tensor<B, 4>) -> Tensor<B, 3> {
+        let [batch, _, new, d] = v.dims();
+        let heads = (0..self.layout.kv_heads())
+            .map(|h| v.clone().narrow(1, h, 1).reshape([batch, new, d]).narrow(2, 0, self.layout.vo_ranks[h]));
+        Tensor::cat(heads.collect(), 2)
+    }
+}
+
+fn append_slots<B: Backend>(old: Option<Tensor<B, 3>>, new: Tensor<B, 3>) -> Tensor<B, 3> {
+    match old {
+        Some(old) => Tensor::cat(vec![old, new], 1),
+        None => new,
+    }
+}
+
+impl<B: Backend> KvCache<B> for ZackCache<B> {
+    fn append(&mut self, k: Tensor<B, 4>, v: Tensor<B, 4>) -> Result<(), CacheError> {
+        self.check_usable()?;
+        self.geometry.check_append(k.dims(), v.dims())?;
+        let (k, v) = (self.reduce_keys(k), self.reduce_values(v));
+        self.keys = Some(append_slots(self.keys.take(), k));
+        self.values = Some(append_slots(self.values.take(), v));
+        Ok(())
+    }
+
+    fn attend(&self, q: Tensor<B, 4>, options: &AttendOptions) -> Result<Tensor<B, 4>, CacheError> {
+        self.check_usable()?;
+        let (k, v) = self.keys_values().ok_or_else(|| CacheError::Request("attention over an empty cache".into()))?;
+        zack_attention_reference(q, self.basis.clone(), k, v, &self.layout, options)
+    }
+
+    fn len(&self) -> usize {
+        self.keys.as_ref().map_or(0, |k| k.dims()[1])
+    }
+
+    /// The cached keys and values (4-byte elements); the basis is per-layer model state, like the
+    /// weights, and is not counted.
+    fn memory_bytes(&self) -> usize {
+        self.geometry.batch * self.len() * (self.layout.key_width() + self.layout.value_width()) * 4
+    }
+}
