@@ -6,3 +6,4 @@ pub mod bench;
 pub mod plot;
 pub mod reference;
 pub mod scheme_arg;
+pub mod zack_arg;

@@ -4,19 +4,24 @@
 //!
 //! A [`SchemeArg`] is only the parsed description; [`SchemeArg::resolve`] turns it into a
 //! [`Scheme`] against the loaded model (PQ reads its codebook file and checks that it was
-//! calibrated on this model), and [`with_scheme!`](crate::with_scheme) calls a function generic
-//! over the scheme with the concrete type.
+//! calibrated on this model), [`Scheme::prepare`] turns the loaded model into the one the scheme
+//! runs with (ZACK folds its rotations into the weights), and [`with_scheme!`](crate::with_scheme)
+//! calls a function generic over the scheme with the concrete type.
 
 use std::{path::Path, path::PathBuf, str::FromStr, sync::Arc};
 
 use anyhow::Context;
+use burn::tensor::backend::Backend;
 use burn_hack_attn::HackConfig;
 use burn_kvcompress::{
     cache::{CacheGeometry, DenseScheme},
     fingerprint::ModelFingerprint,
-    model::ModelConfig,
+    model::{CausalLm, ModelConfig},
 };
 use burn_million_pq::{cache::PqScheme, codebook::Codebooks};
+use burn_zack::cache::ZackScheme;
+
+use crate::zack_arg::ZackArg;
 
 /// `pq:` parameters: the codebook file and the recent window.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,7 +58,7 @@ impl FromStr for PqArg {
 }
 
 /// A KV cache scheme chosen on the command line (parsed, not yet checked against a model).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum SchemeArg {
     /// Uncompressed K/V.
     Dense,
@@ -61,6 +66,8 @@ pub enum SchemeArg {
     Hack(HackConfig),
     /// MILLION: product-quantized K/V with trained codebooks, lookup-table attention.
     Pq(PqArg),
+    /// ZACK: K/V reduced along the head dimension by calibrated rotations, adaptive ranks.
+    Zack(ZackArg),
 }
 
 impl FromStr for SchemeArg {
@@ -73,7 +80,8 @@ impl FromStr for SchemeArg {
             "dense" => Err(format!("`dense` takes no parameters (got `{params}`)")),
             "hack" => params.parse().map(Self::Hack).map_err(|e| e.to_string()),
             "pq" => params.parse().map(Self::Pq),
-            other => Err(format!("unknown KV scheme `{other}` (available: dense, hack, pq)")),
+            "zack" => params.parse().map(Self::Zack),
+            other => Err(format!("unknown KV scheme `{other}` (available: dense, hack, pq, zack)")),
         }
     }
 }
@@ -87,6 +95,19 @@ pub enum Scheme {
     Hack(HackConfig),
     /// MILLION, with its codebooks loaded and checked against the model.
     Pq(PqScheme),
+    /// ZACK, with its rotations loaded and checked against the model and ranks chosen.
+    Zack(ZackScheme),
+}
+
+impl Scheme {
+    /// The model this scheme runs with: ZACK folds its value/output rotations into `W_V` and
+    /// `W_O`; every other scheme runs the model as loaded.
+    pub fn prepare<B: Backend>(&self, model: CausalLm<B>) -> anyhow::Result<CausalLm<B>> {
+        match self {
+            Self::Zack(scheme) => Ok(scheme.fold(model)?),
+            Self::Dense(_) | Self::Hack(_) | Self::Pq(_) => Ok(model),
+        }
+    }
 }
 
 impl SchemeArg {
@@ -95,6 +116,7 @@ impl SchemeArg {
     /// `pq` loads its codebook file and checks that it was calibrated on this model file (by
     /// SHA-256: `fingerprint` if the caller already has it, else the file is hashed here) and fits
     /// its geometry (layers, KV heads, head dimension); the error names the file and the mismatch.
+    /// `zack` does the same with its rotation file and picks the ranks.
     pub fn resolve(
         &self,
         model_path: &Path,
@@ -104,15 +126,18 @@ impl SchemeArg {
         Ok(match self {
             Self::Dense => Scheme::Dense(DenseScheme),
             Self::Hack(config) => Scheme::Hack(*config),
+            Self::Zack(arg) => {
+                let fingerprint = fingerprint_of(model_path, fingerprint)?;
+                Scheme::Zack(
+                    arg.resolve(config, fingerprint)
+                        .with_context(|| format!("for the model {}", model_path.display()))?,
+                )
+            }
             Self::Pq(arg) => {
                 let path = &arg.codebooks;
                 let books =
                     Codebooks::load(path).with_context(|| format!("loading PQ codebooks {}", path.display()))?;
-                let fingerprint = match fingerprint {
-                    Some(f) => f,
-                    None => ModelFingerprint::of_path(model_path)
-                        .with_context(|| format!("hashing the model {}", model_path.display()))?,
-                };
+                let fingerprint = fingerprint_of(model_path, fingerprint)?;
                 let geometry = CacheGeometry {
                     batch: 1,
                     kv_heads: config.num_kv_heads,
@@ -133,6 +158,16 @@ impl SchemeArg {
     }
 }
 
+/// `known`, or the model file's SHA-256.
+fn fingerprint_of(model_path: &Path, known: Option<ModelFingerprint>) -> anyhow::Result<ModelFingerprint> {
+    match known {
+        Some(f) => Ok(f),
+        None => {
+            ModelFingerprint::of_path(model_path).with_context(|| format!("hashing the model {}", model_path.display()))
+        }
+    }
+}
+
 /// Calls `$run($scheme_value, ...)` with the concrete scheme a [`Scheme`] holds; `$run` is a
 /// path, so it may carry generic arguments: `with_scheme!(scheme, run::<B, _>, (x, y))`.
 #[macro_export]
@@ -143,6 +178,7 @@ macro_rules! with_scheme {
             Scheme::Dense(scheme) => $run(scheme, $($a),*),
             Scheme::Hack(scheme) => $run(scheme, $($a),*),
             Scheme::Pq(scheme) => $run(scheme, $($a),*),
+            Scheme::Zack(scheme) => $run(scheme, $($a),*),
         }
     }};
 }

@@ -34,6 +34,26 @@ impl GramAccumulator {
         Self { geometry, queries: zeros.clone(), keys: zeros.clone(), values: zeros, tokens: 0 }
     }
 
+    /// An accumulator for the geometry the recordings show (layers, query and KV heads, head
+    /// dimension), with them added.
+    pub fn from_recordings(layers: &[LayerRecording]) -> Result<Self, ZackError> {
+        let first = layers.first().ok_or_else(|| ZackError::Calibration("no layer was recorded".into()))?;
+        let (Some(q), Some(k)) = (first.queries.first(), first.keys.first()) else {
+            return Err(ZackError::Calibration("nothing was recorded (were queries recorded?)".into()));
+        };
+        let geometry =
+            RotationGeometry { layers: layers.len(), heads: q.shape[1], kv_heads: k.shape[1], head_dim: k.shape[3] };
+        if geometry.kv_heads == 0 || !geometry.heads.is_multiple_of(geometry.kv_heads) {
+            return Err(ZackError::Calibration(format!(
+                "recorded {} query heads for {} KV heads",
+                q.shape[1], k.shape[1]
+            )));
+        }
+        let mut grams = Self::new(geometry);
+        grams.add(layers)?;
+        Ok(grams)
+    }
+
     /// The geometry the sums are for.
     pub fn geometry(&self) -> RotationGeometry {
         self.geometry

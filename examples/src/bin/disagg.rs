@@ -67,9 +67,10 @@ struct ModelArgs {
     /// Model: a `.gguf` file or a Hugging Face directory. Default: SmolLM2-135M-Instruct.
     #[arg(long)]
     model: Option<PathBuf>,
-    /// KV cache scheme: `dense`, `hack:bits=2,pi=64,round=stochastic` or
-    /// `pq:codebooks=books.safetensors,window=64` (the same spelling as `generate --kv`; both
-    /// processes must load the same codebook file).
+    /// KV cache scheme: `dense`, `hack:bits=2,pi=64,round=stochastic`,
+    /// `pq:codebooks=books.safetensors,window=64` or `zack:rotations=rot.safetensors,rate=0.5`
+    /// (the same spelling as `generate --kv`; both processes must load the same codebook or
+    /// rotation file).
     #[arg(long, default_value = "dense", value_parser = parse_kv)]
     kv: String,
     /// Backend to run on.
@@ -183,10 +184,11 @@ fn load<B: Backend>(
 ) -> anyhow::Result<(LoadedModel<B>, ModelFingerprint, Scheme)> {
     let path = args.model_path();
     let fingerprint = ModelFingerprint::of_path(&path).with_context(|| format!("hashing {}", path.display()))?;
-    let loaded = load_model::<B>(&path, device)
+    let mut loaded = load_model::<B>(&path, device)
         .with_context(|| format!("loading {} (run `cargo xtask fetch-model` for the default model)", path.display()))?;
     let kv: SchemeArg = args.kv.parse().map_err(anyhow::Error::msg)?;
     let scheme = kv.resolve(&path, loaded.model.config(), Some(fingerprint))?;
+    loaded.model = scheme.prepare(loaded.model)?;
     Ok((loaded, fingerprint, scheme))
 }
 

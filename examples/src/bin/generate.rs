@@ -50,8 +50,10 @@ struct Args {
     /// Random seed for sampling.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// KV cache scheme: `dense`, `hack:bits=2,pi=64,round=stochastic` or
-    /// `pq:codebooks=books.safetensors,window=64` (codebooks from `calibrate`).
+    /// KV cache scheme: `dense`, `hack:bits=2,pi=64,round=stochastic`,
+    /// `pq:codebooks=books.safetensors,window=64` (codebooks from `calibrate`) or
+    /// `zack:rotations=rot.safetensors,rate=0.5` (rotations from `calibrate --scheme zack`; `eps=E`
+    /// instead of `rate` sets the removal rate; `min_rank=N`, `multiple=N` shape the ranks).
     #[arg(long, default_value = "dense")]
     kv: SchemeArg,
     /// Backend to run on.
@@ -61,9 +63,10 @@ struct Args {
 
 fn run<B: KernelBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
     let path = args.model.clone().unwrap_or_else(default_model_path);
-    let loaded = load_model::<B>(&path, &device)
+    let mut loaded = load_model::<B>(&path, &device)
         .with_context(|| format!("loading {} (run `cargo xtask fetch-model` for the default model)", path.display()))?;
     let scheme = args.kv.resolve(&path, loaded.model.config(), None)?;
+    loaded.model = scheme.prepare(loaded.model)?;
     with_scheme!(scheme, run_scheme::<B, _>, (args, &loaded, &device))
 }
 

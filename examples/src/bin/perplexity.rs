@@ -34,7 +34,9 @@ struct Args {
     #[arg(long)]
     text: Vec<PathBuf>,
     /// KV cache schemes (repeatable): `dense`, `hack:bits=2,pi=64,round=stochastic`,
-    /// `pq:codebooks=books.safetensors,window=64` (codebooks from `calibrate`).
+    /// `pq:codebooks=books.safetensors,window=64` (codebooks from `calibrate`),
+    /// `zack:rotations=rot.safetensors,rate=0.5` (rotations from `calibrate --scheme zack`; or
+    /// `eps=E` for the removal rate).
     #[arg(long, default_value = "dense")]
     kv: Vec<SchemeArg>,
     /// Most windows of 1024 tokens per text.
@@ -84,7 +86,7 @@ fn run<B: KernelBackend>(device: B::Device, args: &Args) -> anyhow::Result<Vec<R
         .with_context(|| format!("loading {} (run `cargo xtask fetch-model`)", path.display()))?;
     let tokenizer = loaded.tokenizer.context("the model files carry no tokenizer")?;
     let c = loaded.model.config().clone();
-    let fingerprint = match args.kv.iter().any(|kv| matches!(kv, SchemeArg::Pq(_))) {
+    let fingerprint = match args.kv.iter().any(|kv| matches!(kv, SchemeArg::Pq(_) | SchemeArg::Zack(_))) {
         true => Some(ModelFingerprint::of_path(&path).with_context(|| format!("hashing {}", path.display()))?),
         false => None,
     };
@@ -100,7 +102,8 @@ fn run<B: KernelBackend>(device: B::Device, args: &Args) -> anyhow::Result<Vec<R
         let text = std::fs::read_to_string(text_path).with_context(|| format!("reading {}", text_path.display()))?;
         let tokens = tokenizer.encode(&text, false)?;
         for scheme in &schemes {
-            let report = with_scheme!(scheme.clone(), evaluate::<B, _>, (&loaded.model, &tokens, config, &device))?;
+            let model = scheme.prepare(loaded.model.clone())?;
+            let report = with_scheme!(scheme.clone(), evaluate::<B, _>, (&model, &tokens, config, &device))?;
             let name = text_path.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
             eprintln!("{name} {}: ppl {:.4}", report.scheme, report.ppl);
             let bits_per_element = report.kv_bytes_per_token * 8.0 / elements_per_token;

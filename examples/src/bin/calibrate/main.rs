@@ -1,0 +1,129 @@
+//! Calibrate a compression scheme on text: run the model over calibration text with a cache that
+//! records the post-RoPE keys and values, and fit the scheme's parameters to them.
+//!
+//! `pq` (MILLION) trains product-quantization codebooks by k-means and saves them as safetensors
+//! tagged with the model's SHA-256, for `--kv pq:codebooks=FILE` in `generate`, `perplexity` and
+//! `disagg`:
+//!
+//! ```text
+//! calibrate --config m=32,nbits=8 --text gpl-3.txt --tokens 8192 --out books.safetensors --plot obj.svg
+//! ```
+//!
+//! Beside the codebooks it writes `<out>.json`: the configuration, the k-means settings, the
+//! calibration text and token count, training time and the relative reconstruction error of keys
+//! and values after every k-means iteration (plotted by `--plot`).
+//!
+//! `zack` computes ZACK's per-KV-head rotations (SVD of post-RoPE `[Q; K]` and of `[V; W_Oᵀ]`)
+//! and saves them as safetensors tagged with the model's SHA-256, for
+//! `--kv zack:rotations=FILE,rate=0.5`:
+//!
+//! ```text
+//! calibrate --scheme zack --text gpl-3.txt --tokens 8192 --out rot.safetensors --plot spectra.svg
+//! ```
+//!
+//! Its `<out>.json` holds the mean normalized singular-value spectra of both pairs (plotted by
+//! `--plot`) and the compression rate and mean ranks at a sweep of removal rates ε.
+
+mod pq;
+mod record;
+mod zack;
+
+use std::path::PathBuf;
+
+use anyhow::bail;
+use burn_million_pq::KmeansConfig;
+use clap::{Parser, ValueEnum};
+use examples::{backend_choice::BackendChoice, plot::PlotFormat};
+use serde::Serialize;
+
+/// Calibrate a KV-cache compression scheme on text (PQ codebooks for `--kv pq:codebooks=FILE`,
+/// ZACK rotations for `--kv zack:rotations=FILE`).
+#[derive(Parser, Debug)]
+#[command(about, long_about = None)]
+pub struct Args {
+    /// What to calibrate: `pq` (MILLION product-quantization codebooks) or `zack` (ZACK's SVD
+    /// rotations).
+    #[arg(long, value_enum, default_value_t = SchemeChoice::Pq)]
+    scheme: SchemeChoice,
+    /// The scheme's configuration; for pq `m=SUBSPACES,nbits=BITS[,scope=layer|layer-head]`
+    /// (M subspaces per head vector, 2^BITS centroids each, one codebook per layer or per
+    /// (layer, KV head)), required; for zack `weighting=equal-energy|concatenate` (how the two
+    /// blocks of `[Q; K]` and `[V; W_Oᵀ]` are scaled before the SVD; default equal-energy).
+    #[arg(long)]
+    config: Option<String>,
+    /// Calibration text files (repeatable), tokenized without BOS and read in order until
+    /// `--tokens` tokens are taken.
+    #[arg(long, required = true)]
+    text: Vec<PathBuf>,
+    /// Calibration tokens in all (fewer if the texts are shorter).
+    #[arg(long, default_value_t = 8192)]
+    tokens: usize,
+    /// Tokens per prefill window (windows never span two texts).
+    #[arg(long, default_value_t = 1024)]
+    window: usize,
+    /// Windows prefilled together as one batch (same samples, faster).
+    #[arg(long, default_value_t = 4)]
+    batch: usize,
+    /// Output file (safetensors); a JSON report is written beside it as `<out>.json`.
+    #[arg(long)]
+    out: PathBuf,
+    /// Model: a `.gguf` file or a Hugging Face directory. Default: SmolLM2-135M-Instruct.
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Backend the model runs on to record K/V (k-means and the SVD run on the CPU).
+    #[arg(long, value_enum, default_value_t = BackendChoice::Ndarray)]
+    backend: BackendChoice,
+    /// k-means: mini-batch iterations.
+    #[arg(long, default_value_t = KmeansConfig::default().iterations)]
+    iterations: usize,
+    /// k-means: points per mini-batch.
+    #[arg(long, default_value_t = KmeansConfig::default().batch_size)]
+    batch_size: usize,
+    /// k-means: seed of every random choice.
+    #[arg(long, default_value_t = KmeansConfig::default().seed)]
+    seed: u64,
+    /// k-means threads (default: the available cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Plot to this `.svg` (with text) or `.png` (lines only; first curve blue, second red):
+    /// for pq the relative reconstruction error of keys and values against the k-means
+    /// iteration, for zack the mean normalized singular values of the query/key and
+    /// value/output pairs against the head dimension.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+}
+
+/// `--scheme`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SchemeChoice {
+    /// MILLION: product-quantization codebooks (k-means per subspace).
+    Pq,
+    /// ZACK: per-KV-head rotations of the query/key and value/output pairs (SVD).
+    Zack,
+}
+
+/// Checks the numeric flags before anything slow runs.
+fn check_args(args: &Args) -> anyhow::Result<()> {
+    for (flag, value) in [("--tokens", args.tokens), ("--window", args.window), ("--batch", args.batch)] {
+        if value == 0 {
+            bail!("{flag} must be at least 1");
+        }
+    }
+    if args.batch_size == 0 || args.threads == Some(0) {
+        bail!("--batch-size and --threads must be at least 1");
+    }
+    if let Some(plot) = &args.plot {
+        PlotFormat::of_path(plot)?;
+    }
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    check_args(&args)?;
+    match args.scheme {
+        SchemeChoice::Pq => pq::run_pq(&args),
+        SchemeChoice::Zack => zack::run_zack(&args),
+    }
+}

@@ -1,0 +1,192 @@
+//! `--scheme zack`: ZACK's per-KV-head rotations.
+
+use std::time::Instant;
+
+use anyhow::Context;
+use burn::tensor::backend::Backend;
+use burn_kvcompress::paths::default_model_path;
+use burn_zack::{
+    rotation::{calibrate_rotations, BlockWeighting, GramAccumulator, Pair, Rotations},
+    RankRule, Ranks,
+};
+use examples::{
+    plot::{plot_curves, Curve, PlotFormat, PlotSpec, CURVE_COLOURS},
+    with_backend,
+};
+use serde::Serialize;
+
+use crate::record::{describe, json_path, read_texts, record, Recorded};
+use crate::{Args, SchemeChoice};
+
+/// Removal rates ε the report tabulates.
+const EPSILON_SWEEP: [f64; 9] = [0.0, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4];
+
+/// The JSON report written beside the rotations.
+#[derive(Serialize)]
+struct Report<'a> {
+    scheme: SchemeChoice,
+    weighting: BlockWeighting,
+    model: String,
+    model_sha256: String,
+    rotations: String,
+    calibration: &'a str,
+    tokens: usize,
+    window: usize,
+    recording_seconds: f64,
+    svd_seconds: f64,
+    /// Per pair, σ_j / σ_0 averaged over layers and KV heads, j = 0..head_dim.
+    normalized_spectra: Spectra,
+    /// Compression rate and mean ranks per removal rate ε (ranks at least 1).
+    sweep: Vec<SweepRow>,
+}
+
+#[derive(Serialize)]
+struct Spectra {
+    query_key: Vec<f64>,
+    value_output: Vec<f64>,
+}
+
+#[derive(Serialize)]
+struct SweepRow {
+    epsilon: f64,
+    compression_rate: f64,
+    mean_query_key_rank: f64,
+    mean_value_output_rank: f64,
+}
+
+fn weighting(args: &Args) -> anyhow::Result<BlockWeighting> {
+    let Some(text) = args.config.as_deref().filter(|t| !t.is_empty()) else {
+        return Ok(BlockWeighting::default());
+    };
+    let value =
+        text.strip_prefix("weighting=").with_context(|| format!("--config `{text}`: zack takes `weighting=...`"))?;
+    Ok(value.parse()?)
+}
+
+/// Records post-RoPE Q, K and V over the texts, accumulating Gram matrices batch by batch, then
+/// computes the rotations (the SVD needs the model's `W_O`).
+fn calibrate_on<B: Backend>(
+    device: B::Device,
+    args: &Args,
+    weighting: BlockWeighting,
+    sources: &[(String, String)],
+) -> anyhow::Result<(Recorded, Rotations, f64)> {
+    let mut grams: Option<GramAccumulator> = None;
+    let (recorded, model) = record::<B>(device, args, &|_| Ok(()), sources, true, &mut |batch| {
+        match grams.as_mut() {
+            Some(grams) => grams.add(&batch)?,
+            None => grams = Some(GramAccumulator::from_recordings(&batch)?),
+        }
+        Ok(())
+    })?;
+    let grams = grams.context("no calibration text was recorded")?;
+    let started = Instant::now();
+    let calibration = describe(&recorded, args.window);
+    let rotations = calibrate_rotations(&grams, &model, weighting, recorded.fingerprint, calibration)?;
+    Ok((recorded, rotations, started.elapsed().as_secs_f64()))
+}
+
+/// σ_j / σ_0 of one pair, averaged over layers and KV heads.
+fn mean_normalized_spectrum(rotations: &Rotations, pair: Pair) -> Vec<f64> {
+    let g = rotations.geometry;
+    let mut mean = vec![0.0; g.head_dim];
+    for layer in 0..g.layers {
+        for head in 0..g.kv_heads {
+            let sigma = &rotations.head(pair, layer, head).singular_values;
+            let top = f64::from(sigma[0]).max(f64::MIN_POSITIVE);
+            for (m, &s) in mean.iter_mut().zip(sigma) {
+                *m += f64::from(s) / top / (g.layers * g.kv_heads) as f64;
+            }
+        }
+    }
+    mean
+}
+
+fn sweep(rotations: &Rotations) -> anyhow::Result<Vec<SweepRow>> {
+    let mean = |ranks: &[Vec<usize>]| {
+        let all: Vec<usize> = ranks.iter().flatten().copied().collect();
+        all.iter().sum::<usize>() as f64 / all.len().max(1) as f64
+    };
+    EPSILON_SWEEP
+        .iter()
+        .map(|&epsilon| {
+            let ranks = Ranks::from_removal_rate(rotations, epsilon, RankRule::default())?;
+            Ok(SweepRow {
+                epsilon,
+                compression_rate: ranks.compression_rate(),
+                mean_query_key_rank: mean(&ranks.query_key),
+                mean_value_output_rank: mean(&ranks.value_output),
+            })
+        })
+        .collect()
+}
+
+pub fn run_zack(args: &Args) -> anyhow::Result<()> {
+    let weighting = weighting(args)?;
+    let sources = read_texts(args)?;
+    let (recorded, rotations, svd_seconds) = with_backend!(args.backend, calibrate_on(args, weighting, &sources))?;
+    eprintln!("recorded Q/K/V of {} in {:.1} s", rotations.geometry, recorded.seconds);
+    if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    rotations.save(&args.out)?;
+    println!("rotations: {} ({weighting}, calibrated on {})", args.out.display(), rotations.calibration);
+    println!("SVD: {svd_seconds:.2} s");
+    let rows = sweep(&rotations)?;
+    println!("| ε | compression rate | mean rank q/k | mean rank v/o |\n|---:|---:|---:|---:|");
+    for row in &rows {
+        println!(
+            "| {} | {:.3} | {:.1} | {:.1} |",
+            row.epsilon, row.compression_rate, row.mean_query_key_rank, row.mean_value_output_rank
+        );
+    }
+    let spectra = Spectra {
+        query_key: mean_normalized_spectrum(&rotations, Pair::QueryKey),
+        value_output: mean_normalized_spectrum(&rotations, Pair::ValueOutput),
+    };
+    let model = args.model.clone().unwrap_or_else(default_model_path);
+    let report = Report {
+        scheme: args.scheme,
+        weighting,
+        model: model.display().to_string(),
+        model_sha256: recorded.fingerprint.to_hex(),
+        rotations: args.out.display().to_string(),
+        calibration: &rotations.calibration,
+        tokens: recorded.taken.iter().map(|(_, n)| n).sum(),
+        window: args.window,
+        recording_seconds: recorded.seconds,
+        svd_seconds,
+        normalized_spectra: spectra,
+        sweep: rows,
+    };
+    let json = json_path(&args.out);
+    std::fs::write(&json, serde_json::to_string_pretty(&report)?)
+        .with_context(|| format!("writing {}", json.display()))?;
+    println!("report: {}", json.display());
+
+    if let Some(plot) = &args.plot {
+        let s = &report.normalized_spectra;
+        let curves = [
+            Curve { name: "query/key", values: &s.query_key },
+            Curve { name: "value/output", values: &s.value_output },
+        ];
+        let title = format!("ZACK mean singular values ({weighting}) on {}", rotations.calibration);
+        let spec = PlotSpec {
+            title: &title,
+            x_label: "direction j (head dimension, sorted)",
+            y_label: "σ_j / σ_0, mean over layers and KV heads",
+            curves: &curves,
+        };
+        plot_curves(plot, &spec)?;
+        match PlotFormat::of_path(plot)? {
+            PlotFormat::Svg => println!("plot: {}", plot.display()),
+            PlotFormat::Png => println!(
+                "plot: {} (no text in PNGs: query/key {}, value/output {})",
+                plot.display(),
+                CURVE_COLOURS[0].0,
+                CURVE_COLOURS[1].0
+            ),
+        }
+    }
+    Ok(())
+}

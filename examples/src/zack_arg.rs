@@ -1,0 +1,82 @@
+//! The `zack:` parameters of `--kv`: `zack:rotations=FILE,rate=0.5` (or `eps=0.05` instead of
+//! `rate`), with optional `min_rank=N` and `multiple=N` ([`RankRule`]).
+
+use std::{path::PathBuf, str::FromStr, sync::Arc};
+
+use anyhow::Context;
+use burn_kvcompress::{fingerprint::ModelFingerprint, model::ModelConfig};
+use burn_zack::{cache::ZackScheme, rotation::Rotations, RankRule, Ranks};
+
+/// How the per-head ranks are chosen.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RankTarget {
+    /// The overall compression rate (fraction of cached elements removed); ε is searched.
+    Rate(f64),
+    /// The singular-value removal rate ε itself (Eq. 6).
+    Epsilon(f64),
+}
+
+/// `zack:` parameters: the rotation file and how ranks are chosen.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ZackArg {
+    /// Rotation file written by `calibrate --scheme zack` (required).
+    pub rotations: PathBuf,
+    /// Rate or ε (default: rate [`ZackArg::DEFAULT_RATE`]).
+    pub target: RankTarget,
+    /// Minimum rank and rounding.
+    pub rule: RankRule,
+}
+
+impl ZackArg {
+    /// The compression rate when neither `rate` nor `eps` is given.
+    pub const DEFAULT_RATE: f64 = 0.5;
+
+    /// Loads the rotations, checks them against the model, and picks the ranks.
+    pub fn resolve(&self, config: &ModelConfig, fingerprint: ModelFingerprint) -> anyhow::Result<ZackScheme> {
+        let path = &self.rotations;
+        let rotations = Rotations::load(path).with_context(|| format!("loading ZACK rotations {}", path.display()))?;
+        rotations.check_model(fingerprint, config).with_context(|| {
+            format!(
+                "the ZACK rotations {} (calibrated on: {}) do not fit this model",
+                path.display(),
+                rotations.calibration
+            )
+        })?;
+        let ranks = match self.target {
+            RankTarget::Rate(rate) => Ranks::for_compression_rate(&rotations, rate, self.rule)?.0,
+            RankTarget::Epsilon(epsilon) => Ranks::from_removal_rate(&rotations, epsilon, self.rule)?,
+        };
+        Ok(ZackScheme::new(Arc::new(rotations), ranks)?)
+    }
+}
+
+fn number<T: FromStr>(key: &str, value: &str) -> Result<T, String> {
+    value.parse().map_err(|_| format!("{key} `{value}` is not a number"))
+}
+
+impl FromStr for ZackArg {
+    type Err = String;
+
+    /// `rotations=PATH[,rate=R|eps=E][,min_rank=N][,multiple=N]`, in any order.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (mut rotations, mut target, mut rule) = (None, None, RankRule::default());
+        for pair in s.split(',').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').ok_or_else(|| format!("`{pair}` is not key=value"))?;
+            let set_target = |target: &mut Option<RankTarget>, new: RankTarget| match target.replace(new) {
+                Some(_) => Err("give one of `rate` and `eps`".to_string()),
+                None => Ok(()),
+            };
+            match key {
+                "rotations" if value.is_empty() => return Err("`rotations` needs a path".into()),
+                "rotations" => rotations = Some(PathBuf::from(value)),
+                "rate" => set_target(&mut target, RankTarget::Rate(number(key, value)?))?,
+                "eps" => set_target(&mut target, RankTarget::Epsilon(number(key, value)?))?,
+                "min_rank" => rule.min_rank = number(key, value)?,
+                "multiple" => rule.multiple = number(key, value)?,
+                other => return Err(format!("unknown zack key `{other}` (rotations, rate, eps, min_rank, multiple)")),
+            }
+        }
+        let rotations = rotations.ok_or("zack needs `rotations=PATH` (a file written by `calibrate --scheme zack`)")?;
+        Ok(Self { rotations, target: target.unwrap_or(RankTarget::Rate(Self::DEFAULT_RATE)), rule })
+    }
+}
