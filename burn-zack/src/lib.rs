@@ -11,6 +11,8 @@
 //! - [`fold_value_rotations`]: the value/output rotations folded into `W_V` and `W_O`.
 //! - [`cache::ZackScheme`]: the `KvScheme`; keys are rotated and truncated after RoPE (RoPE
 //!   prevents folding them), attention runs on the reduced, per-head dimensions.
+//! - [`kernels`]: the [`ZackBackend`](kernels::ZackBackend) trait with the tensor-op reference
+//!   and a load-balanced CubeCL decode kernel (wgpu, cuda).
 //!
 //! ```no_run
 //! # use std::{path::Path, sync::Arc};
@@ -29,6 +31,7 @@
 pub mod cache;
 mod error;
 mod fold;
+pub mod kernels;
 mod linalg;
 mod ranks;
 pub mod rotation;

@@ -3,13 +3,14 @@
 
 use burn_hack_attn::kernels::HackBackend;
 use burn_million_pq::kernels::PqBackend;
+use burn_zack::kernels::ZackBackend;
 use clap::ValueEnum;
 
-/// A backend that runs every scheme's operations (HACK's and MILLION's), which the programs'
-/// run functions need to take any `--kv`.
-pub trait KernelBackend: HackBackend + PqBackend {}
+/// A backend that runs every scheme's operations (HACK's, MILLION's and ZACK's), which the
+/// programs' run functions need to take any `--kv`.
+pub trait KernelBackend: HackBackend + PqBackend + ZackBackend {}
 
-impl<B: HackBackend + PqBackend> KernelBackend for B {}
+impl<B: HackBackend + PqBackend + ZackBackend> KernelBackend for B {}
 
 /// A backend selectable on the command line (wgpu and cuda need the crate features of the
 /// same name).

@@ -42,7 +42,13 @@ fn main() -> anyhow::Result<()> {
                 "cargo",
                 &[
                     &clippy[..],
-                    &["--features", "burn-hack-attn/wgpu,burn-million-pq/wgpu,examples/wgpu", "--", "-D", "warnings"],
+                    &[
+                        "--features",
+                        "burn-hack-attn/wgpu,burn-million-pq/wgpu,burn-zack/wgpu,examples/wgpu",
+                        "--",
+                        "-D",
+                        "warnings",
+                    ],
                 ]
                 .concat(),
             )?;
@@ -56,7 +62,7 @@ fn test() -> anyhow::Result<()> {
     fetch_model::fetch_model()?;
     shell::run("cargo", &["test", "--release", "--workspace"])?;
     // The CubeCL kernels against their references on wgpu (lavapipe on a machine without a GPU).
-    for crate_name in ["burn-hack-attn", "burn-million-pq"] {
+    for crate_name in ["burn-hack-attn", "burn-million-pq", "burn-zack"] {
         shell::run("cargo", &["test", "--release", "-p", crate_name, "--features", "wgpu"])?;
     }
     Ok(())

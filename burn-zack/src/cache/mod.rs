@@ -1,13 +1,11 @@
 //! The ZACK cache: keys rotated and truncated per KV head after RoPE, values truncated (their
 //! rotation is folded into `W_V`), attention on the reduced dimensions.
 
-mod attention;
 mod layout;
 mod scheme;
 mod state;
 mod zack_cache;
 
-pub use attention::zack_attention_reference;
 pub use layout::HeadLayout;
 pub use scheme::ZackScheme;
 pub use zack_cache::ZackCache;

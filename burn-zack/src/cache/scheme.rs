@@ -9,6 +9,7 @@ use burn_kvcompress::{
 };
 
 use super::{HeadLayout, ZackCache};
+use crate::kernels::ZackBackend;
 use crate::{
     fold::fold_value_rotations,
     ranks::Ranks,
@@ -91,7 +92,7 @@ fn short_hex(digest: [u8; 32]) -> String {
     digest[..4].iter().map(|b| format!("{b:02x}")).collect()
 }
 
-impl<B: Backend> KvScheme<B> for ZackScheme {
+impl<B: ZackBackend> KvScheme<B> for ZackScheme {
     type Cache = ZackCache<B>;
 
     fn new_cache(&self, layer: usize, geometry: CacheGeometry, device: &B::Device) -> ZackCache<B> {

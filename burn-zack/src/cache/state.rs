@@ -3,7 +3,7 @@
 //! rotation file and pick the same ranks, which the scheme's name (with both digests) makes the
 //! transfer handshake check.
 
-use burn::tensor::backend::Backend;
+use crate::kernels::ZackBackend;
 use burn_kvcompress::{
     cache::{CacheGeometry, KvCache, KvScheme, LayerState, StateTensor, TransferableCache, TransferableScheme},
     error::CacheError,
@@ -11,7 +11,7 @@ use burn_kvcompress::{
 
 use super::{ZackCache, ZackScheme};
 
-impl<B: Backend> TransferableCache<B> for ZackCache<B> {
+impl<B: ZackBackend> TransferableCache<B> for ZackCache<B> {
     fn export_state(&self) -> LayerState {
         let mut tensors = Vec::new();
         if let Some((k, v)) = self.keys_values() {
@@ -22,7 +22,7 @@ impl<B: Backend> TransferableCache<B> for ZackCache<B> {
     }
 }
 
-impl<B: Backend> TransferableScheme<B> for ZackScheme {
+impl<B: ZackBackend> TransferableScheme<B> for ZackScheme {
     fn import_state(
         &self,
         layer: usize,

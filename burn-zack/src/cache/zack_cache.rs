@@ -6,7 +6,8 @@ use burn_kvcompress::{
     error::CacheError,
 };
 
-use super::{zack_attention_reference, HeadLayout};
+use super::HeadLayout;
+use crate::kernels::ZackBackend;
 
 /// One layer's ZACK cache: keys `[batch, slots, Σ k_qk]` (post-RoPE keys times each head's
 /// truncated basis) and values `[batch, slots, Σ k_vo]` (each head's leading coordinates of the
@@ -82,7 +83,7 @@ fn append_slots<B: Backend>(old: Option<Tensor<B, 3>>, new: Tensor<B, 3>) -> Ten
     }
 }
 
-impl<B: Backend> KvCache<B> for ZackCache<B> {
+impl<B: ZackBackend> KvCache<B> for ZackCache<B> {
     fn append(&mut self, k: Tensor<B, 4>, v: Tensor<B, 4>) -> Result<(), CacheError> {
         self.check_usable()?;
         self.geometry.check_append(k.dims(), v.dims())?;
@@ -95,7 +96,7 @@ impl<B: Backend> KvCache<B> for ZackCache<B> {
     fn attend(&self, q: Tensor<B, 4>, options: &AttendOptions) -> Result<Tensor<B, 4>, CacheError> {
         self.check_usable()?;
         let (k, v) = self.keys_values().ok_or_else(|| CacheError::Request("attention over an empty cache".into()))?;
-        zack_attention_reference(q, self.basis.clone(), k, v, &self.layout, options)
+        B::zack_attention(q, self.basis.clone(), k, v, &self.layout, options)
     }
 
     fn len(&self) -> usize {

@@ -7,7 +7,7 @@ use burn_kvcompress::{
     error::CacheError,
 };
 
-use super::HeadLayout;
+use crate::cache::HeadLayout;
 
 /// ZACK attention of full post-RoPE queries over reduced keys and values.
 ///

@@ -1,0 +1,131 @@
+//! The ZACK decode kernel against the plain-tensor reference on wgpu (lavapipe in CI), with
+//! uneven per-head ranks, GQA, batch, padding and sliding windows, across the schedule's splits.
+#![cfg(feature = "wgpu")]
+
+mod common;
+
+use burn::tensor::{backend::Backend, Tensor, TensorData};
+use burn_kvcompress::cache::AttendOptions;
+use burn_zack::{cache::HeadLayout, kernels::ZackBackend};
+use common::{host, uniform};
+
+type Gpu = burn::backend::Wgpu<f32, i32>;
+type Cpu = burn::backend::NdArray<f32>;
+
+fn on<B: Backend, const D: usize>(values: &[f32], shape: [usize; D]) -> Tensor<B, D> {
+    Tensor::from_data(TensorData::new(values.to_vec(), shape), &Default::default())
+}
+
+/// One decode step's inputs.
+struct Case {
+    layout: HeadLayout,
+    batch: usize,
+    heads: usize,
+    len: usize,
+    q: Vec<f32>,
+    basis: Vec<f32>,
+    keys: Vec<f32>,
+    values: Vec<f32>,
+    options: AttendOptions,
+}
+
+impl Case {
+    fn new(layout: HeadLayout, group: usize, batch: usize, len: usize, window: Option<usize>, seed: u64) -> Self {
+        let (d, heads) = (layout.head_dim, layout.kv_heads() * group);
+        Self {
+            q: uniform(batch * heads * d, seed),
+            basis: uniform(d * layout.key_width(), seed + 1),
+            keys: uniform(batch * len * layout.key_width(), seed + 2),
+            values: uniform(batch * len * layout.value_width(), seed + 3),
+            options: AttendOptions {
+                scale: 1.0 / (d as f32).sqrt(),
+                key_start: (0..batch).map(|b| (b * 3).min(len - 1)).collect(),
+                window,
+            },
+            layout,
+            batch,
+            heads,
+            len,
+        }
+    }
+
+    fn run<B: ZackBackend>(&self) -> Vec<f32> {
+        let (d, kw, vw) = (self.layout.head_dim, self.layout.key_width(), self.layout.value_width());
+        let out = B::zack_attention(
+            on(&self.q, [self.batch, self.heads, 1, d]),
+            on(&self.basis, [d, kw]),
+            on(&self.keys, [self.batch, self.len, kw]),
+            on(&self.values, [self.batch, self.len, vw]),
+            &self.layout,
+            &self.options,
+        );
+        host(out.unwrap())
+    }
+
+    /// A derived bound on |kernel − reference|. Both compute in f32 in different orders. The
+    /// reduced query `q̃_j = Σ_c q_c R_cj` and the score `Σ_j q̃_j k̃_j` carry at most
+    /// `γ_(d+k+2) · scale · Σ_j (Σ_c |q_c||R_cj|)|k̃_j|` error (γ_n = n·u/(1 − n·u), u = 2^-24);
+    /// a score error δ moves the softmax-weighted output by at most `(e^(2δ) − 1) · max|v|`; the
+    /// exponentials, the split sums and the merge add a few ulps per slot: `8 · len · u · max|v|`.
+    fn bound(&self) -> f32 {
+        let (layout, d, kw) = (&self.layout, self.layout.head_dim, self.layout.key_width());
+        let u = f64::from(f32::EPSILON) / 2.0;
+        let gamma = |n: usize| n as f64 * u / (1.0 - n as f64 * u);
+        let group = self.heads / layout.kv_heads();
+        let mut delta: f64 = 0.0;
+        for b in 0..self.batch {
+            for h in 0..self.heads {
+                let cols = layout.key_columns(h / group);
+                let q_abs: Vec<f64> = cols
+                    .clone()
+                    .map(|j| {
+                        (0..d)
+                            .map(|c| {
+                                f64::from(self.q[(b * self.heads + h) * d + c].abs() * self.basis[c * kw + j].abs())
+                            })
+                            .sum()
+                    })
+                    .collect();
+                for s in 0..self.len {
+                    let row = &self.keys[(b * self.len + s) * kw..];
+                    let dot: f64 = cols.clone().zip(&q_abs).map(|(j, qa)| qa * f64::from(row[j].abs())).sum();
+                    delta = delta.max(gamma(d + cols.len() + 2) * f64::from(self.options.scale) * dot);
+                }
+            }
+        }
+        let v_max = f64::from(self.values.iter().fold(0.0f32, |m, v| m.max(v.abs())));
+        (((2.0 * delta).exp() - 1.0) * v_max + 8.0 * self.len as f64 * u * v_max) as f32
+    }
+}
+
+#[test]
+fn decode_kernel_equals_the_reference_on_uneven_heads() {
+    let layout =
+        |d, qk: &[usize], vo: &[usize]| HeadLayout { head_dim: d, qk_ranks: qk.to_vec(), vo_ranks: vo.to_vec() };
+    // (layout, group, batch, len, window)
+    let cases = [
+        (layout(16, &[16], &[16]), 1, 1, 1, None),
+        (layout(16, &[3, 16], &[16, 5]), 2, 2, 7, None),
+        (layout(64, &[1, 64, 20], &[64, 1, 33]), 3, 2, 65, None),
+        (layout(64, &[8, 64, 32], &[8, 64, 17]), 3, 1, 300, Some(100)),
+        (layout(32, &[32, 9], &[4, 32]), 4, 2, 129, None),
+        (layout(128, &[64, 128], &[32, 128]), 4, 1, 257, None),
+        (layout(64, &[2, 2], &[2, 2]), 1, 3, 600, Some(7)),
+    ];
+    for (i, (layout, group, batch, len, window)) in cases.into_iter().enumerate() {
+        let case = Case::new(layout, group, batch, len, window, 100 * i as u64);
+        let (kernel, reference) = (case.run::<Gpu>(), case.run::<Cpu>());
+        let tolerance = case.bound();
+        let diff = kernel.iter().zip(&reference).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        assert!(diff <= tolerance, "case {i}: kernel differs by {diff} > bound {tolerance}");
+        // Zero past each head's value rank, exactly.
+        let d = case.layout.head_dim;
+        for (index, x) in kernel.iter().enumerate() {
+            let head = (index / d) % case.heads;
+            if index % d >= case.layout.vo_ranks[head / group] {
+                assert_eq!(*x, 0.0, "case {i}: padding at {index}");
+            }
+        }
+        eprintln!("case {i}: max diff {diff:.2e} (bound {tolerance:.2e})");
+    }
+}
