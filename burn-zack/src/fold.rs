@@ -4,6 +4,10 @@
 //! then keeps only each head's leading `k_vo` value coordinates and returns the attention output
 //! zero-padded past them, so the truncated rows of `W_O` meet zeros: no decompression at run time.
 //!
+//! The dropped coordinates are not lost to zero but set to their calibration mean: attention
+//! weights sum to 1, so a value coordinate held at its mean `μ'_j` contributes `μ'_j W_O'^h[j]`
+//! whatever the weights are, a constant that goes into the output projection's bias.
+//!
 //! [`ZackCache`]: crate::cache::ZackCache
 
 use burn::{
@@ -13,19 +17,22 @@ use burn::{
 use burn_kvcompress::model::CausalLm;
 
 use crate::rotation::{Pair, RotationGeometry, Rotations};
-use crate::ZackError;
+use crate::{Ranks, ZackError};
 
 /// `model` with every layer's value/output rotations folded into `v_proj` (weights and bias) and
-/// `o_proj` (weights). Queries and keys are untouched: with RoPE their rotation cannot be folded
-/// (it does not commute with RoPE's position-dependent rotation) and runs after RoPE in the cache.
+/// `o_proj` (weights, and a bias holding the mean of the value coordinates that `ranks` drop).
+/// Queries and keys are untouched: with RoPE their rotation cannot be folded (it does not commute
+/// with RoPE's position-dependent rotation) and runs after RoPE in the cache.
 pub fn fold_value_rotations<B: Backend>(
     mut model: CausalLm<B>,
     rotations: &Rotations,
+    ranks: &Ranks,
 ) -> Result<CausalLm<B>, ZackError> {
     let g = RotationGeometry::of_model(model.config());
     if g != rotations.geometry {
         return Err(ZackError::GeometryMismatch { expected: g.to_string(), found: rotations.geometry.to_string() });
     }
+    ranks.check(g)?;
     let (kv, d, group) = (g.kv_heads, g.head_dim, g.group());
     for (layer, decoder) in model.layers.iter_mut().enumerate() {
         let attention = &mut decoder.attention;
@@ -50,7 +57,39 @@ pub fn fold_value_rotations<B: Backend>(
         // Rows of head h = g·group + j: [kv, group, d, out]; R_gᵀ · W_O^h.
         let r_t = r.swap_dims(1, 2).reshape([kv, 1, d, d]).expand([kv, group, d, d]);
         let folded = r_t.matmul(w_o.reshape([kv, group, d, out])).reshape([kv * group * d, out]);
+        let dropped = dropped_mean(rotations, ranks, layer);
+        if dropped.iter().any(|&x| x != 0.0) {
+            // Per query head h of KV head g, the rotated mean μ_g R_g past rank k_g: [1, heads·d].
+            let per_head: Vec<f32> = dropped.chunks_exact(d).flat_map(|m| m.repeat(group)).collect();
+            let restored = Tensor::<B, 2>::from_data(TensorData::new(per_head, [1, kv * group * d]), &device)
+                .matmul(folded.clone())
+                .reshape([out]);
+            let bias = match attention.o_proj.bias.take() {
+                Some(bias) => bias.val() + restored,
+                None => restored,
+            };
+            attention.o_proj.bias = Some(Param::from_tensor(bias));
+        }
         attention.o_proj.weight = Param::from_tensor(folded);
     }
     Ok(model)
+}
+
+/// Per KV head of `layer`, the rotated value mean `μ R` with its first `k_vo` coordinates zeroed:
+/// `[kv_heads · head_dim]`.
+fn dropped_mean(rotations: &Rotations, ranks: &Ranks, layer: usize) -> Vec<f32> {
+    let d = rotations.geometry.head_dim;
+    (0..rotations.geometry.kv_heads)
+        .flat_map(|h| {
+            let rotation = rotations.head(Pair::ValueOutput, layer, h);
+            let rank = ranks.rank(Pair::ValueOutput, layer, h);
+            (0..d).map(move |j| match j < rank {
+                true => 0.0,
+                false => {
+                    (0..d).map(|c| f64::from(rotation.mean[c]) * f64::from(rotation.basis[c * d + j])).sum::<f64>()
+                        as f32
+                }
+            })
+        })
+        .collect()
 }

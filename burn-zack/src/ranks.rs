@@ -166,7 +166,7 @@ mod tests {
     /// Two layers x two KV heads of head_dim 4 with the given spectra (same for both pairs).
     fn rotations(spectra: [[f32; 4]; 4]) -> Rotations {
         let geometry = RotationGeometry { layers: 2, heads: 2, kv_heads: 2, head_dim: 4 };
-        let head = |s: [f32; 4]| HeadRotation { basis: vec![0.0; 16], singular_values: s.to_vec() };
+        let head = |s: [f32; 4]| HeadRotation { basis: vec![0.0; 16], singular_values: s.to_vec(), mean: vec![0.0; 4] };
         let layers = vec![vec![head(spectra[0]), head(spectra[1])], vec![head(spectra[2]), head(spectra[3])]];
         Rotations {
             geometry,

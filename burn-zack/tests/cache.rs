@@ -169,3 +169,48 @@ fn state_round_trips_and_bad_input_is_refused() {
     let full = ZackScheme::new(rotations, Ranks::full(scheme.rotations().geometry)).unwrap();
     assert_ne!(KvScheme::<Cpu>::name(&full), KvScheme::<Cpu>::name(&scheme));
 }
+
+#[test]
+fn folding_restores_the_mean_of_the_dropped_value_coordinates() {
+    // One token attends only to itself, so attention returns its value: the folded layer must
+    // output W_O applied to the value with its dropped rotated coordinates set to their mean.
+    let model = tiny_llama();
+    let rotations = Arc::new(calibrated(&model, BlockWeighting::EqualEnergy));
+    let scheme = uneven_scheme(rotations.clone());
+    let folded = scheme.fold(model.clone()).unwrap();
+    let (layer, d, hidden) = (1, 16, model.config().hidden_size);
+    let x = tensor(uniform(hidden, 9), [1, hidden]);
+    let options = AttendOptions { scale: 0.25, key_start: vec![0], window: None };
+    let geometry = CacheGeometry { batch: 1, kv_heads: 2, heads: 4, head_dim: d };
+    let mut cache = KvScheme::<Cpu>::new_cache(&scheme, layer, geometry, &Default::default());
+    let attention = &folded.layers[layer].attention;
+    let zack = attention.forward(x.clone(), &folded.rope, &[0], &mut cache, &options).unwrap();
+
+    let original = &model.layers[layer].attention;
+    let v = host(original.v_proj.forward(x));
+    let vo = &scheme.ranks().value_output[layer];
+    // Rotate each head's value, keep k_vo coordinates, fill the rest (mean or zero), rotate back.
+    let restore = |fill_mean: bool| -> Vec<f32> {
+        let mut restored = Vec::new();
+        for h in 0..4 {
+            let g = h / 2;
+            let rot = rotations.head(Pair::ValueOutput, layer, g);
+            let r = |c: usize, j: usize| rot.basis[c * d + j];
+            let coords: Vec<f32> = (0..d)
+                .map(|j| match (j < vo[g], fill_mean) {
+                    (true, _) => (0..d).map(|c| v[g * d + c] * r(c, j)).sum(),
+                    (false, true) => (0..d).map(|c| rot.mean[c] * r(c, j)).sum(),
+                    (false, false) => 0.0,
+                })
+                .collect();
+            restored.extend((0..d).map(|c| (0..d).map(|j| coords[j] * r(c, j)).sum::<f32>()));
+        }
+        host(original.o_proj.forward(tensor(restored, [1, 4 * d])))
+    };
+    let expected = restore(true);
+    let diff = max_abs_diff(&host(zack), &expected);
+    assert!(diff < 1e-5, "{diff}");
+    // With zeros in the dropped coordinates the output differs: the test can tell.
+    let plain = restore(false);
+    assert!(max_abs_diff(&plain, &expected) > 1e-3);
+}

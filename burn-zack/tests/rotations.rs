@@ -44,12 +44,19 @@ fn rows_of(
         .collect()
 }
 
+/// `rows` minus their mean.
+fn centered(rows: Vec<Vec<f64>>) -> Vec<Vec<f64>> {
+    let n = rows.len() as f64;
+    let mean: Vec<f64> = (0..rows[0].len()).map(|i| rows.iter().map(|r| r[i]).sum::<f64>() / n).collect();
+    rows.into_iter().map(|r| r.iter().zip(&mean).map(|(x, m)| x - m).collect()).collect()
+}
+
 fn energy(rows: &[Vec<f64>]) -> f64 {
     rows.iter().flatten().map(|x| x * x).sum()
 }
 
 #[test]
-fn truncating_the_stacked_samples_loses_the_dropped_singular_values() {
+fn truncating_the_stacked_centered_samples_loses_the_dropped_singular_values() {
     let model = tiny_llama();
     let geometry = RotationGeometry::of_model(model.config());
     let recordings = synthetic_recordings(geometry, 50, 11);
@@ -66,8 +73,10 @@ fn truncating_the_stacked_samples_loses_the_dropped_singular_values() {
             for kv_head in 0..geometry.kv_heads {
                 let queries = kv_head * geometry.group()..(kv_head + 1) * geometry.group();
                 let q = rows_of(&rec.queries, queries.clone(), 1.0);
-                let k = rows_of(&rec.keys, kv_head..kv_head + 1, 1.0);
-                let v = rows_of(&rec.values, kv_head..kv_head + 1, 1.0);
+                // Keys and values are centered (softmax ignores a common shift of the scores;
+                // the values' mean is restored through the output bias).
+                let k = centered(rows_of(&rec.keys, kv_head..kv_head + 1, 1.0));
+                let v = centered(rows_of(&rec.values, kv_head..kv_head + 1, 1.0));
                 // W_O^hᵀ rows: the `hidden` columns of each query head's d x hidden block.
                 let w_o = &w_o;
                 let o: Vec<Vec<f64>> = queries
@@ -127,7 +136,7 @@ fn the_paper_weighting_lets_the_larger_block_decide() {
     let fingerprint = ModelFingerprint::of_bytes(b"t");
     let plain = calibrate_rotations(&grams, &model, BlockWeighting::Concatenate, fingerprint, String::new()).unwrap();
     let equal = calibrate_rotations(&grams, &model, BlockWeighting::EqualEnergy, fingerprint, String::new()).unwrap();
-    let keys_only: Vec<Vec<f64>> = rows_of(&recordings[0].keys, 0..1, 1.0);
+    let keys_only: Vec<Vec<f64>> = centered(rows_of(&recordings[0].keys, 0..1, 1.0));
     let queries: Vec<Vec<f64>> = rows_of(&recordings[0].queries, 0..2, 1.0);
     let share = |rotation: &HeadRotation, rows: &[Vec<f64>]| {
         1.0 - (truncation_error(rows, rotation, 4) / energy(rows).sqrt()).powi(2)

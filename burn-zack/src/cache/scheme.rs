@@ -42,10 +42,11 @@ impl ZackScheme {
         &self.ranks
     }
 
-    /// Folds the value/output rotations into `model`'s weights: the model this scheme's caches
-    /// must run with (see [`fold_value_rotations`]).
+    /// Folds the value/output rotations (and the mean of the dropped value coordinates) into
+    /// `model`'s weights: the model this scheme's caches must run with (see
+    /// [`fold_value_rotations`]).
     pub fn fold<B: Backend>(&self, model: CausalLm<B>) -> Result<CausalLm<B>, ZackError> {
-        fold_value_rotations(model, &self.rotations)
+        fold_value_rotations(model, &self.rotations, &self.ranks)
     }
 
     /// Layer `layer`'s ranks and packing.

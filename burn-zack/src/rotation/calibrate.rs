@@ -8,11 +8,17 @@ use crate::{linalg::symmetric_eigen, ZackError};
 
 /// Rotations from calibration sums: for every layer and KV head `g` with query heads `h ∈ g`,
 ///
-/// - query/key: right singular vectors of `[Q_g; K_g]`, the post-RoPE queries of all heads of
-///   the group stacked over the keys (one rotation shared by the group, so the cache stays
-///   GQA-sized);
-/// - value/output: right singular vectors of `[V_g; W_O^hᵀ for h ∈ g]`, where `W_O^h` is head
-///   `h`'s `head_dim × hidden` block of the output projection's rows.
+/// - query/key: right singular vectors of `[Q_g; K_g − μ_K]`, the post-RoPE queries of all
+///   heads of the group stacked over the centered keys (one rotation shared by the group, so the
+///   cache stays GQA-sized). Keys are centered because softmax ignores a shift common to all of
+///   a query's scores: the error `q (I − Π) μ_K` that truncating the mean key causes is such a
+///   shift, so only the keys' spread around their mean needs the leading directions;
+/// - value/output: right singular vectors of `[V_g − μ_V; W_O^hᵀ for h ∈ g]`, where `W_O^h` is
+///   head `h`'s `head_dim × hidden` block of the output projection's rows. Attention weights
+///   sum to 1, so the mean value passes through attention unchanged; folding restores its
+///   dropped coordinates exactly through the output projection's bias
+///   ([`fold_value_rotations`](crate::fold_value_rotations)), and the rotation only needs to
+///   keep the values' spread.
 ///
 /// Each block is weighted as `weighting` says; the SVD is the eigendecomposition of the weighted
 /// Gram matrix (`σ_j = √λ_j`). `model` supplies `W_O` and must match the accumulator's geometry.
@@ -40,13 +46,14 @@ pub fn calibrate_rotations<B: Backend>(
         let hidden = w_o.len() / (g.heads * d);
         let (mut qk, mut vo) = (Vec::with_capacity(g.kv_heads), Vec::with_capacity(g.kv_heads));
         for kv_head in 0..g.kv_heads {
-            let queries = grams.gram(Activation::Queries, layer, kv_head);
-            let keys = grams.gram(Activation::Keys, layer, kv_head);
-            qk.push(rotation_of(&weighted_sum(weighting, queries, keys, d), d));
+            let queries = grams.moments(Activation::Queries, layer, kv_head);
+            let keys = grams.moments(Activation::Keys, layer, kv_head);
+            let qk_gram = weighted_sum(weighting, &queries.gram, &keys.centered_gram(), d);
+            qk.push(rotation_of(&qk_gram, keys.mean(), d));
             let heads = kv_head * g.group()..(kv_head + 1) * g.group();
             let output = output_gram(&w_o, heads, d, hidden);
-            let values = grams.gram(Activation::Values, layer, kv_head);
-            vo.push(rotation_of(&weighted_sum(weighting, values, &output, d), d));
+            let values = grams.moments(Activation::Values, layer, kv_head);
+            vo.push(rotation_of(&weighted_sum(weighting, &values.centered_gram(), &output, d), values.mean(), d));
         }
         query_key.push(qk);
         value_output.push(vo);
@@ -76,11 +83,12 @@ fn weighted_sum(weighting: BlockWeighting, a: &[f64], b: &[f64], d: usize) -> Ve
     a.iter().zip(b).map(|(&x, &y)| fa * x + fb * y).collect()
 }
 
-/// Basis and singular values from a Gram matrix.
-fn rotation_of(gram: &[f64], d: usize) -> HeadRotation {
+/// Basis and singular values from a Gram matrix, with the pair's mean.
+fn rotation_of(gram: &[f64], mean: Vec<f64>, d: usize) -> HeadRotation {
     let eigen = symmetric_eigen(gram, d);
     HeadRotation {
         basis: eigen.vectors.iter().map(|&x| x as f32).collect(),
         singular_values: eigen.values.iter().map(|&l| l.max(0.0).sqrt() as f32).collect(),
+        mean: mean.into_iter().map(|x| x as f32).collect(),
     }
 }

@@ -1,7 +1,8 @@
 //! Rotations as a safetensors file.
 //!
 //! Tensors `layer.{l}.{qk|vo}.basis` (f32 `[kv_heads, head_dim, head_dim]`, each head's basis
-//! row-major) and `layer.{l}.{qk|vo}.sigma` (f32 `[kv_heads, head_dim]`). Header metadata:
+//! row-major), `layer.{l}.{qk|vo}.sigma` and `layer.{l}.{qk|vo}.mean` (f32 `[kv_heads,
+//! head_dim]`: singular values, and the calibration mean of keys or values). Header metadata:
 //! `format` = `burn-kvcompress/zack-rotations`, `version` = `1`, `model_sha256`, `weighting`,
 //! `layers`, `heads`, `kv_heads`, `head_dim` and `calibration` (free text).
 
@@ -35,9 +36,11 @@ impl Rotations {
             for pair in Pair::ALL {
                 let heads = (0..g.kv_heads).map(|h| self.head(pair, layer, h));
                 let basis = le_bytes(heads.clone().flat_map(|h| &h.basis));
-                let sigma = le_bytes(heads.flat_map(|h| &h.singular_values));
+                let sigma = le_bytes(heads.clone().flat_map(|h| &h.singular_values));
+                let mean = le_bytes(heads.flat_map(|h| &h.mean));
                 tensors.push((tensor_name(layer, pair, "basis"), vec![g.kv_heads, g.head_dim, g.head_dim], basis));
                 tensors.push((tensor_name(layer, pair, "sigma"), vec![g.kv_heads, g.head_dim], sigma));
+                tensors.push((tensor_name(layer, pair, "mean"), vec![g.kv_heads, g.head_dim], mean));
             }
         }
         let views = tensors
@@ -108,11 +111,17 @@ impl Rotations {
             for (pair, layers) in Pair::ALL.into_iter().zip(pairs.iter_mut()) {
                 let basis = read(tensor_name(layer, pair, "basis"), &[g.kv_heads, g.head_dim, g.head_dim])?;
                 let sigma = read(tensor_name(layer, pair, "sigma"), &[g.kv_heads, g.head_dim])?;
+                let mean = read(tensor_name(layer, pair, "mean"), &[g.kv_heads, g.head_dim])?;
                 layers.push(
-                    basis
-                        .chunks_exact(g.head_dim * g.head_dim)
-                        .zip(sigma.chunks_exact(g.head_dim))
-                        .map(|(b, s)| HeadRotation { basis: b.to_vec(), singular_values: s.to_vec() })
+                    (0..g.kv_heads)
+                        .map(|h| {
+                            let vector = |v: &[f32]| v[h * g.head_dim..(h + 1) * g.head_dim].to_vec();
+                            HeadRotation {
+                                basis: basis[h * g.head_dim * g.head_dim..(h + 1) * g.head_dim * g.head_dim].to_vec(),
+                                singular_values: vector(&sigma),
+                                mean: vector(&mean),
+                            }
+                        })
                         .collect(),
                 );
             }
@@ -135,6 +144,7 @@ mod tests {
         let head = |seed: f32| HeadRotation {
             basis: (0..9).map(|i| seed + i as f32 * 0.25).collect(),
             singular_values: vec![seed + 3.0, seed + 2.0, seed],
+            mean: vec![seed, -seed, 0.5],
         };
         Rotations {
             geometry,

@@ -6,15 +6,71 @@ use burn_kvcompress::cache::{LayerRecording, RecordedTensor};
 use super::RotationGeometry;
 use crate::ZackError;
 
-/// `Σ x xᵀ` over every recorded vector, per layer and KV head, in f64: of the post-RoPE queries
-/// of the KV head's query group, of its post-RoPE keys, and of its values.
+/// First and second moments of a set of vectors: `Σ x` and `Σ x xᵀ`, in f64.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Moments {
+    /// Vectors counted.
+    pub count: usize,
+    /// `Σ x`, `head_dim` long.
+    pub sum: Vec<f64>,
+    /// `Σ x xᵀ`, `head_dim²` row-major (only the upper triangle is filled).
+    pub gram: Vec<f64>,
+}
+
+impl Moments {
+    fn new(dim: usize) -> Self {
+        Self { count: 0, sum: vec![0.0; dim], gram: vec![0.0; dim * dim] }
+    }
+
+    /// The mean vector (zeros before any vector is counted).
+    pub fn mean(&self) -> Vec<f64> {
+        self.sum.iter().map(|s| s / self.count.max(1) as f64).collect()
+    }
+
+    /// `Σ (x − μ)(x − μ)ᵀ = Σ x xᵀ − n μ μᵀ` (upper triangle).
+    pub fn centered_gram(&self) -> Vec<f64> {
+        let d = self.sum.len();
+        let mean = self.mean();
+        let n = self.count as f64;
+        let mut gram = self.gram.clone();
+        for i in 0..d {
+            for j in i..d {
+                gram[i * d + j] -= n * mean[i] * mean[j];
+            }
+        }
+        gram
+    }
+
+    /// Counts `vectors`.
+    fn add<'a>(&mut self, vectors: impl Iterator<Item = &'a [f32]>) {
+        let dim = self.sum.len();
+        let mut x = vec![0.0f64; dim];
+        for vector in vectors {
+            for (slot, &value) in x.iter_mut().zip(vector) {
+                *slot = f64::from(value);
+            }
+            for i in 0..dim {
+                let xi = x[i];
+                self.sum[i] += xi;
+                let row = &mut self.gram[i * dim + i..(i + 1) * dim];
+                for (acc, &xj) in row.iter_mut().zip(&x[i..]) {
+                    *acc += xi * xj;
+                }
+            }
+            self.count += 1;
+        }
+    }
+}
+
+/// Moments of every recorded vector, per layer and KV head: of the post-RoPE queries of the KV
+/// head's query group, of its post-RoPE keys, and of its values.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GramAccumulator {
     geometry: RotationGeometry,
-    /// `[layer][kv_head]`, `head_dim²` row-major (only the upper triangle is filled).
-    queries: Vec<Vec<Vec<f64>>>,
-    keys: Vec<Vec<Vec<f64>>>,
-    values: Vec<Vec<Vec<f64>>>,
+    /// `[layer][kv_head]`.
+    queries: Vec<Vec<Moments>>,
+    keys: Vec<Vec<Moments>>,
+    values: Vec<Vec<Moments>>,
     /// Key vectors counted per (layer, KV head): calibration tokens times batch rows.
     tokens: usize,
 }
@@ -30,7 +86,7 @@ pub(crate) enum Activation {
 impl GramAccumulator {
     /// Empty sums for `geometry`.
     pub fn new(geometry: RotationGeometry) -> Self {
-        let zeros = vec![vec![vec![0.0; geometry.head_dim * geometry.head_dim]; geometry.kv_heads]; geometry.layers];
+        let zeros = vec![vec![Moments::new(geometry.head_dim); geometry.kv_heads]; geometry.layers];
         Self { geometry, queries: zeros.clone(), keys: zeros.clone(), values: zeros, tokens: 0 }
     }
 
@@ -64,8 +120,8 @@ impl GramAccumulator {
         self.tokens
     }
 
-    /// The Gram matrix of one activation, (`layer`, `kv_head`), upper triangle filled.
-    pub(crate) fn gram(&self, activation: Activation, layer: usize, kv_head: usize) -> &[f64] {
+    /// The moments of one activation at (`layer`, `kv_head`).
+    pub(crate) fn moments(&self, activation: Activation, layer: usize, kv_head: usize) -> &Moments {
         match activation {
             Activation::Queries => &self.queries[layer][kv_head],
             Activation::Keys => &self.keys[layer][kv_head],
@@ -118,13 +174,13 @@ impl GramAccumulator {
                     for (q, k, v, rec) in chunk.iter_mut() {
                         for tensor in &rec.queries {
                             for head in 0..g.heads {
-                                add_outer_products(&mut q[head / g.group()], tensor.head_vectors(head), g.head_dim);
+                                q[head / g.group()].add(tensor.head_vectors(head));
                             }
                         }
                         for (sums, tensors) in [(&mut **k, &rec.keys), (&mut **v, &rec.values)] {
                             for tensor in tensors {
                                 for (head, sum) in sums.iter_mut().enumerate() {
-                                    add_outer_products(sum, tensor.head_vectors(head), g.head_dim);
+                                    sum.add(tensor.head_vectors(head));
                                 }
                             }
                         }
@@ -134,22 +190,5 @@ impl GramAccumulator {
         });
         self.tokens += added;
         Ok(())
-    }
-}
-
-/// `gram += Σ x xᵀ` over `vectors` (upper triangle only).
-fn add_outer_products<'a>(gram: &mut [f64], vectors: impl Iterator<Item = &'a [f32]>, dim: usize) {
-    let mut x = vec![0.0f64; dim];
-    for vector in vectors {
-        for (slot, &value) in x.iter_mut().zip(vector) {
-            *slot = f64::from(value);
-        }
-        for i in 0..dim {
-            let xi = x[i];
-            let row = &mut gram[i * dim + i..(i + 1) * dim];
-            for (acc, &xj) in row.iter_mut().zip(&x[i..]) {
-                *acc += xi * xj;
-            }
-        }
     }
 }

@@ -11,7 +11,7 @@ mod gram;
 mod weighting;
 
 pub use calibrate::calibrate_rotations;
-pub use gram::GramAccumulator;
+pub use gram::{GramAccumulator, Moments};
 pub use weighting::BlockWeighting;
 
 use std::fmt;
@@ -91,6 +91,10 @@ pub struct HeadRotation {
     pub basis: Vec<f32>,
     /// The `head_dim` singular values of the (weighted) stacked samples, descending.
     pub singular_values: Vec<f32>,
+    /// The calibration mean of the pair's cached vectors (keys, values), `head_dim` long, in the
+    /// original coordinates. Values' dropped coordinates are restored to their mean through the
+    /// output projection's bias when the rotations are folded.
+    pub mean: Vec<f32>,
 }
 
 impl HeadRotation {
@@ -150,7 +154,7 @@ impl Rotations {
         hasher.update(self.weighting.to_string().as_bytes());
         for layer in self.query_key.iter().chain(&self.value_output) {
             for head in layer {
-                for x in head.basis.iter().chain(&head.singular_values) {
+                for x in head.basis.iter().chain(&head.singular_values).chain(&head.mean) {
                     hasher.update(x.to_le_bytes());
                 }
             }
@@ -189,7 +193,10 @@ impl Rotations {
                 return Err(format!("{} rotations do not cover {g}", pair.name()));
             }
             for head in layers.iter().flatten() {
-                if head.basis.len() != g.head_dim * g.head_dim || head.singular_values.len() != g.head_dim {
+                if head.basis.len() != g.head_dim * g.head_dim
+                    || head.singular_values.len() != g.head_dim
+                    || head.mean.len() != g.head_dim
+                {
                     return Err(format!("a {} rotation is not {0}x{0}", g.head_dim));
                 }
             }
