@@ -30,6 +30,13 @@ pub struct EvalArgs {
     /// `results/pq-kmeans/`, and one table per evaluated text to `<out>-pq-<text>.md/.json`.
     #[arg(long, conflicts_with = "hack_grid")]
     pq_grid: bool,
+    /// Evaluate ZACK's grid instead: overall compression rates {0.125, 0.25, 0.375, 0.5} with
+    /// equal-energy rotations, and rates {0.25, 0.5} with the paper's unweighted stacking, beside
+    /// dense. Each text is evaluated with rotations calibrated on the other texts; the rotations
+    /// and their reports go to `target/zack-rotations/`, the spectra plots to
+    /// `results/zack-spectra/`, and one table per evaluated text to `<out>-zack-<text>.md/.json`.
+    #[arg(long, conflicts_with_all = ["hack_grid", "pq_grid"])]
+    zack_grid: bool,
     /// Print the perplexity command instead of running it (to run its binary elsewhere, e.g. a
     /// CUDA build on a GPU machine without a Rust toolchain).
     #[arg(long)]
@@ -52,6 +59,11 @@ fn hack_grid() -> Vec<String> {
 /// MILLION's evaluation grid: PQ configurations and recent windows.
 const PQ_CONFIGS: [&str; 3] = ["m=32,nbits=8", "m=32,nbits=6", "m=16,nbits=8"];
 const PQ_WINDOWS: [usize; 2] = [0, 64];
+
+/// ZACK's evaluation grid: block weightings, and compression rates for each.
+const ZACK_WEIGHTINGS: [&str; 2] = ["equal-energy", "concatenate"];
+const ZACK_RATES: [f64; 4] = [0.125, 0.25, 0.375, 0.5];
+const ZACK_PAPER_RATES: [f64; 2] = [0.25, 0.5];
 
 /// `cargo run` of an example binary on the chosen backend, up to and including `--backend`.
 fn example(bin: &str, backend: &str) -> Vec<String> {
@@ -81,71 +93,101 @@ fn run_all(commands: Vec<Vec<String>>, print_only: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// MILLION's grid: calibrations on the other texts, then one perplexity table per text.
-fn pq_grid(args: &EvalArgs) -> anyhow::Result<Vec<Vec<String>>> {
+/// One calibration of a grid: a tag for file names and the `calibrate` arguments.
+struct Calibration {
+    tag: String,
+    args: Vec<String>,
+}
+
+/// A cross-calibrated grid: each calibration runs on every text (artifact
+/// `<dir>/<text>-<tag>.safetensors`, plot `results/<plots>/<text>-<tag>.svg`), then each text is
+/// evaluated with `kv` given the artifact path of a calibration on another text.
+fn cross_grid(
+    args: &EvalArgs,
+    name: &str,
+    dir: &str,
+    plots: &str,
+    calibrations: &[Calibration],
+    kv: impl Fn(&dyn Fn(&str) -> String) -> Vec<String>,
+) -> anyhow::Result<Vec<Vec<String>>> {
     anyhow::ensure!(
         args.texts.len() >= 2,
-        "--pq-grid calibrates each text's codebooks on the other texts: give two or more"
+        "--{name}-grid calibrates each text's scheme on the other texts: give two or more"
     );
-    let books = |text: &str, config: &str| {
-        format!("target/pq-books/{}-{}.safetensors", stem(text), config.replace([',', '='], "_"))
-    };
+    let artifact = |text: &str, tag: &str| format!("{dir}/{}-{tag}.safetensors", stem(text));
     let mut commands = Vec::new();
-    for config in PQ_CONFIGS {
+    for calibration in calibrations {
         for text in &args.texts {
             let mut cmd = example("calibrate", &args.backend);
-            let plot = format!("results/pq-kmeans/{}-{}.svg", stem(text), config.replace([',', '='], "_"));
-            cmd.extend(
-                [
-                    "--config",
-                    config,
-                    "--text",
-                    text,
-                    "--tokens",
-                    "8192",
-                    "--out",
-                    &books(text, config),
-                    "--plot",
-                    &plot,
-                ]
-                .map(String::from),
-            );
+            cmd.extend(calibration.args.iter().cloned());
+            let plot = format!("results/{plots}/{}-{}.svg", stem(text), calibration.tag);
+            let out = artifact(text, &calibration.tag);
+            cmd.extend(["--text", text, "--tokens", "8192", "--out", &out, "--plot", &plot].map(String::from));
             commands.push(cmd);
         }
     }
     for text in &args.texts {
-        let others: Vec<&String> = args.texts.iter().filter(|t| *t != text).collect();
-        let calibration = others[0];
+        let calibration_text = args.texts.iter().find(|t| *t != text).expect("two texts");
         let mut cmd = example("perplexity", &args.backend);
         cmd.extend(["--kv".to_string(), "dense".to_string()]);
-        for config in PQ_CONFIGS {
-            for window in PQ_WINDOWS {
-                cmd.extend([
-                    "--kv".to_string(),
-                    format!("pq:codebooks={},window={window}", books(calibration, config)),
-                ]);
-            }
+        for scheme in kv(&|tag| artifact(calibration_text, tag)) {
+            cmd.extend(["--kv".to_string(), scheme]);
         }
         cmd.extend([
             "--text".to_string(),
             text.clone(),
             "--out".to_string(),
-            format!("{}-pq-{}", args.out, stem(text)),
+            format!("{}-{name}-{}", args.out, stem(text)),
         ]);
         commands.push(cmd);
     }
     Ok(commands)
 }
 
+/// MILLION's grid: codebooks calibrated on the other texts, then one perplexity table per text.
+fn pq_grid(args: &EvalArgs) -> anyhow::Result<Vec<Vec<String>>> {
+    let tag = |config: &str| config.replace([',', '='], "_");
+    let calibrations: Vec<Calibration> = PQ_CONFIGS
+        .iter()
+        .map(|config| Calibration { tag: tag(config), args: vec!["--config".into(), config.to_string()] })
+        .collect();
+    cross_grid(args, "pq", "target/pq-books", "pq-kmeans", &calibrations, |books| {
+        PQ_CONFIGS
+            .iter()
+            .flat_map(|config| PQ_WINDOWS.map(|window| format!("pq:codebooks={},window={window}", books(&tag(config)))))
+            .collect()
+    })
+}
+
+/// ZACK's grid: rotations (both weightings) calibrated on the other texts, at several rates.
+fn zack_grid(args: &EvalArgs) -> anyhow::Result<Vec<Vec<String>>> {
+    let calibrations: Vec<Calibration> = ZACK_WEIGHTINGS
+        .iter()
+        .map(|w| Calibration {
+            tag: w.to_string(),
+            args: ["--scheme", "zack", "--config", &format!("weighting={w}")].map(String::from).to_vec(),
+        })
+        .collect();
+    cross_grid(args, "zack", "target/zack-rotations", "zack-spectra", &calibrations, |rotations| {
+        let equal = ZACK_RATES.map(|rate| format!("zack:rotations={},rate={rate}", rotations("equal-energy")));
+        let paper = ZACK_PAPER_RATES.map(|rate| format!("zack:rotations={},rate={rate}", rotations("concatenate")));
+        equal.into_iter().chain(paper).collect()
+    })
+}
+
 /// Runs the perplexity example over every text and scheme.
 pub fn eval(args: EvalArgs) -> anyhow::Result<()> {
     if !args.print_only {
         fetch_model::fetch_model()?;
-        std::fs::create_dir_all("target/pq-books")?;
-        std::fs::create_dir_all("results/pq-kmeans")?;
+        for dir in ["target/pq-books", "results/pq-kmeans", "target/zack-rotations", "results/zack-spectra"] {
+            std::fs::create_dir_all(dir)?;
+        }
     }
     if args.pq_grid {
         return run_all(pq_grid(&args)?, args.print_only);
+    }
+    if args.zack_grid {
+        return run_all(zack_grid(&args)?, args.print_only);
     }
     let mut cmd = example("perplexity", &args.backend);
     let grid = if args.hack_grid { hack_grid() } else { Vec::new() };
