@@ -161,7 +161,7 @@ mod tests {
     use burn_kvcompress::fingerprint::ModelFingerprint;
 
     use super::*;
-    use crate::rotation::{BlockWeighting, HeadRotation};
+    use crate::rotation::{HeadRotation, RotationConfig};
 
     /// Two layers x two KV heads of head_dim 4 with the given spectra (same for both pairs).
     fn rotations(spectra: [[f32; 4]; 4]) -> Rotations {
@@ -171,7 +171,7 @@ mod tests {
         Rotations {
             geometry,
             model: ModelFingerprint::of_bytes(b"x"),
-            weighting: BlockWeighting::EqualEnergy,
+            config: RotationConfig::default(),
             calibration: String::new(),
             query_key: layers.clone(),
             value_output: layers,

@@ -15,7 +15,7 @@ use burn_kvcompress::{
 };
 use burn_zack::{
     cache::ZackScheme,
-    rotation::{BlockWeighting, Pair, Rotations},
+    rotation::{BlockWeighting, Centering, Pair, RotationConfig, Rotations},
     RankRule, Ranks,
 };
 use common::*;
@@ -43,14 +43,19 @@ fn at_full_rank_the_folded_model_equals_the_dense_model() {
     let model = tiny_llama();
     let dense = run(&model, &DenseScheme);
     let largest = dense.iter().fold(0.0f32, |m, x| m.max(x.abs()));
-    for weighting in [BlockWeighting::EqualEnergy, BlockWeighting::Concatenate] {
-        let rotations = Arc::new(calibrated(&model, weighting));
+    let configs = [
+        RotationConfig::default(),
+        RotationConfig { weighting: BlockWeighting::Concatenate, centering: Centering::None },
+        RotationConfig { weighting: BlockWeighting::EqualEnergy, centering: Centering::KeysAndValues },
+    ];
+    for config in configs {
+        let rotations = Arc::new(calibrated(&model, config));
         let scheme = ZackScheme::new(rotations.clone(), Ranks::full(rotations.geometry)).unwrap();
         let folded = scheme.fold(model.clone()).unwrap();
         let zack = run(&folded, &scheme);
         // f32 rounding of the rotations (≈1e-7 relative) through 3 layers: far below 1e-4.
         let diff = max_abs_diff(&zack, &dense);
-        assert!(diff <= 1e-4 * largest.max(1.0), "{weighting}: logits differ by {diff} (largest {largest})");
+        assert!(diff <= 1e-4 * largest.max(1.0), "{config}: logits differ by {diff} (largest {largest})");
         // A reduced rank changes them: the comparison can tell.
         let (ranks, _) = Ranks::for_compression_rate(&rotations, 0.5, RankRule::default()).unwrap();
         let half = ZackScheme::new(rotations, ranks).unwrap();
@@ -97,7 +102,7 @@ fn per_head(
 #[test]
 fn reduced_attention_equals_dense_attention_on_projected_tensors() {
     let model = tiny_llama();
-    let rotations = Arc::new(calibrated(&model, BlockWeighting::EqualEnergy));
+    let rotations = Arc::new(calibrated(&model, RotationConfig::default()));
     let scheme = uneven_scheme(rotations.clone());
     let (layer, d) = (1, 16);
     let geometry = CacheGeometry { batch: 2, kv_heads: 2, heads: 4, head_dim: d };
@@ -139,7 +144,7 @@ fn reduced_attention_equals_dense_attention_on_projected_tensors() {
 #[test]
 fn state_round_trips_and_bad_input_is_refused() {
     let model = tiny_llama();
-    let rotations = Arc::new(calibrated(&model, BlockWeighting::EqualEnergy));
+    let rotations = Arc::new(calibrated(&model, RotationConfig::default()));
     let scheme = uneven_scheme(rotations.clone());
     let device = Default::default();
     let geometry = CacheGeometry { batch: 2, kv_heads: 2, heads: 4, head_dim: 16 };
@@ -175,7 +180,7 @@ fn folding_restores_the_mean_of_the_dropped_value_coordinates() {
     // One token attends only to itself, so attention returns its value: the folded layer must
     // output W_O applied to the value with its dropped rotated coordinates set to their mean.
     let model = tiny_llama();
-    let rotations = Arc::new(calibrated(&model, BlockWeighting::EqualEnergy));
+    let rotations = Arc::new(calibrated(&model, RotationConfig::default()));
     let scheme = uneven_scheme(rotations.clone());
     let folded = scheme.fold(model.clone()).unwrap();
     let (layer, d, hidden) = (1, 16, model.config().hidden_size);

@@ -5,7 +5,10 @@ mod common;
 
 use burn_kvcompress::{cache::LayerRecording, fingerprint::ModelFingerprint};
 use burn_zack::{
-    rotation::{calibrate_rotations, BlockWeighting, GramAccumulator, HeadRotation, Pair, RotationGeometry},
+    rotation::{
+        calibrate_rotations, BlockWeighting, Centering, GramAccumulator, HeadRotation, Pair, RotationConfig,
+        RotationGeometry,
+    },
     ZackError,
 };
 use common::*;
@@ -63,9 +66,15 @@ fn truncating_the_stacked_centered_samples_loses_the_dropped_singular_values() {
     let mut grams = GramAccumulator::new(geometry);
     grams.add(&recordings).unwrap();
     let d = geometry.head_dim;
-    for weighting in [BlockWeighting::Concatenate, BlockWeighting::EqualEnergy] {
+    let configs = [
+        RotationConfig { weighting: BlockWeighting::Concatenate, centering: Centering::None },
+        RotationConfig { weighting: BlockWeighting::EqualEnergy, centering: Centering::Values },
+        RotationConfig { weighting: BlockWeighting::EqualEnergy, centering: Centering::KeysAndValues },
+    ];
+    for config in configs {
+        let weighting = config.weighting;
         let rotations =
-            calibrate_rotations(&grams, &model, weighting, ModelFingerprint::of_bytes(b"t"), String::new()).unwrap();
+            calibrate_rotations(&grams, &model, config, ModelFingerprint::of_bytes(b"t"), String::new()).unwrap();
         for layer in [0, 2] {
             let rec: &LayerRecording = &recordings[layer];
             let w_o = host(model.layers[layer].attention.o_proj.weight.val());
@@ -73,10 +82,13 @@ fn truncating_the_stacked_centered_samples_loses_the_dropped_singular_values() {
             for kv_head in 0..geometry.kv_heads {
                 let queries = kv_head * geometry.group()..(kv_head + 1) * geometry.group();
                 let q = rows_of(&rec.queries, queries.clone(), 1.0);
-                // Keys and values are centered (softmax ignores a common shift of the scores;
-                // the values' mean is restored through the output bias).
-                let k = centered(rows_of(&rec.keys, kv_head..kv_head + 1, 1.0));
-                let v = centered(rows_of(&rec.values, kv_head..kv_head + 1, 1.0));
+                let (k, v) =
+                    (rows_of(&rec.keys, kv_head..kv_head + 1, 1.0), rows_of(&rec.values, kv_head..kv_head + 1, 1.0));
+                let (k, v) = match config.centering {
+                    Centering::None => (k, v),
+                    Centering::Values => (k, centered(v)),
+                    Centering::KeysAndValues => (centered(k), centered(v)),
+                };
                 // W_O^hᵀ rows: the `hidden` columns of each query head's d x hidden block.
                 let w_o = &w_o;
                 let o: Vec<Vec<f64>> = queries
@@ -103,7 +115,7 @@ fn truncating_the_stacked_centered_samples_loses_the_dropped_singular_values() {
                             (truncation_error(&stacked, rotation, rank), dropped_norm(rotation, rank));
                         assert!(
                             (error - expected).abs() <= 1e-5 * total,
-                            "{weighting} {pair:?} layer {layer} head {kv_head} rank {rank}: {error} vs {expected}"
+                            "{config} {pair:?} layer {layer} head {kv_head} rank {rank}: {error} vs {expected}"
                         );
                     }
                     // Orthonormal columns (f32 storage of an f64 eigenbasis).
@@ -134,9 +146,12 @@ fn the_paper_weighting_lets_the_larger_block_decide() {
     let mut grams = GramAccumulator::new(geometry);
     grams.add(&recordings).unwrap();
     let fingerprint = ModelFingerprint::of_bytes(b"t");
-    let plain = calibrate_rotations(&grams, &model, BlockWeighting::Concatenate, fingerprint, String::new()).unwrap();
-    let equal = calibrate_rotations(&grams, &model, BlockWeighting::EqualEnergy, fingerprint, String::new()).unwrap();
-    let keys_only: Vec<Vec<f64>> = centered(rows_of(&recordings[0].keys, 0..1, 1.0));
+    let config = |weighting| RotationConfig { weighting, centering: Centering::None };
+    let plain =
+        calibrate_rotations(&grams, &model, config(BlockWeighting::Concatenate), fingerprint, String::new()).unwrap();
+    let equal =
+        calibrate_rotations(&grams, &model, config(BlockWeighting::EqualEnergy), fingerprint, String::new()).unwrap();
+    let keys_only: Vec<Vec<f64>> = rows_of(&recordings[0].keys, 0..1, 1.0);
     let queries: Vec<Vec<f64>> = rows_of(&recordings[0].queries, 0..2, 1.0);
     let share = |rotation: &HeadRotation, rows: &[Vec<f64>]| {
         1.0 - (truncation_error(rows, rotation, 4) / energy(rows).sqrt()).powi(2)
@@ -154,7 +169,7 @@ fn bad_recordings_and_mismatched_models_are_typed_errors() {
     let mut grams = GramAccumulator::new(geometry);
     let fingerprint = ModelFingerprint::of_bytes(b"t");
     assert!(matches!(
-        calibrate_rotations(&grams, &model, BlockWeighting::EqualEnergy, fingerprint, String::new()),
+        calibrate_rotations(&grams, &model, RotationConfig::default(), fingerprint, String::new()),
         Err(ZackError::Calibration(_))
     ));
     let mut no_queries = synthetic_recordings(geometry, 4, 1);
@@ -166,10 +181,10 @@ fn bad_recordings_and_mismatched_models_are_typed_errors() {
     assert!(matches!(wrong.add(&synthetic_recordings(geometry, 4, 1)), Err(ZackError::Calibration(_))));
     wrong.add(&synthetic_recordings(other, 4, 1)).unwrap();
     assert!(matches!(
-        calibrate_rotations(&wrong, &model, BlockWeighting::EqualEnergy, fingerprint, String::new()),
+        calibrate_rotations(&wrong, &model, RotationConfig::default(), fingerprint, String::new()),
         Err(ZackError::GeometryMismatch { .. })
     ));
-    let rotations = calibrated(&model, BlockWeighting::EqualEnergy);
+    let rotations = calibrated(&model, RotationConfig::default());
     assert!(rotations.check_model(ModelFingerprint::of_bytes(b"tiny"), model.config()).is_ok());
     assert!(matches!(
         rotations.check_model(ModelFingerprint::of_bytes(b"other"), model.config()),

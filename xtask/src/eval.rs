@@ -30,8 +30,9 @@ pub struct EvalArgs {
     /// `results/pq-kmeans/`, and one table per evaluated text to `<out>-pq-<text>.md/.json`.
     #[arg(long, conflicts_with = "hack_grid")]
     pq_grid: bool,
-    /// Evaluate ZACK's grid instead: overall compression rates {0.125, 0.25, 0.375, 0.5} with
-    /// equal-energy rotations, and rates {0.25, 0.5} with the paper's unweighted stacking, beside
+    /// Evaluate ZACK's grid instead: overall compression rates {0.125, 0.25, 0.375, 0.5} with the
+    /// default rotations (equal-energy blocks, values centered), and rates {0.25, 0.5} with the
+    /// paper's construction (plain stacking, nothing centered) and with keys centered too, beside
     /// dense. Each text is evaluated with rotations calibrated on the other texts; the rotations
     /// and their reports go to `target/zack-rotations/`, the spectra plots to
     /// `results/zack-spectra/`, and one table per evaluated text to `<out>-zack-<text>.md/.json`.
@@ -60,10 +61,15 @@ fn hack_grid() -> Vec<String> {
 const PQ_CONFIGS: [&str; 3] = ["m=32,nbits=8", "m=32,nbits=6", "m=16,nbits=8"];
 const PQ_WINDOWS: [usize; 2] = [0, 64];
 
-/// ZACK's evaluation grid: block weightings, and compression rates for each.
-const ZACK_WEIGHTINGS: [&str; 2] = ["equal-energy", "concatenate"];
+/// ZACK's evaluation grid: rotation configurations (tag, `--config`) and the compression rates
+/// of each (the default configuration first, over more rates).
+const ZACK_CONFIGS: [(&str, &str); 3] = [
+    ("default", "weighting=equal-energy,center=values"),
+    ("paper", "weighting=concatenate,center=none"),
+    ("keys-centered", "weighting=equal-energy,center=keys-values"),
+];
 const ZACK_RATES: [f64; 4] = [0.125, 0.25, 0.375, 0.5];
-const ZACK_PAPER_RATES: [f64; 2] = [0.25, 0.5];
+const ZACK_VARIANT_RATES: [f64; 2] = [0.25, 0.5];
 
 /// `cargo run` of an example binary on the chosen backend, up to and including `--backend`.
 fn example(bin: &str, backend: &str) -> Vec<String> {
@@ -159,19 +165,24 @@ fn pq_grid(args: &EvalArgs) -> anyhow::Result<Vec<Vec<String>>> {
     })
 }
 
-/// ZACK's grid: rotations (both weightings) calibrated on the other texts, at several rates.
+/// ZACK's grid: rotations (each configuration) calibrated on the other texts, at several rates.
 fn zack_grid(args: &EvalArgs) -> anyhow::Result<Vec<Vec<String>>> {
-    let calibrations: Vec<Calibration> = ZACK_WEIGHTINGS
+    let calibrations: Vec<Calibration> = ZACK_CONFIGS
         .iter()
-        .map(|w| Calibration {
-            tag: w.to_string(),
-            args: ["--scheme", "zack", "--config", &format!("weighting={w}")].map(String::from).to_vec(),
+        .map(|(tag, config)| Calibration {
+            tag: tag.to_string(),
+            args: ["--scheme", "zack", "--config", config].map(String::from).to_vec(),
         })
         .collect();
     cross_grid(args, "zack", "target/zack-rotations", "zack-spectra", &calibrations, |rotations| {
-        let equal = ZACK_RATES.map(|rate| format!("zack:rotations={},rate={rate}", rotations("equal-energy")));
-        let paper = ZACK_PAPER_RATES.map(|rate| format!("zack:rotations={},rate={rate}", rotations("concatenate")));
-        equal.into_iter().chain(paper).collect()
+        ZACK_CONFIGS
+            .iter()
+            .enumerate()
+            .flat_map(|(i, (tag, _))| {
+                let rates: &[f64] = if i == 0 { &ZACK_RATES } else { &ZACK_VARIANT_RATES };
+                rates.iter().map(move |rate| format!("zack:rotations={},rate={rate}", rotations(tag)))
+            })
+            .collect()
     })
 }
 

@@ -3,29 +3,27 @@
 use burn::tensor::backend::Backend;
 use burn_kvcompress::{fingerprint::ModelFingerprint, model::CausalLm};
 
-use super::{gram::Activation, BlockWeighting, GramAccumulator, HeadRotation, RotationGeometry, Rotations};
+use super::{
+    gram::Activation, BlockWeighting, Centering, GramAccumulator, HeadRotation, RotationConfig, RotationGeometry,
+    Rotations,
+};
 use crate::{linalg::symmetric_eigen, ZackError};
 
 /// Rotations from calibration sums: for every layer and KV head `g` with query heads `h ∈ g`,
 ///
-/// - query/key: right singular vectors of `[Q_g; K_g − μ_K]`, the post-RoPE queries of all
-///   heads of the group stacked over the centered keys (one rotation shared by the group, so the
-///   cache stays GQA-sized). Keys are centered because softmax ignores a shift common to all of
-///   a query's scores: the error `q (I − Π) μ_K` that truncating the mean key causes is such a
-///   shift, so only the keys' spread around their mean needs the leading directions;
-/// - value/output: right singular vectors of `[V_g − μ_V; W_O^hᵀ for h ∈ g]`, where `W_O^h` is
-///   head `h`'s `head_dim × hidden` block of the output projection's rows. Attention weights
-///   sum to 1, so the mean value passes through attention unchanged; folding restores its
-///   dropped coordinates exactly through the output projection's bias
-///   ([`fold_value_rotations`](crate::fold_value_rotations)), and the rotation only needs to
-///   keep the values' spread.
+/// - query/key: right singular vectors of `[Q_g; K_g]`, the post-RoPE queries of all heads of
+///   the group stacked over the keys (one rotation shared by the group, so the cache stays
+///   GQA-sized);
+/// - value/output: right singular vectors of `[V_g; W_O^hᵀ for h ∈ g]`, where `W_O^h` is head
+///   `h`'s `head_dim × hidden` block of the output projection's rows.
 ///
-/// Each block is weighted as `weighting` says; the SVD is the eigendecomposition of the weighted
+/// Keys and values are centered as `config.centering` says (see [`Centering`]); each block is
+/// weighted as `config.weighting` says; the SVD is the eigendecomposition of the weighted
 /// Gram matrix (`σ_j = √λ_j`). `model` supplies `W_O` and must match the accumulator's geometry.
 pub fn calibrate_rotations<B: Backend>(
     grams: &GramAccumulator,
     model: &CausalLm<B>,
-    weighting: BlockWeighting,
+    config: RotationConfig,
     fingerprint: ModelFingerprint,
     calibration: String,
 ) -> Result<Rotations, ZackError> {
@@ -48,17 +46,25 @@ pub fn calibrate_rotations<B: Backend>(
         for kv_head in 0..g.kv_heads {
             let queries = grams.moments(Activation::Queries, layer, kv_head);
             let keys = grams.moments(Activation::Keys, layer, kv_head);
-            let qk_gram = weighted_sum(weighting, &queries.gram, &keys.centered_gram(), d);
+            let key_gram = match config.centering {
+                Centering::KeysAndValues => keys.centered_gram(),
+                Centering::None | Centering::Values => keys.gram.clone(),
+            };
+            let qk_gram = weighted_sum(config.weighting, &queries.gram, &key_gram, d);
             qk.push(rotation_of(&qk_gram, keys.mean(), d));
             let heads = kv_head * g.group()..(kv_head + 1) * g.group();
             let output = output_gram(&w_o, heads, d, hidden);
             let values = grams.moments(Activation::Values, layer, kv_head);
-            vo.push(rotation_of(&weighted_sum(weighting, &values.centered_gram(), &output, d), values.mean(), d));
+            let value_gram = match config.centering {
+                Centering::None => values.gram.clone(),
+                Centering::Values | Centering::KeysAndValues => values.centered_gram(),
+            };
+            vo.push(rotation_of(&weighted_sum(config.weighting, &value_gram, &output, d), values.mean(), d));
         }
         query_key.push(qk);
         value_output.push(vo);
     }
-    Ok(Rotations { geometry: g, model: fingerprint, weighting, calibration, query_key, value_output })
+    Ok(Rotations { geometry: g, model: fingerprint, config, calibration, query_key, value_output })
 }
 
 /// `Σ_{h ∈ heads} W_O^h W_O^hᵀ` (upper triangle), with `w_o` the `[heads·d, hidden]` weight.

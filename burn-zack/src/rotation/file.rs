@@ -3,7 +3,8 @@
 //! Tensors `layer.{l}.{qk|vo}.basis` (f32 `[kv_heads, head_dim, head_dim]`, each head's basis
 //! row-major), `layer.{l}.{qk|vo}.sigma` and `layer.{l}.{qk|vo}.mean` (f32 `[kv_heads,
 //! head_dim]`: singular values, and the calibration mean of keys or values). Header metadata:
-//! `format` = `burn-kvcompress/zack-rotations`, `version` = `1`, `model_sha256`, `weighting`,
+//! `format` = `burn-kvcompress/zack-rotations`, `version` = `1`, `model_sha256`, `config`
+//! ([`RotationConfig`](super::RotationConfig)'s text form),
 //! `layers`, `heads`, `kv_heads`, `head_dim` and `calibration` (free text).
 
 use std::{collections::HashMap, path::Path};
@@ -52,7 +53,7 @@ impl Rotations {
             ("format".to_string(), FORMAT.to_string()),
             ("version".to_string(), VERSION.to_string()),
             ("model_sha256".to_string(), self.model.to_hex()),
-            ("weighting".to_string(), self.weighting.to_string()),
+            ("config".to_string(), self.config.to_string()),
             ("layers".to_string(), g.layers.to_string()),
             ("heads".to_string(), g.heads.to_string()),
             ("kv_heads".to_string(), g.kv_heads.to_string()),
@@ -81,7 +82,7 @@ impl Rotations {
             return Err(format!("version {} is not supported (this build reads {VERSION})", get("version")?));
         }
         let model = ModelFingerprint::from_hex(get("model_sha256")?).ok_or("metadata `model_sha256` is malformed")?;
-        let weighting = get("weighting")?.parse().map_err(|e: ZackError| e.to_string())?;
+        let config = get("config")?.parse().map_err(|e: ZackError| e.to_string())?;
         let geometry = RotationGeometry {
             layers: number("layers")?,
             heads: number("heads")?,
@@ -128,7 +129,7 @@ impl Rotations {
         }
         let [query_key, value_output] = pairs;
         let rotations =
-            Self { geometry, model, weighting, calibration: get("calibration")?.to_string(), query_key, value_output };
+            Self { geometry, model, config, calibration: get("calibration")?.to_string(), query_key, value_output };
         rotations.check_shapes()?;
         Ok(rotations)
     }
@@ -137,7 +138,7 @@ impl Rotations {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rotation::BlockWeighting;
+    use crate::rotation::{BlockWeighting, Centering, RotationConfig};
 
     fn rotations() -> Rotations {
         let geometry = RotationGeometry { layers: 2, heads: 4, kv_heads: 2, head_dim: 3 };
@@ -149,7 +150,7 @@ mod tests {
         Rotations {
             geometry,
             model: ModelFingerprint::of_bytes(b"tiny"),
-            weighting: BlockWeighting::Concatenate,
+            config: RotationConfig { weighting: BlockWeighting::Concatenate, centering: Centering::None },
             calibration: "unit test".into(),
             query_key: vec![vec![head(1.0), head(2.0)], vec![head(3.0), head(4.0)]],
             value_output: vec![vec![head(-1.0), head(-2.0)], vec![head(-3.0), head(-4.0)]],
@@ -191,7 +192,7 @@ mod tests {
             bytes
         };
         assert!(reason(&edit("\"version\":\"1\"", "\"version\":\"9\"")).contains("version 9"));
-        assert!(reason(&edit("\"weighting\":\"concatenate\"", "\"weighting\":\"concatenatx\"")).contains("weighting"));
+        assert!(reason(&edit("weighting=concatenate", "weighting=concatenatx")).contains("weighting"));
         assert!(reason(&edit("\"kv_heads\":\"2\"", "\"kv_heads\":\"3\"")).contains("geometry"));
         assert!(reason(&edit("\"head_dim\":\"3\"", "\"head_dim\":\"4\"")).contains("layer.0.qk.basis"));
         assert!(matches!(Rotations::load(&dir.join("missing")), Err(ZackError::Io { .. })));

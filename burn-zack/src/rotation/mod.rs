@@ -6,13 +6,13 @@
 //! - [`file`]: rotations as safetensors tagged with the model's fingerprint.
 
 mod calibrate;
+mod config;
 mod file;
 mod gram;
-mod weighting;
 
 pub use calibrate::calibrate_rotations;
+pub use config::{BlockWeighting, Centering, RotationConfig};
 pub use gram::{GramAccumulator, Moments};
-pub use weighting::BlockWeighting;
 
 use std::fmt;
 
@@ -128,8 +128,8 @@ pub struct Rotations {
     pub geometry: RotationGeometry,
     /// The model they were calibrated on.
     pub model: ModelFingerprint,
-    /// How the two blocks of each stacked sample matrix were weighted.
-    pub weighting: BlockWeighting,
+    /// How the stacked sample matrices were weighted and centered.
+    pub config: RotationConfig,
     /// What they were calibrated on (free text).
     pub calibration: String,
     /// `[layer][kv_head]` rotations of the query/key pair.
@@ -147,11 +147,11 @@ impl Rotations {
         }
     }
 
-    /// SHA-256 over the weighting and every basis and singular value: the identity that caches
+    /// SHA-256 over the configuration and every basis and singular value: the identity that caches
     /// and transfers check.
     pub fn digest(&self) -> [u8; 32] {
         let mut hasher = Sha256::new();
-        hasher.update(self.weighting.to_string().as_bytes());
+        hasher.update(self.config.to_string().as_bytes());
         for layer in self.query_key.iter().chain(&self.value_output) {
             for head in layer {
                 for x in head.basis.iter().chain(&head.singular_values).chain(&head.mean) {

@@ -9,7 +9,7 @@ use burn_kvcompress::{
     model::{CausalLm, Logits},
     paths::shared_dir,
 };
-use burn_zack::rotation::{calibrate_rotations, BlockWeighting, GramAccumulator, RotationGeometry, Rotations};
+use burn_zack::rotation::{calibrate_rotations, GramAccumulator, RotationConfig, RotationGeometry, Rotations};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
 pub type Cpu = burn_kvcompress::backend::NdArray;
@@ -41,14 +41,14 @@ pub fn host<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
 }
 
 /// Rotations of `model` calibrated on seeded random tokens.
-pub fn calibrated(model: &CausalLm<Cpu>, weighting: BlockWeighting) -> Rotations {
+pub fn calibrated(model: &CausalLm<Cpu>, config: RotationConfig) -> Rotations {
     let scheme = RecordingScheme { record_queries: true, ..Default::default() };
     let rows = token_rows(3, 40, model.config().vocab_size, 7);
     let mut caches = model.new_cache(&scheme, rows.len(), &Default::default());
     model.forward(&rows, &mut caches, Logits::Last).unwrap();
     let mut grams = GramAccumulator::new(RotationGeometry::of_model(model.config()));
     grams.add(&scheme.recorder.take()).unwrap();
-    calibrate_rotations(&grams, model, weighting, ModelFingerprint::of_bytes(b"tiny"), "random tokens".into()).unwrap()
+    calibrate_rotations(&grams, model, config, ModelFingerprint::of_bytes(b"tiny"), "random tokens".into()).unwrap()
 }
 
 /// A recorded tensor of seeded values whose coordinates have decaying scales (a spectrum that

@@ -18,7 +18,7 @@ use burn_kvcompress::{
 use burn_zack::{
     cache::{ZackCache, ZackScheme},
     kernels::ZackBackend,
-    rotation::{BlockWeighting, HeadRotation, RotationGeometry, Rotations},
+    rotation::{HeadRotation, RotationConfig, RotationGeometry, Rotations},
     symmetric_eigen, Ranks,
 };
 use clap::Parser;
@@ -65,7 +65,7 @@ fn random_rotations(heads: usize, kv_heads: usize, d: usize) -> Rotations {
     Rotations {
         geometry,
         model: ModelFingerprint::of_bytes(b"zack_bench random rotations"),
-        weighting: BlockWeighting::EqualEnergy,
+        config: RotationConfig::default(),
         calibration: "random orthogonal bases".into(),
         query_key: vec![(0..kv_heads).map(head).collect()],
         value_output: vec![(0..kv_heads).map(head).collect()],

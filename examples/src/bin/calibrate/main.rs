@@ -18,7 +18,8 @@
 //! `--kv zack:rotations=FILE,rate=0.5`:
 //!
 //! ```text
-//! calibrate --scheme zack --text gpl-3.txt --tokens 8192 --out rot.safetensors --plot spectra.svg
+//! calibrate --scheme zack --config weighting=equal-energy,center=values --text gpl-3.txt \\
+//!     --tokens 8192 --out rot.safetensors --plot spectra.svg
 //! ```
 //!
 //! Its `<out>.json` holds the mean normalized singular-value spectra of both pairs (plotted by
@@ -47,8 +48,9 @@ pub struct Args {
     scheme: SchemeChoice,
     /// The scheme's configuration; for pq `m=SUBSPACES,nbits=BITS[,scope=layer|layer-head]`
     /// (M subspaces per head vector, 2^BITS centroids each, one codebook per layer or per
-    /// (layer, KV head)), required; for zack `weighting=equal-energy|concatenate` (how the two
-    /// blocks of `[Q; K]` and `[V; W_Oᵀ]` are scaled before the SVD; default equal-energy).
+    /// (layer, KV head)), required; for zack `weighting=equal-energy|concatenate,
+    /// center=values|keys-values|none` (how the two blocks of `[Q; K]` and `[V; W_Oᵀ]` are scaled
+    /// before the SVD, and which activations are centered; defaults equal-energy, values).
     #[arg(long)]
     config: Option<String>,
     /// Calibration text files (repeatable), tokenized without BOS and read in order until

@@ -6,7 +6,7 @@ use anyhow::Context;
 use burn::tensor::backend::Backend;
 use burn_kvcompress::paths::default_model_path;
 use burn_zack::{
-    rotation::{calibrate_rotations, BlockWeighting, GramAccumulator, Pair, Rotations},
+    rotation::{calibrate_rotations, GramAccumulator, Pair, RotationConfig, Rotations},
     RankRule, Ranks,
 };
 use examples::{
@@ -25,7 +25,8 @@ const EPSILON_SWEEP: [f64; 9] = [0.0, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4
 #[derive(Serialize)]
 struct Report<'a> {
     scheme: SchemeChoice,
-    weighting: BlockWeighting,
+    config: RotationConfig,
+    config_text: String,
     model: String,
     model_sha256: String,
     rotations: String,
@@ -54,13 +55,9 @@ struct SweepRow {
     mean_value_output_rank: f64,
 }
 
-fn weighting(args: &Args) -> anyhow::Result<BlockWeighting> {
-    let Some(text) = args.config.as_deref().filter(|t| !t.is_empty()) else {
-        return Ok(BlockWeighting::default());
-    };
-    let value =
-        text.strip_prefix("weighting=").with_context(|| format!("--config `{text}`: zack takes `weighting=...`"))?;
-    Ok(value.parse()?)
+fn config(args: &Args) -> anyhow::Result<RotationConfig> {
+    let text = args.config.as_deref().unwrap_or("");
+    text.parse().with_context(|| format!("--config `{text}`"))
 }
 
 /// Records post-RoPE Q, K and V over the texts, accumulating Gram matrices batch by batch, then
@@ -68,7 +65,7 @@ fn weighting(args: &Args) -> anyhow::Result<BlockWeighting> {
 fn calibrate_on<B: Backend>(
     device: B::Device,
     args: &Args,
-    weighting: BlockWeighting,
+    config: RotationConfig,
     sources: &[(String, String)],
 ) -> anyhow::Result<(Recorded, Rotations, f64)> {
     let mut grams: Option<GramAccumulator> = None;
@@ -82,7 +79,7 @@ fn calibrate_on<B: Backend>(
     let grams = grams.context("no calibration text was recorded")?;
     let started = Instant::now();
     let calibration = describe(&recorded, args.window);
-    let rotations = calibrate_rotations(&grams, &model, weighting, recorded.fingerprint, calibration)?;
+    let rotations = calibrate_rotations(&grams, &model, config, recorded.fingerprint, calibration)?;
     Ok((recorded, rotations, started.elapsed().as_secs_f64()))
 }
 
@@ -122,15 +119,15 @@ fn sweep(rotations: &Rotations) -> anyhow::Result<Vec<SweepRow>> {
 }
 
 pub fn run_zack(args: &Args) -> anyhow::Result<()> {
-    let weighting = weighting(args)?;
+    let config = config(args)?;
     let sources = read_texts(args)?;
-    let (recorded, rotations, svd_seconds) = with_backend!(args.backend, calibrate_on(args, weighting, &sources))?;
+    let (recorded, rotations, svd_seconds) = with_backend!(args.backend, calibrate_on(args, config, &sources))?;
     eprintln!("recorded Q/K/V of {} in {:.1} s", rotations.geometry, recorded.seconds);
     if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     rotations.save(&args.out)?;
-    println!("rotations: {} ({weighting}, calibrated on {})", args.out.display(), rotations.calibration);
+    println!("rotations: {} ({config}, calibrated on {})", args.out.display(), rotations.calibration);
     println!("SVD: {svd_seconds:.2} s");
     let rows = sweep(&rotations)?;
     println!("| ε | compression rate | mean rank q/k | mean rank v/o |\n|---:|---:|---:|---:|");
@@ -147,7 +144,8 @@ pub fn run_zack(args: &Args) -> anyhow::Result<()> {
     let model = args.model.clone().unwrap_or_else(default_model_path);
     let report = Report {
         scheme: args.scheme,
-        weighting,
+        config,
+        config_text: config.to_string(),
         model: model.display().to_string(),
         model_sha256: recorded.fingerprint.to_hex(),
         rotations: args.out.display().to_string(),
@@ -170,7 +168,7 @@ pub fn run_zack(args: &Args) -> anyhow::Result<()> {
             Curve { name: "query/key", values: &s.query_key },
             Curve { name: "value/output", values: &s.value_output },
         ];
-        let title = format!("ZACK mean singular values ({weighting}) on {}", rotations.calibration);
+        let title = format!("ZACK mean singular values ({config}) on {}", rotations.calibration);
         let spec = PlotSpec {
             title: &title,
             x_label: "direction j (head dimension, sorted)",
