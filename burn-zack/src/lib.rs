@@ -7,7 +7,8 @@
 //!
 //! - [`rotation`]: Gram accumulation over calibration text ([`rotation::GramAccumulator`]),
 //!   [`rotation::calibrate_rotations`], rotations as safetensors tagged with the model.
-//! - [`Ranks`]: ranks from ε (Eq. 6) or from a target compression rate.
+//! - [`Ranks`]: ranks from ε (Eq. 6) or from a target compression rate;
+//!   [`search_removal_rate`]: the largest ε within a quality budget (e.g. held-out perplexity).
 //! - [`fold_value_rotations`]: the value/output rotations folded into `W_V` and `W_O`.
 //! - [`cache::ZackScheme`]: the `KvScheme`; keys are rotated and truncated after RoPE (RoPE
 //!   prevents folding them), attention runs on the reduced, per-head dimensions.
@@ -35,8 +36,10 @@ pub mod kernels;
 mod linalg;
 mod ranks;
 pub mod rotation;
+mod search;
 
 pub use error::ZackError;
 pub use fold::fold_value_rotations;
 pub use linalg::{symmetric_eigen, SymmetricEigen};
 pub use ranks::{RankRule, Ranks};
+pub use search::{search_removal_rate, RateSearch, SearchPoint};

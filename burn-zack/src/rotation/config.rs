@@ -61,9 +61,11 @@ impl FromStr for BlockWeighting {
 ///
 /// Centering values is exact to compensate: attention weights sum to 1, so the mean value passes
 /// through attention unchanged and folding restores the dropped coordinates' mean through the
-/// output bias. Centering keys drops the mean key from the spectrum, which is harmless to the
-/// scores (`q (I − Π) μ_K` shifts all of a query's scores alike, and softmax ignores it) but
-/// also shifts the balance between the query and key blocks under equal-energy weighting.
+/// output bias. Centering keys would be harmless if every key shared one mean (softmax ignores a
+/// shift common to all of a query's scores), but post-RoPE keys do not: the expected key at
+/// position `t` is the pre-RoPE mean rotated by `t`, so the pooled mean is no common shift, and
+/// on SmolLM2 centering keys doubles the perplexity increase (see `results/zack-*.md`). It is
+/// kept as an option for the comparison.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Centering {

@@ -87,6 +87,16 @@ pub struct Args {
     /// k-means threads (default: the available cores).
     #[arg(long)]
     threads: Option<usize>,
+    /// zack: search the largest removal rate ε whose held-out decode perplexity stays within this
+    /// factor of the dense model's (e.g. 1.05), and report it (needs `--held-out`).
+    #[arg(long, requires = "held_out")]
+    budget: Option<f64>,
+    /// zack: held-out text for `--budget` (not one of the calibration texts).
+    #[arg(long)]
+    held_out: Option<PathBuf>,
+    /// zack: perplexity windows of the held-out text per evaluation (1024 tokens each).
+    #[arg(long, default_value_t = 1)]
+    held_out_windows: usize,
     /// Plot to this `.svg` (with text) or `.png` (lines only; first curve blue, second red):
     /// for pq the relative reconstruction error of keys and values against the k-means
     /// iteration, for zack the mean normalized singular values of the query/key and
@@ -117,6 +127,12 @@ fn check_args(args: &Args) -> anyhow::Result<()> {
     }
     if let Some(plot) = &args.plot {
         PlotFormat::of_path(plot)?;
+    }
+    if args.budget.is_some_and(|b| !(b >= 1.0 && b.is_finite())) || args.held_out_windows == 0 {
+        bail!("--budget must be a factor of at least 1 and --held-out-windows at least 1");
+    }
+    if args.budget.is_some() && args.scheme != SchemeChoice::Zack {
+        bail!("--budget searches ZACK's removal rate: use it with --scheme zack");
     }
     Ok(())
 }

@@ -7,8 +7,8 @@ use burn::tensor::backend::Backend;
 use burn_kvcompress::{
     cache::{LayerRecording, RecordingScheme},
     fingerprint::ModelFingerprint,
-    loading::load_model,
-    model::{CausalLm, Logits, ModelConfig},
+    loading::{load_model, LoadedModel},
+    model::{Logits, ModelConfig},
     paths::default_model_path,
 };
 use indicatif::{ProgressBar, ProgressStyle};
@@ -63,7 +63,7 @@ pub fn json_path(out: &Path) -> std::path::PathBuf {
 
 /// Loads the model, tokenizes the texts (`(file name, contents)`) and prefills them window by
 /// window through a recording cache (queries too if `record_queries`), up to `args.tokens`
-/// tokens, handing each batch's recordings to `on_batch`. Returns the model too.
+/// tokens, handing each batch's recordings to `on_batch`. Returns the loaded model too.
 pub fn record<B: Backend>(
     device: B::Device,
     args: &Args,
@@ -71,7 +71,7 @@ pub fn record<B: Backend>(
     sources: &[(String, String)],
     record_queries: bool,
     on_batch: &mut dyn FnMut(Vec<LayerRecording>) -> anyhow::Result<()>,
-) -> anyhow::Result<(Recorded, CausalLm<B>)> {
+) -> anyhow::Result<(Recorded, LoadedModel<B>)> {
     let path = args.model.clone().unwrap_or_else(default_model_path);
     let fingerprint = ModelFingerprint::of_path(&path).with_context(|| format!("hashing {}", path.display()))?;
     let loaded = load_model::<B>(&path, &device)
@@ -81,7 +81,7 @@ pub fn record<B: Backend>(
     if args.window > model_config.max_position {
         bail!("--window {} is longer than the model's context of {}", args.window, model_config.max_position);
     }
-    let tokenizer = loaded.tokenizer.context("the model files carry no tokenizer")?;
+    let tokenizer = loaded.tokenizer.as_ref().context("the model files carry no tokenizer")?;
     let mut texts = Vec::new();
     let mut left = args.tokens;
     for (name, text) in sources {
@@ -124,5 +124,5 @@ pub fn record<B: Backend>(
         taken: texts.iter().map(|t| (t.name.clone(), t.tokens.len())).collect(),
         seconds: started.elapsed().as_secs_f64(),
     };
-    Ok((recorded, loaded.model))
+    Ok((recorded, loaded))
 }

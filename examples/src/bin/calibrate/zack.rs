@@ -1,18 +1,25 @@
 //! `--scheme zack`: ZACK's per-KV-head rotations.
 
-use std::time::Instant;
+use std::{sync::Arc, time::Instant};
 
 use anyhow::Context;
-use burn::tensor::backend::Backend;
-use burn_kvcompress::paths::default_model_path;
+use burn_kvcompress::{
+    cache::DenseScheme,
+    eval::{decode_perplexity, PerplexityConfig},
+    loading::LoadedModel,
+    paths::default_model_path,
+};
 use burn_zack::{
+    cache::ZackScheme,
+    kernels::ZackBackend,
     rotation::{calibrate_rotations, GramAccumulator, Pair, RotationConfig, Rotations},
-    RankRule, Ranks,
+    search_removal_rate, RankRule, Ranks, SearchPoint,
 };
 use examples::{
     plot::{plot_curves, Curve, PlotFormat, PlotSpec, CURVE_COLOURS},
     with_backend,
 };
+use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 use crate::record::{describe, json_path, read_texts, record, Recorded};
@@ -39,6 +46,77 @@ struct Report<'a> {
     normalized_spectra: Spectra,
     /// Compression rate and mean ranks per removal rate ε (ranks at least 1).
     sweep: Vec<SweepRow>,
+    /// The `--budget` search, if asked for.
+    budget: Option<BudgetReport>,
+}
+
+/// The `--budget` search on held-out text.
+#[derive(Serialize)]
+struct BudgetReport {
+    held_out: String,
+    windows: usize,
+    factor: f64,
+    dense_ppl: f64,
+    /// Largest ε within `factor · dense_ppl` (none if even the smallest tried was over).
+    best: Option<Point>,
+    points: Vec<Point>,
+}
+
+#[derive(Serialize)]
+struct Point {
+    epsilon: f64,
+    compression_rate: f64,
+    ppl: f64,
+}
+
+impl From<SearchPoint> for Point {
+    fn from(p: SearchPoint) -> Self {
+        Self { epsilon: p.epsilon, compression_rate: p.compression_rate, ppl: p.value }
+    }
+}
+
+/// Largest ε searched, and bisection steps below it.
+const SEARCH_MAX_EPSILON: f64 = 0.5;
+const SEARCH_STEPS: usize = 6;
+
+/// Searches the largest ε whose held-out perplexity is within `factor` of the dense model's.
+fn search_budget<B: ZackBackend>(
+    args: &Args,
+    factor: f64,
+    rotations: &Arc<Rotations>,
+    loaded: &LoadedModel<B>,
+    device: &B::Device,
+) -> anyhow::Result<BudgetReport> {
+    let path = args.held_out.as_ref().context("--budget needs --held-out")?;
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let tokenizer = loaded.tokenizer.as_ref().context("the model files carry no tokenizer")?;
+    let tokens = tokenizer.encode(&text, false)?;
+    let windows = args.held_out_windows;
+    let protocol = PerplexityConfig { max_windows: windows, batch: windows, ..PerplexityConfig::default() };
+    let bar = ProgressBar::new(SEARCH_STEPS as u64 + 2).with_style(
+        ProgressStyle::with_template("budget search [{bar:30}] {pos}/{len} perplexity runs {msg}").expect("template"),
+    );
+    let dense = decode_perplexity(&loaded.model, &DenseScheme, &tokens, protocol, device, |_, _| {})?.ppl;
+    bar.inc(1);
+    let budget = factor * dense;
+    let search =
+        search_removal_rate(rotations, RankRule::default(), budget, SEARCH_MAX_EPSILON, SEARCH_STEPS, |ranks| {
+            let scheme = ZackScheme::new(rotations.clone(), ranks.clone())?;
+            let model = scheme.fold(loaded.model.clone())?;
+            let ppl = decode_perplexity(&model, &scheme, &tokens, protocol, device, |_, _| {})?.ppl;
+            bar.inc(1);
+            bar.set_message(format!("(rate {:.3}: ppl {ppl:.3}, budget {budget:.3})", ranks.compression_rate()));
+            anyhow::Ok(ppl)
+        })?;
+    bar.finish_and_clear();
+    Ok(BudgetReport {
+        held_out: path.display().to_string(),
+        windows,
+        factor,
+        dense_ppl: dense,
+        best: search.best.map(Point::from),
+        points: search.points.into_iter().map(Point::from).collect(),
+    })
 }
 
 #[derive(Serialize)]
@@ -62,14 +140,14 @@ fn config(args: &Args) -> anyhow::Result<RotationConfig> {
 
 /// Records post-RoPE Q, K and V over the texts, accumulating Gram matrices batch by batch, then
 /// computes the rotations (the SVD needs the model's `W_O`).
-fn calibrate_on<B: Backend>(
+fn calibrate_on<B: ZackBackend>(
     device: B::Device,
     args: &Args,
     config: RotationConfig,
     sources: &[(String, String)],
-) -> anyhow::Result<(Recorded, Rotations, f64)> {
+) -> anyhow::Result<(Recorded, Rotations, f64, Option<BudgetReport>)> {
     let mut grams: Option<GramAccumulator> = None;
-    let (recorded, model) = record::<B>(device, args, &|_| Ok(()), sources, true, &mut |batch| {
+    let (recorded, loaded) = record::<B>(device.clone(), args, &|_| Ok(()), sources, true, &mut |batch| {
         match grams.as_mut() {
             Some(grams) => grams.add(&batch)?,
             None => grams = Some(GramAccumulator::from_recordings(&batch)?),
@@ -79,8 +157,14 @@ fn calibrate_on<B: Backend>(
     let grams = grams.context("no calibration text was recorded")?;
     let started = Instant::now();
     let calibration = describe(&recorded, args.window);
-    let rotations = calibrate_rotations(&grams, &model, config, recorded.fingerprint, calibration)?;
-    Ok((recorded, rotations, started.elapsed().as_secs_f64()))
+    let rotations = Arc::new(calibrate_rotations(&grams, &loaded.model, config, recorded.fingerprint, calibration)?);
+    let svd_seconds = started.elapsed().as_secs_f64();
+    let budget = match args.budget {
+        Some(factor) => Some(search_budget(args, factor, &rotations, &loaded, &device)?),
+        None => None,
+    };
+    let rotations = Arc::try_unwrap(rotations).unwrap_or_else(|shared| (*shared).clone());
+    Ok((recorded, rotations, svd_seconds, budget))
 }
 
 /// σ_j / σ_0 of one pair, averaged over layers and KV heads.
@@ -121,7 +205,7 @@ fn sweep(rotations: &Rotations) -> anyhow::Result<Vec<SweepRow>> {
 pub fn run_zack(args: &Args) -> anyhow::Result<()> {
     let config = config(args)?;
     let sources = read_texts(args)?;
-    let (recorded, rotations, svd_seconds) = with_backend!(args.backend, calibrate_on(args, config, &sources))?;
+    let (recorded, rotations, svd_seconds, budget) = with_backend!(args.backend, calibrate_on(args, config, &sources))?;
     eprintln!("recorded Q/K/V of {} in {:.1} s", rotations.geometry, recorded.seconds);
     if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -156,7 +240,24 @@ pub fn run_zack(args: &Args) -> anyhow::Result<()> {
         svd_seconds,
         normalized_spectra: spectra,
         sweep: rows,
+        budget,
     };
+    if let Some(budget) = &report.budget {
+        println!("held-out dense perplexity {:.3} on {}; budget x{}", budget.dense_ppl, budget.held_out, budget.factor);
+        for p in &budget.points {
+            println!("  ε {:.4}: compression rate {:.3}, ppl {:.3}", p.epsilon, p.compression_rate, p.ppl);
+        }
+        match &budget.best {
+            Some(p) => println!(
+                "largest ε within budget: {:.4} (rate {:.3}): --kv zack:rotations={},eps={:.4}",
+                p.epsilon,
+                p.compression_rate,
+                args.out.display(),
+                p.epsilon
+            ),
+            None => println!("no ε within budget: even the smallest tried exceeds it"),
+        }
+    }
     let json = json_path(&args.out);
     std::fs::write(&json, serde_json::to_string_pretty(&report)?)
         .with_context(|| format!("writing {}", json.display()))?;
