@@ -80,3 +80,30 @@ impl FromStr for ZackArg {
         Ok(Self { rotations, target: target.unwrap_or(RankTarget::Rate(Self::DEFAULT_RATE)), rule })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_rates_epsilons_and_rules_and_rejects_bad_parameters() {
+        let parse = |s: &str| s.parse::<ZackArg>();
+        let arg = parse("rotations=r.safetensors").unwrap();
+        assert_eq!(
+            (arg.rotations, arg.target, arg.rule),
+            (PathBuf::from("r.safetensors"), RankTarget::Rate(0.5), RankRule::default())
+        );
+        let arg = parse("eps=0.05,rotations=r,min_rank=4,multiple=8").unwrap();
+        assert_eq!((arg.target, arg.rule), (RankTarget::Epsilon(0.05), RankRule { min_rank: 4, multiple: 8 }));
+        assert_eq!(parse("rotations=r,rate=0.25").unwrap().target, RankTarget::Rate(0.25));
+        assert!(parse("rate=0.25").unwrap_err().contains("rotations=PATH"));
+        assert!(parse("rotations=r,rate=0.2,eps=0.1").unwrap_err().contains("one of"));
+        assert!(parse("rotations=r,rate=x").unwrap_err().contains("not a number"));
+        assert!(parse("rotations=r,m=3").unwrap_err().contains("unknown zack key"));
+        assert!(parse("rotations=").unwrap_err().contains("needs a path"));
+        assert!(matches!(
+            "zack:rotations=r".parse::<crate::scheme_arg::SchemeArg>(),
+            Ok(crate::scheme_arg::SchemeArg::Zack(_))
+        ));
+    }
+}
