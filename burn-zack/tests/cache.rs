@@ -15,7 +15,7 @@ use burn_kvcompress::{
 };
 use burn_zack::{
     cache::ZackScheme,
-    rotation::{BlockWeighting, Centering, Pair, RotationConfig, Rotations},
+    rotation::{BlockWeighting, Centering, Pair, RotationConfig, Rotations, ValueSamples},
     RankRule, Ranks,
 };
 use common::*;
@@ -45,8 +45,12 @@ fn at_full_rank_the_folded_model_equals_the_dense_model() {
     let largest = dense.iter().fold(0.0f32, |m, x| m.max(x.abs()));
     let configs = [
         RotationConfig::default(),
-        RotationConfig { weighting: BlockWeighting::Concatenate, centering: Centering::None },
-        RotationConfig { weighting: BlockWeighting::EqualEnergy, centering: Centering::KeysAndValues },
+        RotationConfig {
+            weighting: BlockWeighting::Concatenate,
+            centering: Centering::None,
+            value_samples: ValueSamples::Values,
+        },
+        RotationConfig { centering: Centering::KeysAndValues, ..RotationConfig::default() },
     ];
     for config in configs {
         let rotations = Arc::new(calibrated(&model, config));

@@ -7,7 +7,7 @@ use burn_kvcompress::{cache::LayerRecording, fingerprint::ModelFingerprint};
 use burn_zack::{
     rotation::{
         calibrate_rotations, BlockWeighting, Centering, GramAccumulator, HeadRotation, Pair, RotationConfig,
-        RotationGeometry,
+        RotationGeometry, ValueSamples,
     },
     ZackError,
 };
@@ -67,9 +67,17 @@ fn truncating_the_stacked_centered_samples_loses_the_dropped_singular_values() {
     grams.add(&recordings).unwrap();
     let d = geometry.head_dim;
     let configs = [
-        RotationConfig { weighting: BlockWeighting::Concatenate, centering: Centering::None },
-        RotationConfig { weighting: BlockWeighting::EqualEnergy, centering: Centering::Values },
-        RotationConfig { weighting: BlockWeighting::EqualEnergy, centering: Centering::KeysAndValues },
+        RotationConfig {
+            weighting: BlockWeighting::Concatenate,
+            centering: Centering::None,
+            value_samples: ValueSamples::Values,
+        },
+        RotationConfig::default(),
+        RotationConfig {
+            weighting: BlockWeighting::EqualEnergy,
+            centering: Centering::KeysAndValues,
+            value_samples: ValueSamples::Values,
+        },
     ];
     for config in configs {
         let weighting = config.weighting;
@@ -82,8 +90,11 @@ fn truncating_the_stacked_centered_samples_loses_the_dropped_singular_values() {
             for kv_head in 0..geometry.kv_heads {
                 let queries = kv_head * geometry.group()..(kv_head + 1) * geometry.group();
                 let q = rows_of(&rec.queries, queries.clone(), 1.0);
-                let (k, v) =
-                    (rows_of(&rec.keys, kv_head..kv_head + 1, 1.0), rows_of(&rec.values, kv_head..kv_head + 1, 1.0));
+                let k = rows_of(&rec.keys, kv_head..kv_head + 1, 1.0);
+                let v = match config.value_samples {
+                    ValueSamples::Values => rows_of(&rec.values, kv_head..kv_head + 1, 1.0),
+                    ValueSamples::Outputs => rows_of(&rec.outputs, queries.clone(), 1.0),
+                };
                 let (k, v) = match config.centering {
                     Centering::None => (k, v),
                     Centering::Values => (k, centered(v)),
@@ -146,7 +157,7 @@ fn the_paper_weighting_lets_the_larger_block_decide() {
     let mut grams = GramAccumulator::new(geometry);
     grams.add(&recordings).unwrap();
     let fingerprint = ModelFingerprint::of_bytes(b"t");
-    let config = |weighting| RotationConfig { weighting, centering: Centering::None };
+    let config = |weighting| RotationConfig { weighting, centering: Centering::None, ..RotationConfig::default() };
     let plain =
         calibrate_rotations(&grams, &model, config(BlockWeighting::Concatenate), fingerprint, String::new()).unwrap();
     let equal =
@@ -173,7 +184,10 @@ fn bad_recordings_and_mismatched_models_are_typed_errors() {
         Err(ZackError::Calibration(_))
     ));
     let mut no_queries = synthetic_recordings(geometry, 4, 1);
-    no_queries.iter_mut().for_each(|l| l.queries.clear());
+    no_queries.iter_mut().for_each(|l| {
+        l.queries.clear();
+        l.outputs.clear();
+    });
     assert!(matches!(grams.add(&no_queries), Err(ZackError::Calibration(_))));
     assert!(matches!(grams.add(&synthetic_recordings(geometry, 4, 1)[..2]), Err(ZackError::Calibration(_))));
     let other = RotationGeometry { head_dim: 8, ..geometry };

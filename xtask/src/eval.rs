@@ -31,9 +31,9 @@ pub struct EvalArgs {
     #[arg(long, conflicts_with = "hack_grid")]
     pq_grid: bool,
     /// Evaluate ZACK's grid instead: overall compression rates {0.125, 0.25, 0.375, 0.5} with the
-    /// default rotations (equal-energy blocks, values centered), and rates {0.25, 0.5} with the
-    /// paper's construction (plain stacking, nothing centered) and with keys centered too, beside
-    /// dense. Each text is evaluated with rotations calibrated on the other texts; the rotations
+    /// default rotations (equal-energy blocks, attention outputs as value samples, centered), and
+    /// rates {0.25, 0.5} with the paper's construction (plain stacking of raw values) and with
+    /// centered values instead of outputs, beside dense. Each text is evaluated with rotations calibrated on the other texts; the rotations
     /// and their reports go to `target/zack-rotations/`, the spectra plots to
     /// `results/zack-spectra/`, and one table per evaluated text to `<out>-zack-<text>.md/.json`.
     #[arg(long, conflicts_with_all = ["hack_grid", "pq_grid"])]
@@ -64,9 +64,9 @@ const PQ_WINDOWS: [usize; 2] = [0, 64];
 /// ZACK's evaluation grid: rotation configurations (tag, `--config`) and the compression rates
 /// of each (the default configuration first, over more rates).
 const ZACK_CONFIGS: [(&str, &str); 3] = [
-    ("default", "weighting=equal-energy,center=values"),
-    ("paper", "weighting=concatenate,center=none"),
-    ("keys-centered", "weighting=equal-energy,center=keys-values"),
+    ("default", "weighting=equal-energy,center=values,samples=outputs"),
+    ("paper", "weighting=concatenate,center=none,samples=values"),
+    ("value-samples", "weighting=equal-energy,center=values,samples=values"),
 ];
 const ZACK_RATES: [f64; 4] = [0.125, 0.25, 0.375, 0.5];
 const ZACK_VARIANT_RATES: [f64; 2] = [0.25, 0.5];

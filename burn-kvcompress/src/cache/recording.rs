@@ -1,6 +1,6 @@
 //! A dense cache that also records what passes through it: the post-RoPE keys and values of every
-//! append and the queries of every attention call. Calibration (PQ codebooks, SVD rotations) runs
-//! the model over text with this scheme and reads the samples afterwards.
+//! append and the queries and outputs of every attention call. Calibration (PQ codebooks, SVD
+//! rotations) runs the model over text with this scheme and reads the samples afterwards.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -44,6 +44,9 @@ pub struct LayerRecording {
     pub values: Vec<RecordedTensor>,
     /// Queries of attention calls, one entry per call (only when queries are recorded).
     pub queries: Vec<RecordedTensor>,
+    /// Attention outputs of those calls, `[batch, heads, q_len, head_dim]` (only when queries
+    /// are recorded).
+    pub outputs: Vec<RecordedTensor>,
 }
 
 /// Shared sink of a [`RecordingScheme`]: one [`LayerRecording`] per layer.
@@ -70,7 +73,7 @@ impl KvRecorder {
 pub struct RecordingScheme {
     /// Where the samples go.
     pub recorder: KvRecorder,
-    /// Whether queries are recorded too (keys and values always are).
+    /// Whether queries and attention outputs are recorded too (keys and values always are).
     pub record_queries: bool,
 }
 
@@ -93,10 +96,16 @@ impl<B: Backend> KvCache<B> for RecordingCache<B> {
     }
 
     fn attend(&self, q: Tensor<B, 4>, options: &AttendOptions) -> Result<Tensor<B, 4>, CacheError> {
-        if self.scheme.record_queries {
-            self.scheme.recorder.with_layer(self.layer, |rec| rec.queries.push(RecordedTensor::of(&q)));
+        let queries = self.scheme.record_queries.then(|| RecordedTensor::of(&q));
+        let out = self.inner.attend(q, options)?;
+        if let Some(queries) = queries {
+            let outputs = RecordedTensor::of(&out);
+            self.scheme.recorder.with_layer(self.layer, |rec| {
+                rec.queries.push(queries);
+                rec.outputs.push(outputs);
+            });
         }
-        self.inner.attend(q, options)
+        Ok(out)
     }
 
     fn len(&self) -> usize {
@@ -141,6 +150,7 @@ mod tests {
         dense.append(k.clone(), v).unwrap();
         let options = AttendOptions { scale: 0.3, key_start: vec![0, 1], window: None };
         let a = recording.attend(q.clone(), &options).unwrap();
+        let a_recorded = RecordedTensor::of(&a);
         let b = dense.attend(q, &options).unwrap();
         a.into_data().assert_eq(&b.into_data(), true);
 
@@ -148,6 +158,7 @@ mod tests {
         assert_eq!(layers.len(), 2);
         assert_eq!(layers[0], LayerRecording::default());
         assert_eq!((layers[1].keys.len(), layers[1].values.len(), layers[1].queries.len()), (1, 1, 1));
+        assert_eq!(layers[1].outputs, vec![a_recorded]);
         let keys = &layers[1].keys[0];
         assert_eq!(keys.shape, [2, 2, 5, 8]);
         let head1: Vec<&[f32]> = keys.head_vectors(1).collect();

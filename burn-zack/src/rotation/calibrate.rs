@@ -5,7 +5,7 @@ use burn_kvcompress::{fingerprint::ModelFingerprint, model::CausalLm};
 
 use super::{
     gram::Activation, BlockWeighting, Centering, GramAccumulator, HeadRotation, RotationConfig, RotationGeometry,
-    Rotations,
+    Rotations, ValueSamples,
 };
 use crate::{linalg::symmetric_eigen, ZackError};
 
@@ -15,7 +15,8 @@ use crate::{linalg::symmetric_eigen, ZackError};
 ///   the group stacked over the keys (one rotation shared by the group, so the cache stays
 ///   GQA-sized);
 /// - value/output: right singular vectors of `[V_g; W_O^hᵀ for h ∈ g]`, where `W_O^h` is head
-///   `h`'s `head_dim × hidden` block of the output projection's rows.
+///   `h`'s `head_dim × hidden` block of the output projection's rows, and `V_g` the values or
+///   the attention outputs of the group's heads (`config.value_samples`).
 ///
 /// Keys and values are centered as `config.centering` says (see [`Centering`]); each block is
 /// weighted as `config.weighting` says; the SVD is the eigendecomposition of the weighted
@@ -54,7 +55,10 @@ pub fn calibrate_rotations<B: Backend>(
             qk.push(rotation_of(&qk_gram, keys.mean(), d));
             let heads = kv_head * g.group()..(kv_head + 1) * g.group();
             let output = output_gram(&w_o, heads, d, hidden);
-            let values = grams.moments(Activation::Values, layer, kv_head);
+            let values = match config.value_samples {
+                ValueSamples::Values => grams.moments(Activation::Values, layer, kv_head),
+                ValueSamples::Outputs => grams.moments(Activation::Outputs, layer, kv_head),
+            };
             let value_gram = match config.centering {
                 Centering::None => values.gram.clone(),
                 Centering::Values | Centering::KeysAndValues => values.centered_gram(),

@@ -57,11 +57,10 @@ impl FromStr for BlockWeighting {
     }
 }
 
-/// Which cached activations are centered (their calibration mean subtracted) before the SVD.
+/// Which activations are centered (their calibration mean subtracted) before the SVD.
 ///
-/// Centering values is exact to compensate: attention weights sum to 1, so the mean value passes
-/// through attention unchanged and folding restores the dropped coordinates' mean through the
-/// output bias. Centering keys would be harmless if every key shared one mean (softmax ignores a
+/// Centering the value samples ([`ValueSamples`]) is exact to compensate: folding sets the
+/// dropped coordinates of every attention output to the samples' mean through the output bias. Centering keys would be harmless if every key shared one mean (softmax ignores a
 /// shift common to all of a query's scores), but post-RoPE keys do not: the expected key at
 /// position `t` is the pre-RoPE mean rotated by `t`, so the pooled mean is no common shift, and
 /// on SmolLM2 centering keys doubles the perplexity increase (see `results/zack-*.md`). It is
@@ -71,10 +70,10 @@ impl FromStr for BlockWeighting {
 pub enum Centering {
     /// Raw second moments (the paper).
     None,
-    /// Values centered; queries and keys raw.
+    /// Value samples centered; queries and keys raw.
     #[default]
     Values,
-    /// Keys and values centered; queries raw.
+    /// Keys and value samples centered; queries raw.
     KeysAndValues,
 }
 
@@ -101,6 +100,44 @@ impl FromStr for Centering {
     }
 }
 
+/// Which samples stand for the values in the value/output pair's stacked matrix.
+///
+/// Truncating value coordinates perturbs the attention output `o = Σ_t p_t v_t`, not the values
+/// themselves, and the two distributions differ: many heads put most of their weight on a few
+/// tokens (attention sinks), whose values are far from the average value. The attention outputs
+/// are what the rotation should keep, and their mean is the constant that best replaces the
+/// dropped coordinates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ValueSamples {
+    /// The cached values (the paper).
+    Values,
+    /// The attention outputs of the KV head's query heads.
+    #[default]
+    Outputs,
+}
+
+impl fmt::Display for ValueSamples {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Values => "values",
+            Self::Outputs => "outputs",
+        })
+    }
+}
+
+impl FromStr for ValueSamples {
+    type Err = ZackError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "values" => Ok(Self::Values),
+            "outputs" => Ok(Self::Outputs),
+            other => Err(ZackError::Config(format!("samples `{other}` are not `values` or `outputs`"))),
+        }
+    }
+}
+
 /// How rotations are calibrated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct RotationConfig {
@@ -108,18 +145,20 @@ pub struct RotationConfig {
     pub weighting: BlockWeighting,
     /// Which activations are centered.
     pub centering: Centering,
+    /// What stands for `V` in `[V; W_Oᵀ]`.
+    pub value_samples: ValueSamples,
 }
 
 impl fmt::Display for RotationConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "weighting={},center={}", self.weighting, self.centering)
+        write!(f, "weighting={},center={},samples={}", self.weighting, self.centering, self.value_samples)
     }
 }
 
 impl FromStr for RotationConfig {
     type Err = ZackError;
 
-    /// `weighting=...,center=...`, either key optional (defaults otherwise).
+    /// `weighting=...,center=...,samples=...`, each key optional (defaults otherwise).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let mut config = Self::default();
         for pair in s.split(',').filter(|p| !p.is_empty()) {
@@ -128,7 +167,12 @@ impl FromStr for RotationConfig {
             match key {
                 "weighting" => config.weighting = value.parse()?,
                 "center" => config.centering = value.parse()?,
-                other => return Err(ZackError::Config(format!("unknown rotation key `{other}` (weighting, center)"))),
+                "samples" => config.value_samples = value.parse()?,
+                other => {
+                    return Err(ZackError::Config(format!(
+                        "unknown rotation key `{other}` (weighting, center, samples)"
+                    )))
+                }
             }
         }
         Ok(config)
@@ -141,7 +185,10 @@ mod tests {
 
     #[test]
     fn text_form_round_trips_and_rejects_unknown_keys() {
-        for text in ["weighting=concatenate,center=none", "weighting=equal-energy,center=keys-values"] {
+        for text in [
+            "weighting=concatenate,center=none,samples=values",
+            "weighting=equal-energy,center=keys-values,samples=outputs",
+        ] {
             assert_eq!(text.parse::<RotationConfig>().unwrap().to_string(), text);
         }
         assert_eq!("".parse::<RotationConfig>().unwrap(), RotationConfig::default());

@@ -150,7 +150,11 @@ mod tests {
         Rotations {
             geometry,
             model: ModelFingerprint::of_bytes(b"tiny"),
-            config: RotationConfig { weighting: BlockWeighting::Concatenate, centering: Centering::None },
+            config: RotationConfig {
+                weighting: BlockWeighting::Concatenate,
+                centering: Centering::None,
+                value_samples: crate::rotation::ValueSamples::Values,
+            },
             calibration: "unit test".into(),
             query_key: vec![vec![head(1.0), head(2.0)], vec![head(3.0), head(4.0)]],
             value_output: vec![vec![head(-1.0), head(-2.0)], vec![head(-3.0), head(-4.0)]],

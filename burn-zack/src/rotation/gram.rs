@@ -63,7 +63,8 @@ impl Moments {
 }
 
 /// Moments of every recorded vector, per layer and KV head: of the post-RoPE queries of the KV
-/// head's query group, of its post-RoPE keys, and of its values.
+/// head's query group, of its post-RoPE keys, of its values, and of the attention outputs of its
+/// query group.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GramAccumulator {
     geometry: RotationGeometry,
@@ -71,6 +72,7 @@ pub struct GramAccumulator {
     queries: Vec<Vec<Moments>>,
     keys: Vec<Vec<Moments>>,
     values: Vec<Vec<Moments>>,
+    outputs: Vec<Vec<Moments>>,
     /// Key vectors counted per (layer, KV head): calibration tokens times batch rows.
     tokens: usize,
 }
@@ -81,13 +83,14 @@ pub(crate) enum Activation {
     Queries,
     Keys,
     Values,
+    Outputs,
 }
 
 impl GramAccumulator {
     /// Empty sums for `geometry`.
     pub fn new(geometry: RotationGeometry) -> Self {
         let zeros = vec![vec![Moments::new(geometry.head_dim); geometry.kv_heads]; geometry.layers];
-        Self { geometry, queries: zeros.clone(), keys: zeros.clone(), values: zeros, tokens: 0 }
+        Self { geometry, queries: zeros.clone(), keys: zeros.clone(), values: zeros.clone(), outputs: zeros, tokens: 0 }
     }
 
     /// An accumulator for the geometry the recordings show (layers, query and KV heads, head
@@ -126,6 +129,7 @@ impl GramAccumulator {
             Activation::Queries => &self.queries[layer][kv_head],
             Activation::Keys => &self.keys[layer][kv_head],
             Activation::Values => &self.values[layer][kv_head],
+            Activation::Outputs => &self.outputs[layer][kv_head],
         }
     }
 
@@ -152,10 +156,11 @@ impl GramAccumulator {
         }
         let tokens = |tensors: &[RecordedTensor]| tensors.iter().map(|t| t.shape[0] * t.shape[2]).sum::<usize>();
         let added = layers.first().map_or(0, |l| tokens(&l.keys));
-        if layers.iter().any(|l| tokens(&l.keys) != added || tokens(&l.values) != added || tokens(&l.queries) != added)
-        {
+        let counts = |l: &LayerRecording| [&l.keys, &l.values, &l.queries, &l.outputs].map(|t| tokens(t));
+        if layers.iter().any(|l| counts(l).iter().any(|&n| n != added)) {
             return Err(ZackError::Calibration(
-                "layers recorded different numbers of queries, keys and values (record prefill passes only)".into(),
+                "layers recorded different numbers of queries, keys, values and outputs (record prefill passes only)"
+                    .into(),
             ));
         }
         let threads = std::thread::available_parallelism().map_or(1, usize::from).min(g.layers).max(1);
@@ -164,17 +169,21 @@ impl GramAccumulator {
             .iter_mut()
             .zip(self.keys.iter_mut())
             .zip(self.values.iter_mut())
+            .zip(self.outputs.iter_mut())
             .zip(layers)
-            .map(|(((q, k), v), rec)| (q, k, v, rec))
+            .map(|((((q, k), v), o), rec)| (q, k, v, o, rec))
             .collect();
         let per_thread = work.len().div_ceil(threads);
         std::thread::scope(|scope| {
             for chunk in work.chunks_mut(per_thread) {
                 scope.spawn(move || {
-                    for (q, k, v, rec) in chunk.iter_mut() {
-                        for tensor in &rec.queries {
-                            for head in 0..g.heads {
-                                q[head / g.group()].add(tensor.head_vectors(head));
+                    for (q, k, v, o, rec) in chunk.iter_mut() {
+                        // Query-head activations pool into their KV head's moments.
+                        for (sums, tensors) in [(&mut **q, &rec.queries), (&mut **o, &rec.outputs)] {
+                            for tensor in tensors {
+                                for head in 0..g.heads {
+                                    sums[head / g.group()].add(tensor.head_vectors(head));
+                                }
                             }
                         }
                         for (sums, tensors) in [(&mut **k, &rec.keys), (&mut **v, &rec.values)] {

@@ -11,7 +11,7 @@ mod file;
 mod gram;
 
 pub use calibrate::calibrate_rotations;
-pub use config::{BlockWeighting, Centering, RotationConfig};
+pub use config::{BlockWeighting, Centering, RotationConfig, ValueSamples};
 pub use gram::{GramAccumulator, Moments};
 
 use std::fmt;
@@ -91,9 +91,10 @@ pub struct HeadRotation {
     pub basis: Vec<f32>,
     /// The `head_dim` singular values of the (weighted) stacked samples, descending.
     pub singular_values: Vec<f32>,
-    /// The calibration mean of the pair's cached vectors (keys, values), `head_dim` long, in the
-    /// original coordinates. Values' dropped coordinates are restored to their mean through the
-    /// output projection's bias when the rotations are folded.
+    /// The calibration mean, `head_dim` long in the original coordinates, of the keys (query/key
+    /// pair) or of the value samples (value/output pair; see
+    /// [`ValueSamples`]). Folding sets the dropped value coordinates of attention outputs to it
+    /// through the output projection's bias.
     pub mean: Vec<f32>,
 }
 

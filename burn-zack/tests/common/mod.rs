@@ -71,6 +71,7 @@ pub fn synthetic_recordings(geometry: RotationGeometry, tokens: usize, seed: u64
             queries: vec![recorded([1, h, tokens, d], seed + 3 * l)],
             keys: vec![recorded([1, kv, tokens, d], seed + 3 * l + 1)],
             values: vec![recorded([1, kv, tokens, d], seed + 3 * l + 2)],
+            outputs: vec![recorded([1, h, tokens, d], seed + 3 * l + 1000)],
         })
         .collect()
 }
