@@ -12,7 +12,7 @@
 //! 4. the unnormalized output, `m` and `l` go to the log-sum-exp merge as split `split` of the
 //!    head (`burn_kvcompress::kernels::merge_partials`).
 
-use burn_kvcompress::kernels::{decode_slot_visible, masked_score};
+use burn_kvcompress::kernels::{decode_slot_visible, masked_score, split_softmax};
 use cubecl::prelude::*;
 
 /// Shapes fixed at compile time (one compiled kernel per model geometry).
@@ -75,7 +75,6 @@ pub fn decode_kernel(
     let mut reduced = SharedMemory::<f32>::new((geo.group * geo.head_dim) as usize);
     let mut p = SharedMemory::<f32>::new((geo.group * geo.max_chunk) as usize);
     let mut head_max = SharedMemory::<f32>::new(geo.group as usize);
-    let mut lane_max = SharedMemory::<f32>::new((geo.group * 16) as usize);
 
     // 0. q̃ = scale · q R̃ for the group's heads.
     let mut pair = unit;
@@ -115,37 +114,7 @@ pub fn decode_kernel(
     sync_cube();
 
     // 2. Per head: the task's max score (16 lanes per head, then one), then p = exp(s - m).
-    let max_lanes = 16u32;
-    if unit < group * max_lanes {
-        let g = unit / max_lanes;
-        let mut m = masked_score();
-        let mut t = unit % max_lanes;
-        while t < chunk {
-            m = f32::max(m, p[(g * chunk + t) as usize]);
-            t += max_lanes;
-        }
-        lane_max[unit as usize] = m;
-    }
-    sync_cube();
-    if unit < group {
-        let mut m = masked_score();
-        for l in 0..max_lanes {
-            m = f32::max(m, lane_max[(unit * max_lanes + l) as usize]);
-        }
-        head_max[unit as usize] = m;
-    }
-    sync_cube();
-    let mut pair = unit;
-    while pair < group * chunk {
-        let s = p[pair as usize];
-        let mut e = 0.0f32;
-        if s > masked_score() {
-            e = f32::exp(s - head_max[(pair / chunk) as usize]);
-        }
-        p[pair as usize] = e;
-        pair += units;
-    }
-    sync_cube();
+    split_softmax(&mut p, &mut head_max, geo.group, geo.max_chunk);
 
     // 3. Per (head, channel): Σ p · ṽ, zero past the head's value rank.
     let mut pair = unit;
