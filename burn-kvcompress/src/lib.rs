@@ -18,6 +18,7 @@ pub mod backend;
 pub mod cache;
 pub mod error;
 pub mod eval;
+pub mod finetune;
 pub mod fingerprint;
 pub mod generation;
 pub mod gguf;

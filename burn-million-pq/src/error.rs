@@ -7,6 +7,9 @@ use burn_kvcompress::fingerprint::ModelFingerprint;
 /// What can go wrong configuring, training, saving or loading product quantizers.
 #[derive(Debug, thiserror::Error)]
 pub enum PqError {
+    /// Fine-tuning cannot run on these samples or settings.
+    #[error(transparent)]
+    Finetune(#[from] burn_kvcompress::finetune::FinetuneError),
     /// The configuration is invalid or does not fit the model.
     #[error("PQ configuration: {0}")]
     Config(String),

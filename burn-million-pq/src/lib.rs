@@ -8,6 +8,7 @@
 //!   `RecordingScheme`), saved as safetensors tagged with the model's fingerprint.
 //! - [`cache::PqScheme`]: the `KvScheme` (codebooks + window) the models and CLIs use, with a
 //!   transferable state.
+//! - [`finetune`]: the codebooks refined from k-means by autodiff on the attention-output error.
 //! - [`kernels`]: the [`PqBackend`](kernels::PqBackend) trait with tensor-op references and
 //!   CubeCL kernels (encode, fused decode attention) on wgpu and cuda.
 
@@ -15,6 +16,7 @@ pub mod cache;
 pub mod codebook;
 mod config;
 mod error;
+pub mod finetune;
 pub mod kernels;
 
 pub use config::{CodebookScope, KmeansConfig, PqConfig};

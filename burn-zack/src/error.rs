@@ -7,6 +7,9 @@ use burn_kvcompress::fingerprint::ModelFingerprint;
 /// What can go wrong calibrating, saving, loading or applying ZACK rotations.
 #[derive(Debug, thiserror::Error)]
 pub enum ZackError {
+    /// Fine-tuning cannot run on these samples or settings.
+    #[error(transparent)]
+    Finetune(#[from] burn_kvcompress::finetune::FinetuneError),
     /// A setting is out of range or does not fit the model.
     #[error("ZACK configuration: {0}")]
     Config(String),

@@ -12,6 +12,8 @@
 //! - [`fold_value_rotations`]: the value/output rotations folded into `W_V` and `W_O`.
 //! - [`cache::ZackScheme`]: the `KvScheme`; keys are rotated and truncated after RoPE (RoPE
 //!   prevents folding them), attention runs on the reduced, per-head dimensions.
+//! - [`finetune`]: the rotations refined from the SVD by autodiff at chosen ranks, kept
+//!   orthogonal (Riemannian Adam, QR retraction).
 //! - [`kernels`]: the [`ZackBackend`](kernels::ZackBackend) trait with the tensor-op reference
 //!   and a load-balanced CubeCL decode kernel (wgpu, cuda).
 //!
@@ -31,6 +33,7 @@
 
 pub mod cache;
 mod error;
+pub mod finetune;
 mod fold;
 pub mod kernels;
 mod linalg;
