@@ -3,6 +3,7 @@
 
 pub mod backend_choice;
 pub mod bench;
+pub mod memory;
 pub mod plot;
 pub mod reference;
 pub mod scheme_arg;

@@ -23,11 +23,23 @@ pub struct FinetuneConfig {
     pub patience: usize,
     /// Seed of the window order.
     pub seed: u64,
+    /// Wall-clock budget in seconds: no step starts after it is spent (the last steps are then
+    /// evaluated on held-out windows as usual). `None`: no limit.
+    #[serde(default)]
+    pub time_limit: Option<f64>,
 }
 
 impl Default for FinetuneConfig {
     fn default() -> Self {
-        Self { steps: 200, learning_rate: 1e-3, windows_per_step: 2, eval_every: 10, patience: 4, seed: 0 }
+        Self {
+            steps: 200,
+            learning_rate: 1e-3,
+            windows_per_step: 2,
+            eval_every: 10,
+            patience: 4,
+            seed: 0,
+            time_limit: None,
+        }
     }
 }
 
@@ -38,6 +50,9 @@ impl FinetuneConfig {
             return Err(FinetuneError::Config(
                 "windows per step, eval interval and patience must be at least 1".into(),
             ));
+        }
+        if self.time_limit.is_some_and(|t| t.is_nan() || t < 0.0) {
+            return Err(FinetuneError::Config("the time limit must be a number of seconds".into()));
         }
         if !(self.learning_rate > 0.0 && self.learning_rate.is_finite()) {
             return Err(FinetuneError::Config(format!("learning rate {} is not positive", self.learning_rate)));
@@ -96,6 +111,8 @@ pub struct FinetuneReport {
     pub best_held_out: f64,
     /// Whether the patience ran out before `steps`.
     pub stopped_early: bool,
+    /// Whether the time limit ended the run before `steps`.
+    pub out_of_time: bool,
     /// Wall-clock seconds.
     pub seconds: f64,
 }
@@ -140,8 +157,9 @@ pub fn run_finetune<O: Objective>(
     let (mut best, mut best_step, mut strikes) = (initial, 0, 0);
     let mut evaluations = vec![(0, initial)];
     let mut train_loss = Vec::with_capacity(config.steps);
-    let mut stopped_early = false;
+    let (mut stopped_early, mut out_of_time) = (false, false);
     for step in 1..=config.steps {
+        let last = config.time_limit.is_some_and(|limit| started.elapsed().as_secs_f64() >= limit);
         let mut windows = Vec::with_capacity(config.windows_per_step);
         while windows.len() < config.windows_per_step.min(train_windows) {
             if order.is_empty() {
@@ -151,7 +169,7 @@ pub fn run_finetune<O: Objective>(
             windows.extend(order.pop());
         }
         train_loss.push(objective.step(&windows, config.learning_rate)?);
-        if step % config.eval_every == 0 || step == config.steps {
+        if step % config.eval_every == 0 || step == config.steps || last {
             let loss = objective.held_out_loss()?;
             evaluations.push((step, loss));
             if loss < best {
@@ -171,6 +189,10 @@ pub fn run_finetune<O: Objective>(
             stopped_early = step < config.steps;
             break;
         }
+        if last {
+            out_of_time = step < config.steps;
+            break;
+        }
     }
     objective.restore_best();
     Ok(FinetuneReport {
@@ -181,6 +203,7 @@ pub fn run_finetune<O: Objective>(
         initial_held_out: initial,
         best_held_out: best,
         stopped_early,
+        out_of_time,
         seconds: started.elapsed().as_secs_f64(),
     })
 }
@@ -239,6 +262,16 @@ mod tests {
         let report = run_finetune(&mut q, 1, &FinetuneConfig::default(), &mut |_| {}).unwrap();
         assert_eq!(q.x, 4.0);
         assert_eq!(report.best_step, 0);
+    }
+
+    #[test]
+    fn a_spent_time_limit_runs_one_step_and_evaluates_it() {
+        let mut q = Quadratic { x: 0.0, best: f64::NAN };
+        let config = FinetuneConfig { time_limit: Some(0.0), learning_rate: 0.05, ..Default::default() };
+        let report = run_finetune(&mut q, 1, &config, &mut |_| {}).unwrap();
+        assert!(report.out_of_time && !report.stopped_early);
+        assert_eq!(report.train_loss.len(), 1);
+        assert_eq!(report.evaluations.iter().map(|e| e.0).collect::<Vec<_>>(), vec![0, 1]);
     }
 
     #[test]
