@@ -31,23 +31,21 @@ impl OutputProjections {
         Self { heads: config.num_heads, head_dim: config.head_dim, hidden: config.hidden_size, weights }
     }
 
-    /// Layer `layer`'s projection per head, `[heads, head_dim, hidden]`.
-    pub fn per_head<B: Backend>(&self, layer: usize, device: &B::Device) -> Tensor<B, 3> {
-        let data = TensorData::new(self.weights[layer].clone(), [self.heads, self.head_dim, self.hidden]);
+    /// Layer `layer`'s projection, `[heads · head_dim, hidden]`.
+    pub fn layer<B: Backend>(&self, layer: usize, device: &B::Device) -> Tensor<B, 2> {
+        let data = TensorData::new(self.weights[layer].clone(), [self.heads * self.head_dim, self.hidden]);
         Tensor::from_data(data, device)
     }
 }
 
-/// `Σ ‖(Ô_h − O_h) W_O^h‖² / Σ ‖O_h W_O^h‖²` over windows, heads `h` and query rows:
-/// `approx` and `exact` are `[windows, heads, rows, head_dim]`, `w_o` is `[heads, head_dim,
-/// hidden]`; returns a one-element tensor (differentiable through `approx`).
-///
-/// Each head's output goes through its own slice of `W_O`; the slices' products are summed by the
-/// model, so this per-head form ignores the cross terms between heads: it is the error of each
-/// head's contribution, which the compression of that head alone controls.
-pub fn relative_output_error<B: Backend>(approx: Tensor<B, 4>, exact: Tensor<B, 4>, w_o: Tensor<B, 3>) -> Tensor<B, 1> {
+/// `‖(Ô − O) W_O‖² / ‖O W_O‖²`, summed over windows and query rows: the error of the layer's
+/// attention contribution to the residual stream. `approx` and `exact` are `[windows, heads,
+/// rows, head_dim]`, `w_o` is `[heads · head_dim, hidden]`; returns a one-element tensor
+/// (differentiable through `approx`). The heads' errors are summed before the norm, so errors
+/// that cancel across heads (those sharing a KV head's compression) cost nothing.
+pub fn relative_output_error<B: Backend>(approx: Tensor<B, 4>, exact: Tensor<B, 4>, w_o: Tensor<B, 2>) -> Tensor<B, 1> {
     let [windows, heads, rows, d] = exact.dims();
-    let project = |x: Tensor<B, 4>| x.swap_dims(0, 1).reshape([heads, windows * rows, d]).matmul(w_o.clone());
+    let project = |x: Tensor<B, 4>| x.swap_dims(1, 2).reshape([windows * rows, heads * d]).matmul(w_o.clone());
     let target = project(exact.clone()).powi_scalar(2).sum();
     let error = project(approx - exact).powi_scalar(2).sum();
     error / target.clamp_min(f32::MIN_POSITIVE)
@@ -63,4 +61,30 @@ pub fn causal_forbidden<B: Backend>(rows: usize, tokens: usize, device: &B::Devi
 /// A one-element loss as an f64.
 pub fn loss_value<B: Backend>(loss: Tensor<B, 1>) -> f64 {
     loss.into_scalar().elem::<f64>()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::NdArray;
+
+    fn tensor<const D: usize>(values: Vec<f32>, shape: [usize; D]) -> Tensor<NdArray, D> {
+        Tensor::from_data(TensorData::new(values, shape), &Default::default())
+    }
+
+    #[test]
+    fn relative_error_is_measured_after_the_projection() {
+        // 1 window, 2 heads, 1 row, head_dim 2; W_O maps both heads' first channel to one output.
+        let w_o = tensor(vec![1.0, 0.0, 1.0, 0.0], [4, 1]);
+        let exact = tensor(vec![1.0, 5.0, 2.0, 7.0], [1, 2, 1, 2]);
+        let loss = |approx: Vec<f32>| {
+            loss_value(relative_output_error(tensor(approx, [1, 2, 1, 2]), exact.clone(), w_o.clone()))
+        };
+        assert_eq!(loss(vec![1.0, 5.0, 2.0, 7.0]), 0.0);
+        // The output is 1 + 2 = 3; doubling it is an error of 3, relative 1.
+        assert!((loss(vec![2.0, 10.0, 4.0, 14.0]) - 1.0).abs() < 1e-6);
+        // Errors in the second channel, which W_O ignores, and errors cancelling across heads cost nothing.
+        assert_eq!(loss(vec![1.0, -9.0, 2.0, 0.0]), 0.0);
+        assert_eq!(loss(vec![1.5, 5.0, 1.5, 7.0]), 0.0);
+    }
 }

@@ -96,7 +96,7 @@ impl<B: AutodiffBackend> PqObjective<'_, B> {
     fn layer_loss(&self, layer: usize, batch: &LayerBatch<B>, books: [Tensor<B, 4>; 2]) -> Tensor<B, 1> {
         let [keys, values] = books;
         let approx = pq_attention_output(batch, keys, values, self.window);
-        relative_output_error(approx, batch.outputs.clone(), self.data.projections.per_head(layer, &self.device))
+        relative_output_error(approx, batch.outputs.clone(), self.data.projections.layer(layer, &self.device))
     }
 }
 

@@ -106,7 +106,7 @@ impl<B: Backend> ZackObjective<'_, B> {
 
     fn layer_loss(&self, layer: usize, batch: &LayerBatch<B>, bases: &[HeadBases<B>]) -> Tensor<B, 1> {
         let approx = zack_attention_output(batch, bases);
-        relative_output_error(approx, batch.outputs.clone(), self.data.projections.per_head(layer, &self.device))
+        relative_output_error(approx, batch.outputs.clone(), self.data.projections.layer(layer, &self.device))
     }
 }
 
