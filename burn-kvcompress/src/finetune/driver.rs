@@ -66,6 +66,8 @@ impl FinetuneConfig {
 pub trait Objective {
     /// The artifact's error.
     type Error: From<FinetuneError>;
+    /// What training changes (the loop keeps a copy of the best).
+    type Parameters: Clone;
 
     /// One optimizer step on the training windows `windows`; returns the loss before the step
     /// (mean over layers).
@@ -74,11 +76,11 @@ pub trait Objective {
     /// The held-out loss of the current parameters (mean over layers).
     fn held_out_loss(&mut self) -> Result<f64, Self::Error>;
 
-    /// Remembers the current parameters as the best so far.
-    fn keep_best(&mut self);
+    /// The current parameters.
+    fn parameters(&self) -> &Self::Parameters;
 
-    /// Returns to the remembered parameters.
-    fn restore_best(&mut self);
+    /// Replaces the parameters (the optimizer state is kept).
+    fn set_parameters(&mut self, parameters: Self::Parameters);
 }
 
 /// Where a run is, for progress bars.
@@ -153,7 +155,7 @@ pub fn run_finetune<O: Objective>(
     let mut rng = StdRng::seed_from_u64(config.seed);
     let mut order: Vec<usize> = Vec::new();
     let initial = objective.held_out_loss()?;
-    objective.keep_best();
+    let mut best_parameters = objective.parameters().clone();
     let (mut best, mut best_step, mut strikes) = (initial, 0, 0);
     let mut evaluations = vec![(0, initial)];
     let mut train_loss = Vec::with_capacity(config.steps);
@@ -174,7 +176,7 @@ pub fn run_finetune<O: Objective>(
             evaluations.push((step, loss));
             if loss < best {
                 (best, best_step, strikes) = (loss, step, 0);
-                objective.keep_best();
+                best_parameters = objective.parameters().clone();
             } else {
                 strikes += 1;
             }
@@ -194,7 +196,7 @@ pub fn run_finetune<O: Objective>(
             break;
         }
     }
-    objective.restore_best();
+    objective.set_parameters(best_parameters);
     Ok(FinetuneReport {
         config: *config,
         train_loss,
@@ -216,11 +218,11 @@ mod tests {
     /// the held-out optimum and early stopping must return to it.
     struct Quadratic {
         x: f64,
-        best: f64,
     }
 
     impl Objective for Quadratic {
         type Error = FinetuneError;
+        type Parameters = f64;
 
         fn step(&mut self, _: &[usize], learning_rate: f64) -> Result<f64, FinetuneError> {
             let loss = (self.x - 10.0).powi(2);
@@ -232,18 +234,18 @@ mod tests {
             Ok((self.x - 4.0).powi(2))
         }
 
-        fn keep_best(&mut self) {
-            self.best = self.x;
+        fn parameters(&self) -> &f64 {
+            &self.x
         }
 
-        fn restore_best(&mut self) {
-            self.x = self.best;
+        fn set_parameters(&mut self, x: f64) {
+            self.x = x;
         }
     }
 
     #[test]
     fn stops_early_and_returns_the_best_held_out_point() {
-        let mut q = Quadratic { x: 0.0, best: f64::NAN };
+        let mut q = Quadratic { x: 0.0 };
         let config =
             FinetuneConfig { steps: 1000, learning_rate: 0.05, eval_every: 2, patience: 3, ..Default::default() };
         let report = run_finetune(&mut q, 3, &config, &mut |_| {}).unwrap();
@@ -258,7 +260,7 @@ mod tests {
     #[test]
     fn never_returns_worse_than_the_start() {
         // The held-out optimum is the start itself: every step makes it worse.
-        let mut q = Quadratic { x: 4.0, best: f64::NAN };
+        let mut q = Quadratic { x: 4.0 };
         let report = run_finetune(&mut q, 1, &FinetuneConfig::default(), &mut |_| {}).unwrap();
         assert_eq!(q.x, 4.0);
         assert_eq!(report.best_step, 0);
@@ -266,7 +268,7 @@ mod tests {
 
     #[test]
     fn a_spent_time_limit_runs_one_step_and_evaluates_it() {
-        let mut q = Quadratic { x: 0.0, best: f64::NAN };
+        let mut q = Quadratic { x: 0.0 };
         let config = FinetuneConfig { time_limit: Some(0.0), learning_rate: 0.05, ..Default::default() };
         let report = run_finetune(&mut q, 1, &config, &mut |_| {}).unwrap();
         assert!(report.out_of_time && !report.stopped_early);
@@ -276,7 +278,7 @@ mod tests {
 
     #[test]
     fn rejects_bad_settings() {
-        let mut q = Quadratic { x: 0.0, best: 0.0 };
+        let mut q = Quadratic { x: 0.0 };
         let zero = FinetuneConfig { eval_every: 0, ..Default::default() };
         assert!(run_finetune(&mut q, 1, &zero, &mut |_| {}).is_err());
         assert!(run_finetune(&mut q, 0, &FinetuneConfig::default(), &mut |_| {}).is_err());

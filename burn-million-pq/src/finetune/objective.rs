@@ -77,7 +77,6 @@ pub fn pq_attention_output<B: Backend>(
 /// state each.
 struct PqObjective<'a, B: AutodiffBackend> {
     books: Codebooks,
-    best: Codebooks,
     optimizers: Vec<[Adam; 2]>,
     data: &'a FinetuneData,
     window: usize,
@@ -102,6 +101,7 @@ impl<B: AutodiffBackend> PqObjective<'_, B> {
 
 impl<B: AutodiffBackend> Objective for PqObjective<'_, B> {
     type Error = PqError;
+    type Parameters = Codebooks;
 
     fn step(&mut self, windows: &[usize], learning_rate: f64) -> Result<f64, PqError> {
         let mut total = 0.0;
@@ -132,12 +132,12 @@ impl<B: AutodiffBackend> Objective for PqObjective<'_, B> {
         Ok(self.data.held_out.mean_loss(self.eval_batch, &self.device, loss))
     }
 
-    fn keep_best(&mut self) {
-        self.best = self.books.clone();
+    fn parameters(&self) -> &Codebooks {
+        &self.books
     }
 
-    fn restore_best(&mut self) {
-        self.books = self.best.clone();
+    fn set_parameters(&mut self, books: Codebooks) {
+        self.books = books;
     }
 }
 
@@ -162,7 +162,6 @@ pub fn finetune_codebooks<B: AutodiffBackend>(
     let len = codebooks.shape().iter().product();
     let mut objective = PqObjective::<B> {
         books: codebooks.clone(),
-        best: codebooks.clone(),
         optimizers: (0..g.layers).map(|_| [Adam::new(len), Adam::new(len)]).collect(),
         data,
         window,
@@ -170,7 +169,7 @@ pub fn finetune_codebooks<B: AutodiffBackend>(
         device: device.clone(),
     };
     let report = run_finetune(&mut objective, data.train.len(), config, on_progress)?;
-    let mut books = objective.best;
+    let mut books = objective.books;
     books.calibration = format!(
         "{}; fine-tuned for window {window} on {} windows of {} tokens, {} steps (held-out output error {:.4} -> {:.4})",
         codebooks.calibration,

@@ -64,7 +64,6 @@ pub fn zack_attention_output<B: Backend>(batch: &LayerBatch<B>, heads: &[HeadBas
 /// The objective [`run_finetune`] drives: every (layer, KV head, pair) basis with its optimizer.
 struct ZackObjective<'a, B: Backend> {
     rotations: Rotations,
-    best: Rotations,
     ranks: &'a Ranks,
     /// `[layer][kv_head][pair]`.
     optimizers: Vec<Vec<[OrthogonalAdam; 2]>>,
@@ -112,6 +111,7 @@ impl<B: Backend> ZackObjective<'_, B> {
 
 impl<B: AutodiffBackend> Objective for ZackObjective<'_, B> {
     type Error = ZackError;
+    type Parameters = Rotations;
 
     fn step(&mut self, windows: &[usize], learning_rate: f64) -> Result<f64, ZackError> {
         let layers = self.rotations.geometry.layers;
@@ -142,12 +142,12 @@ impl<B: AutodiffBackend> Objective for ZackObjective<'_, B> {
         Ok(self.data.held_out.mean_loss(self.eval_batch, &self.device, loss))
     }
 
-    fn keep_best(&mut self) {
-        self.best = self.rotations.clone();
+    fn parameters(&self) -> &Rotations {
+        &self.rotations
     }
 
-    fn restore_best(&mut self) {
-        self.rotations = self.best.clone();
+    fn set_parameters(&mut self, rotations: Rotations) {
+        self.rotations = rotations;
     }
 }
 
@@ -177,7 +177,6 @@ pub fn finetune_rotations<B: AutodiffBackend>(
     ranks.check(g)?;
     let mut objective = ZackObjective::<B> {
         rotations: rotations.clone(),
-        best: rotations.clone(),
         ranks,
         optimizers: (0..g.layers)
             .map(|_| {
@@ -189,7 +188,7 @@ pub fn finetune_rotations<B: AutodiffBackend>(
         device: device.clone(),
     };
     let report = run_finetune(&mut objective, data.train.len(), config, on_progress)?;
-    let mut tuned = objective.best;
+    let mut tuned = objective.rotations;
     let digest: String = ranks.digest()[..4].iter().map(|b| format!("{b:02x}")).collect();
     tuned.calibration = format!(
         "{}; fine-tuned at ranks {digest} (compression rate {:.4}) on {} windows of {} tokens, {} steps (held-out \

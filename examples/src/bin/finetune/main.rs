@@ -319,3 +319,29 @@ fn train_and_save<B: AutodiffBackend>(
         Scheme::Dense(_) | Scheme::Hack(_) => unreachable!("--scheme is pq or zack"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(extra: &[&str]) -> anyhow::Result<Args> {
+        let base =
+            ["finetune", "--scheme", "pq", "--start", "codebooks=b.safetensors", "--text", "t.txt", "--out", "o"];
+        let args = Args::try_parse_from(base.iter().chain(extra))?;
+        args.check()?;
+        Ok(args)
+    }
+
+    #[test]
+    fn flags_are_checked_before_anything_runs() {
+        let ok = args(&[]).unwrap();
+        assert_eq!(ok.plot_path(), PathBuf::from("o.loss.png"));
+        assert_eq!(ok.finetune_config(), FinetuneConfig::default());
+        assert!(args(&["--query-rows", "600"]).is_err(), "more query rows than window tokens");
+        assert!(args(&["--held-out-share", "1"]).is_err());
+        assert!(args(&["--eval-every", "0"]).is_err());
+        assert!(args(&["--time-limit", "-1"]).is_err());
+        assert!(args(&["--plot", "curve.jpg"]).is_err());
+        assert!(args(&["--learning-rate", "0"]).is_err());
+    }
+}

@@ -10,6 +10,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::Args;
 
+/// Token windows of equal length.
+pub type Windows = Vec<Vec<u32>>;
+
 /// Full windows of `window` tokens from `paths` in order, at most `tokens` tokens in all (each
 /// text's shorter tail is dropped: every window has the same length).
 pub fn token_windows(
@@ -17,7 +20,7 @@ pub fn token_windows(
     paths: &[PathBuf],
     window: usize,
     tokens: usize,
-) -> anyhow::Result<Vec<Vec<u32>>> {
+) -> anyhow::Result<Windows> {
     let mut windows = Vec::new();
     for path in paths {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -30,7 +33,7 @@ pub fn token_windows(
 
 /// The training and held-out windows: `--held-out` texts if given, else the last
 /// `--held-out-share` of the training windows.
-pub fn split_windows(args: &Args, tokenizer: &Tokenizer) -> anyhow::Result<(Vec<Vec<u32>>, Vec<Vec<u32>>)> {
+pub fn split_windows(args: &Args, tokenizer: &Tokenizer) -> anyhow::Result<(Windows, Windows)> {
     let mut train = token_windows(tokenizer, &args.text, args.window, args.tokens)?;
     let held_out = if args.held_out.is_empty() {
         let count = ((train.len() as f64 * args.held_out_share).ceil() as usize).max(1);
