@@ -78,8 +78,8 @@ pub struct Args {
     #[arg(long, default_value_t = 512)]
     window: usize,
     /// Query rows per window the loss is taken on: the last ones, which see the longest
-    /// contexts.
-    #[arg(long, default_value_t = 128)]
+    /// contexts (ZACK overfits with 128; see `results/finetune-perplexity.md`).
+    #[arg(long, default_value_t = 384)]
     query_rows: usize,
     /// Windows prefilled together while recording.
     #[arg(long, default_value_t = 4)]
@@ -87,9 +87,10 @@ pub struct Args {
     /// Most optimizer steps (each visits every layer once).
     #[arg(long, default_value_t = FinetuneConfig::default().steps)]
     steps: usize,
-    /// Step size (Adam on codebooks, Riemannian Adam on rotations).
-    #[arg(long, default_value_t = FinetuneConfig::default().learning_rate)]
-    learning_rate: f64,
+    /// Step size (Adam on codebooks, Riemannian Adam on rotations). Default: 1e-3 for pq, 5e-4
+    /// for zack.
+    #[arg(long)]
+    learning_rate: Option<f64>,
     /// Training windows per step.
     #[arg(long, default_value_t = FinetuneConfig::default().windows_per_step)]
     windows_per_step: usize,
@@ -135,7 +136,10 @@ impl Args {
     fn finetune_config(&self) -> FinetuneConfig {
         FinetuneConfig {
             steps: self.steps,
-            learning_rate: self.learning_rate,
+            learning_rate: self.learning_rate.unwrap_or(match self.scheme {
+                SchemeChoice::Pq => 1e-3,
+                SchemeChoice::Zack => 5e-4,
+            }),
             windows_per_step: self.windows_per_step,
             eval_every: self.eval_every,
             patience: self.patience,
@@ -334,9 +338,11 @@ mod tests {
 
     #[test]
     fn flags_are_checked_before_anything_runs() {
-        let ok = args(&[]).unwrap();
+        let mut ok = args(&[]).unwrap();
         assert_eq!(ok.plot_path(), PathBuf::from("o.loss.png"));
         assert_eq!(ok.finetune_config(), FinetuneConfig::default());
+        ok.scheme = SchemeChoice::Zack;
+        assert_eq!(ok.finetune_config().learning_rate, 5e-4);
         assert!(args(&["--query-rows", "600"]).is_err(), "more query rows than window tokens");
         assert!(args(&["--held-out-share", "1"]).is_err());
         assert!(args(&["--eval-every", "0"]).is_err());
