@@ -6,5 +6,6 @@ pub mod bench;
 pub mod memory;
 pub mod plot;
 pub mod reference;
+pub mod report;
 pub mod scheme_arg;
 pub mod zack_arg;

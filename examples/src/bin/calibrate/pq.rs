@@ -9,12 +9,13 @@ use burn_million_pq::{
 };
 use examples::{
     plot::{plot_curves, Curve, PlotFormat, PlotSpec, CURVE_COLOURS},
+    report::write_json_beside,
     with_backend,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
-use crate::record::{describe, json_path, read_texts, record, Recorded};
+use crate::record::{describe, read_texts, record, Recorded};
 use crate::{Args, SchemeChoice};
 
 /// The JSON report written beside the codebooks.
@@ -151,9 +152,7 @@ pub fn run_pq(args: &Args) -> anyhow::Result<()> {
         training_seconds: report.seconds,
         relative_error: ReportCurves { keys, values },
     };
-    let json_path = json_path(&args.out);
-    std::fs::write(&json_path, serde_json::to_string_pretty(&json)?)
-        .with_context(|| format!("writing {}", json_path.display()))?;
+    let json_path = write_json_beside(&args.out, &json)?;
     println!("report: {}", json_path.display());
 
     if let Some(plot) = &args.plot {

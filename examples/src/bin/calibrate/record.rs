@@ -54,13 +54,6 @@ pub fn describe(recorded: &Recorded, window: usize) -> String {
     format!("{} in windows of {window}", texts.join(" + "))
 }
 
-/// `<out>.json`.
-pub fn json_path(out: &Path) -> std::path::PathBuf {
-    let mut path = out.to_path_buf().into_os_string();
-    path.push(".json");
-    path.into()
-}
-
 /// Loads the model, tokenizes the texts (`(file name, contents)`) and prefills them window by
 /// window through a recording cache (queries too if `record_queries`), up to `args.tokens`
 /// tokens, handing each batch's recordings to `on_batch`. Returns the loaded model too.

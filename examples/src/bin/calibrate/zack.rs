@@ -17,12 +17,13 @@ use burn_zack::{
 };
 use examples::{
     plot::{plot_curves, Curve, PlotFormat, PlotSpec, CURVE_COLOURS},
+    report::write_json_beside,
     with_backend,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
-use crate::record::{describe, json_path, read_texts, record, Recorded};
+use crate::record::{describe, read_texts, record, Recorded};
 use crate::{Args, SchemeChoice};
 
 /// Removal rates ε the report tabulates.
@@ -258,9 +259,7 @@ pub fn run_zack(args: &Args) -> anyhow::Result<()> {
             None => println!("no ε within budget: even the smallest tried exceeds it"),
         }
     }
-    let json = json_path(&args.out);
-    std::fs::write(&json, serde_json::to_string_pretty(&report)?)
-        .with_context(|| format!("writing {}", json.display()))?;
+    let json = write_json_beside(&args.out, &report)?;
     println!("report: {}", json.display());
 
     if let Some(plot) = &args.plot {

@@ -38,13 +38,14 @@ use examples::{
     backend_choice::BackendChoice,
     memory::peak_resident_bytes,
     plot::{plot_curves, Curve, PlotFormat, PlotSpec},
+    report::{beside, write_json_beside},
     scheme_arg::{Scheme, SchemeArg},
     with_backend,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
-use record::{beside, record_samples, split_windows};
+use record::{record_samples, split_windows};
 
 /// Fine-tune PQ codebooks or ZACK rotations on text, starting from a calibrated file.
 #[derive(Parser, Debug)]
@@ -265,9 +266,7 @@ fn run<B: Backend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
         calibration,
         finetune: &report,
     };
-    let json_path = beside(&args.out, ".json");
-    std::fs::write(&json_path, serde_json::to_string_pretty(&json)?)
-        .with_context(|| format!("writing {}", json_path.display()))?;
+    let json_path = write_json_beside(&args.out, &json)?;
 
     let change = 100.0 * (report.best_held_out / report.initial_held_out - 1.0);
     println!("{}: {}", args.scheme_name(), args.out.display());

@@ -1,7 +1,7 @@
 //! Token windows of the training and held-out texts, prefilled through a recording cache into
 //! [`AttentionSamples`].
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use burn::tensor::backend::Backend;
@@ -75,11 +75,4 @@ pub fn record_samples<B: Backend>(
     }
     bar.finish_and_clear();
     Ok(samples)
-}
-
-/// `<out>` with `suffix` appended to its file name.
-pub fn beside(out: &Path, suffix: &str) -> PathBuf {
-    let mut path = out.to_path_buf().into_os_string();
-    path.push(suffix);
-    path.into()
 }
