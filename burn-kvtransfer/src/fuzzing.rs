@@ -4,7 +4,7 @@
 //! get past the checksums (mutated payloads re-wrapped in valid frames), so the message and state
 //! parsers see them.
 
-use burn_kvcompress::cache::{LayerState, StateDType, StateTensor};
+use burn_kvcompress::cache::{Bytes, LayerState, StateDType, StateTensor};
 
 use crate::descriptor::{ModelFingerprint, SchemeDescriptor};
 use crate::state_codec::{decode_state, encode_state};
@@ -45,7 +45,7 @@ pub fn decode_any(data: &[u8]) -> Outcome {
         outcome.frames += 1;
         at += used;
     }
-    if let Ok(state) = decode_state(data) {
+    if let Ok(state) = decode_state(Bytes::copy_from_slice(data)) {
         assert_eq!(encode_state(&state), data, "state round trip");
         outcome.state = true;
     }
@@ -166,8 +166,13 @@ fn seed_corpus() -> Vec<Vec<u8>> {
     let state = LayerState {
         tokens: 2,
         tensors: vec![
-            StateTensor { name: "k".into(), dtype: StateDType::F32, shape: vec![1, 1, 2, 2], bytes: vec![1; 16] },
-            StateTensor { name: "codes".into(), dtype: StateDType::I32, shape: vec![3], bytes: vec![2; 12] },
+            StateTensor {
+                name: "k".into(),
+                dtype: StateDType::F32,
+                shape: vec![1, 1, 2, 2],
+                bytes: vec![1; 16].into(),
+            },
+            StateTensor { name: "codes".into(), dtype: StateDType::I32, shape: vec![3], bytes: vec![2; 12].into() },
         ],
     };
     corpus.push(encode_state(&state));

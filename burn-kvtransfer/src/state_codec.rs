@@ -7,9 +7,11 @@
 //! ```
 //!
 //! Decoding checks every length against the buffer and every tensor's size against its shape
-//! (`StateTensor::validate`), so a received state is sound before it touches a device.
+//! (`StateTensor::validate`), so a received state is sound before it touches a device. Neither
+//! direction copies tensor data: encoding keeps the tensors' shared buffers as parts, decoding
+//! slices the received buffer.
 
-use burn_kvcompress::cache::{LayerState, StateDType, StateTensor};
+use burn_kvcompress::cache::{Bytes, LayerState, StateDType, StateTensor};
 
 use crate::transport::Slices;
 use crate::wire::{MessageError, PayloadReader, PayloadWriter};
@@ -17,12 +19,12 @@ use crate::wire::{MessageError, PayloadReader, PayloadWriter};
 /// The largest tensor rank accepted.
 pub const MAX_RANK: usize = 8;
 
-/// A serialized layer state held as parts: small headers and the tensors' own byte buffers
-/// (moved in, not copied). Byte ranges of the serialization are read as slices of the parts, so
-/// a server sends blocks straight from the tensors.
+/// A serialized layer state held as parts: small headers and the tensors' own shared byte
+/// buffers (not copied). Byte ranges of the serialization are read as slices of the parts, so a
+/// server sends blocks straight from the tensors.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EncodedState {
-    parts: Vec<Vec<u8>>,
+    parts: Vec<Bytes>,
     len: usize,
 }
 
@@ -36,12 +38,12 @@ impl EncodedState {
             w.str(&t.name).u8(t.dtype.id()).u8(t.shape.len() as u8);
             t.shape.iter().for_each(|&d| _ = w.u64(d as u64));
             w.u32(t.bytes.len() as u32);
-            parts.push(w.finish());
+            parts.push(w.finish().into());
             parts.push(t.bytes);
         }
-        parts.push(w.finish());
+        parts.push(w.finish().into());
         parts.retain(|p| !p.is_empty());
-        let len = parts.iter().map(Vec::len).sum();
+        let len = parts.iter().map(Bytes::len).sum();
         Self { parts, len }
     }
 
@@ -89,10 +91,10 @@ pub fn encode_state(state: &LayerState) -> Vec<u8> {
     EncodedState::new(state.clone()).to_vec()
 }
 
-/// Parses and validates a serialized layer state.
-pub fn decode_state(bytes: &[u8]) -> Result<LayerState, MessageError> {
+/// Parses and validates a serialized layer state; its tensors' bytes are slices of `bytes`.
+pub fn decode_state(bytes: Bytes) -> Result<LayerState, MessageError> {
     let invalid = |field, reason: String| MessageError::Invalid { field, reason };
-    let mut r = PayloadReader::new(bytes);
+    let mut r = PayloadReader::new(&bytes);
     let tokens = usize::try_from(r.u64("tokens")?).map_err(|_| invalid("tokens", "too large".into()))?;
     // A tensor takes at least 10 bytes (empty name, dtype, rank, empty data).
     let n = r.count("tensors", 10)?;
@@ -108,7 +110,7 @@ pub fn decode_state(bytes: &[u8]) -> Result<LayerState, MessageError> {
         let shape = (0..rank)
             .map(|_| usize::try_from(r.u64("dim")?).map_err(|_| invalid("dim", "too large".into())))
             .collect::<Result<Vec<_>, _>>()?;
-        let tensor = StateTensor { name, dtype, shape, bytes: r.bytes("data")?.to_vec() };
+        let tensor = StateTensor { name, dtype, shape, bytes: bytes.slice_ref(r.bytes("data")?) };
         tensor.validate().map_err(|e| invalid("data", e.to_string()))?;
         tensors.push(tensor);
     }

@@ -1,6 +1,6 @@
 //! Messages and layer states: every kind round-trips; malformed payloads are typed errors.
 
-use burn_kvcompress::cache::{LayerState, StateDType, StateTensor};
+use burn_kvcompress::cache::{Bytes, LayerState, StateDType, StateTensor};
 use burn_kvtransfer::{
     state_codec::{decode_state, encode_state, EncodedState},
     transport::Slices,
@@ -74,37 +74,51 @@ fn state() -> LayerState {
     LayerState {
         tokens: 3,
         tensors: vec![
-            StateTensor { name: "k".into(), dtype: StateDType::F32, shape: vec![1, 2, 3, 4], bytes: vec![5; 96] },
-            StateTensor { name: "codes".into(), dtype: StateDType::I32, shape: vec![7], bytes: vec![6; 28] },
-            StateTensor { name: "empty".into(), dtype: StateDType::F32, shape: vec![0, 4], bytes: vec![] },
+            StateTensor {
+                name: "k".into(),
+                dtype: StateDType::F32,
+                shape: vec![1, 2, 3, 4],
+                bytes: vec![5; 96].into(),
+            },
+            StateTensor { name: "codes".into(), dtype: StateDType::I32, shape: vec![7], bytes: vec![6; 28].into() },
+            StateTensor { name: "empty".into(), dtype: StateDType::F32, shape: vec![0, 4], bytes: Bytes::new() },
         ],
     }
 }
 
 #[test]
 fn layer_states_round_trip_and_every_truncation_fails() {
-    let bytes = encode_state(&state());
-    assert_eq!(decode_state(&bytes).unwrap(), state());
+    let bytes = Bytes::from(encode_state(&state()));
+    assert_eq!(decode_state(bytes.clone()).unwrap(), state());
     for cut in 0..bytes.len() {
-        assert!(decode_state(&bytes[..cut]).is_err(), "cut at {cut}");
+        assert!(decode_state(bytes.slice(..cut)).is_err(), "cut at {cut}");
     }
-    let mut longer = bytes.clone();
+    let mut longer = bytes.to_vec();
     longer.push(0);
-    assert_eq!(decode_state(&longer), Err(MessageError::Trailing(1)));
+    assert_eq!(decode_state(longer.into()), Err(MessageError::Trailing(1)));
+}
+
+#[test]
+fn decoded_tensors_are_slices_of_the_received_buffer() {
+    let bytes = Bytes::from(encode_state(&state()));
+    let received = bytes.as_ptr_range();
+    for tensor in decode_state(bytes.clone()).unwrap().tensors.iter().filter(|t| !t.bytes.is_empty()) {
+        assert!(received.contains(&tensor.bytes.as_ptr()), "`{}` was copied out of the buffer", tensor.name);
+    }
 }
 
 #[test]
 fn inconsistent_states_are_rejected() {
     let mut wrong_size = state();
     wrong_size.tensors[0].shape = vec![1, 2, 3, 5];
-    assert!(matches!(decode_state(&encode_state(&wrong_size)), Err(MessageError::Invalid { field: "data", .. })));
+    assert!(matches!(decode_state(encode_state(&wrong_size).into()), Err(MessageError::Invalid { field: "data", .. })));
     let mut bytes = encode_state(&state());
     // The dtype byte of the first tensor: after tokens (8), count (4), name length (4) and "k".
     bytes[17] = 9;
-    assert!(matches!(decode_state(&bytes), Err(MessageError::Invalid { field: "dtype", .. })));
+    assert!(matches!(decode_state(bytes.into()), Err(MessageError::Invalid { field: "dtype", .. })));
     let mut huge = state();
     huge.tensors[1].shape = vec![usize::MAX, 2];
-    assert!(decode_state(&encode_state(&huge)).is_err());
+    assert!(decode_state(encode_state(&huge).into()).is_err());
 }
 
 #[test]

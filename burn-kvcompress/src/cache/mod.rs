@@ -16,4 +16,4 @@ pub use dense::{append_slots, DenseCache, DenseScheme};
 pub use options::AttendOptions;
 pub use recording::{KvRecorder, LayerRecording, RecordedTensor, RecordingCache, RecordingScheme};
 pub use scheme::{CacheGeometry, KvCache, KvScheme, LayerCaches};
-pub use state::{LayerState, StateDType, StateTensor, TransferableCache, TransferableScheme};
+pub use state::{Bytes, LayerState, StateDType, StateTensor, TransferableCache, TransferableScheme};

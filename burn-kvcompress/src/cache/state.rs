@@ -5,9 +5,11 @@
 //! [`LayerState`] ([`TransferableCache`]); the scheme rebuilds the cache from one on another
 //! device ([`TransferableScheme`]). The
 //! container holds plain little-endian bytes, so a received state can be checked (names, dtypes,
-//! shapes, sizes) before any device allocation.
+//! shapes, sizes) before any device allocation. The bytes are a shared [`Bytes`] buffer: cloning a
+//! state, holding it for transfer and slicing a received buffer into tensors copy nothing.
 
 use burn::tensor::{backend::Backend, Int, Tensor, TensorData};
+pub use bytes::Bytes;
 
 use super::{CacheGeometry, KvCache, KvScheme};
 use crate::error::CacheError;
@@ -54,25 +56,35 @@ pub struct StateTensor {
     pub dtype: StateDType,
     /// Shape, outermost first.
     pub shape: Vec<usize>,
-    /// `shape.product() * dtype.size()` bytes, little-endian.
-    pub bytes: Vec<u8>,
+    /// `shape.product() * dtype.size()` bytes, little-endian (shared, cheap to clone).
+    pub bytes: Bytes,
+}
+
+// The host tensors' memory is taken as the little-endian wire bytes as it is.
+const _: () = assert!(cfg!(target_endian = "little"), "StateTensor assumes a little-endian host");
+
+/// A host vector of 4-byte plain values seen as its bytes, so it becomes a [`Bytes`] without a copy.
+struct PodBytes<T>(Vec<T>);
+
+impl<T: bytemuck::Pod> AsRef<[u8]> for PodBytes<T> {
+    fn as_ref(&self) -> &[u8] {
+        bytemuck::cast_slice(&self.0)
+    }
 }
 
 impl StateTensor {
-    /// Copies a float tensor to the host.
+    /// Copies a float tensor to the host (the host vector becomes the bytes, not copied again).
     pub fn from_float<B: Backend, const D: usize>(name: &str, tensor: &Tensor<B, D>) -> Self {
         let shape = tensor.dims().to_vec();
         let values = tensor.to_data().convert::<f32>().into_vec::<f32>().expect("f32 data");
-        let bytes = values.iter().flat_map(|x| x.to_le_bytes()).collect();
-        Self { name: name.into(), dtype: StateDType::F32, shape, bytes }
+        Self { name: name.into(), dtype: StateDType::F32, shape, bytes: Bytes::from_owner(PodBytes(values)) }
     }
 
-    /// Copies an integer tensor to the host.
+    /// Copies an integer tensor to the host (the host vector becomes the bytes, not copied again).
     pub fn from_int<B: Backend, const D: usize>(name: &str, tensor: &Tensor<B, D, Int>) -> Self {
         let shape = tensor.dims().to_vec();
         let values = tensor.to_data().convert::<i32>().into_vec::<i32>().expect("i32 data");
-        let bytes = values.iter().flat_map(|x| x.to_le_bytes()).collect();
-        Self { name: name.into(), dtype: StateDType::I32, shape, bytes }
+        Self { name: name.into(), dtype: StateDType::I32, shape, bytes: Bytes::from_owner(PodBytes(values)) }
     }
 
     /// Number of elements the shape implies.
@@ -109,14 +121,14 @@ impl StateTensor {
     /// The tensor as a float tensor of rank `D` on `device`.
     pub fn to_float<B: Backend, const D: usize>(&self, device: &B::Device) -> Result<Tensor<B, D>, CacheError> {
         let shape = self.check::<D>(StateDType::F32)?;
-        let values: Vec<f32> = self.bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+        let values: Vec<f32> = bytemuck::pod_collect_to_vec(&self.bytes[..]);
         Ok(Tensor::from_data(TensorData::new(values, shape), device))
     }
 
     /// The tensor as an integer tensor of rank `D` on `device`.
     pub fn to_int<B: Backend, const D: usize>(&self, device: &B::Device) -> Result<Tensor<B, D, Int>, CacheError> {
         let shape = self.check::<D>(StateDType::I32)?;
-        let values: Vec<i32> = self.bytes.chunks_exact(4).map(|b| i32::from_le_bytes(b.try_into().unwrap())).collect();
+        let values: Vec<i32> = bytemuck::pod_collect_to_vec(&self.bytes[..]);
         Ok(Tensor::from_data(TensorData::new(values, shape), device))
     }
 }

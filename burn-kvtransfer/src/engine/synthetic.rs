@@ -10,7 +10,8 @@ use crate::descriptor::SchemeDescriptor;
 use crate::wire::ModelShape;
 
 /// Publishes [`SyntheticPrefill::state`] for every layer, `per_layer` apart. The states of the
-/// last prompt are kept, so a benchmark repeating a prompt measures transfer, not generation.
+/// last prompt are kept and published as shared buffers (no copy), so a benchmark repeating a
+/// prompt measures transfer, not generation.
 #[derive(Debug, Clone)]
 pub struct SyntheticPrefill {
     /// The dimensions of the states.
@@ -41,14 +42,14 @@ impl SyntheticPrefill {
             tokens.iter().fold(layer as u32 ^ 0x9E37_79B9, |h, &t| h.rotate_left(5) ^ t.wrapping_mul(0x85EB_CA6B));
         let n = shape.kv_heads as usize * tokens.len() * shape.head_dim as usize;
         let tensor = |name: &str, salt: u32| {
-            let bytes = (0..n as u32)
+            let bytes: Vec<u8> = (0..n as u32)
                 .flat_map(|i| {
                     let h = (i ^ seed ^ salt).wrapping_mul(0x9E37_79B1);
                     ((h >> 8) as f32 / (1u32 << 23) as f32 - 1.0).to_le_bytes()
                 })
                 .collect();
             let dims = vec![1, shape.kv_heads as usize, tokens.len(), shape.head_dim as usize];
-            StateTensor { name: name.into(), dtype: StateDType::F32, shape: dims, bytes }
+            StateTensor { name: name.into(), dtype: StateDType::F32, shape: dims, bytes: bytes.into() }
         };
         LayerState { tokens: tokens.len(), tensors: vec![tensor("k", 0x1234_5678), tensor("v", 0x8765_4321)] }
     }

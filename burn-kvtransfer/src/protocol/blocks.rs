@@ -72,20 +72,14 @@ pub struct MisplacedBlocks {
 }
 
 impl Reassembly {
-    /// An empty layer of `len` bytes (the caller has checked `len` against its cap).
-    pub fn new(len: usize, block_size: u32, crc: u32) -> Self {
-        Self::reusing(Vec::new(), len, block_size, crc)
-    }
-
-    /// An empty layer in a recycled buffer (whose pages are mapped already: no page faults).
-    pub fn reusing(mut buffer: Vec<u8>, len: usize, block_size: u32, crc: u32) -> Self {
-        buffer.clear();
-        buffer.resize(len, 0);
-        let blocks = len.div_ceil(block_size as usize);
+    /// An empty layer filling `buffer`, whose length is the layer's (the caller has checked it
+    /// against its cap; the contents do not matter, every byte is overwritten by a block).
+    pub fn new(buffer: Vec<u8>, block_size: u32, crc: u32) -> Self {
+        let blocks = buffer.len().div_ceil(block_size as usize);
         Self { bytes: buffer, received: vec![false; blocks], missing: blocks, block_size, crc }
     }
 
-    /// The buffer, for reuse.
+    /// The layer's buffer, given away.
     pub fn into_buffer(self) -> Vec<u8> {
         self.bytes
     }

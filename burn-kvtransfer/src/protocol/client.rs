@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::blocks::Reassembly;
+use super::buffers::BufferPool;
 use crate::error::TransferError;
 use crate::rate::TokenBucket;
 use crate::state_codec::decode_state;
@@ -37,10 +38,14 @@ pub struct ClientConfig {
     pub max_layer_bytes: u64,
     /// Re-pulls after corrupt frames before a request fails.
     pub max_repulls: u32,
+    /// Idle receive buffers kept for reuse, bytes: a layer's buffer comes back when the caller
+    /// drops the last tensor of its state (see [`BufferPool`]).
+    pub receive_pool_bytes: usize,
 }
 
 impl ClientConfig {
-    /// Defaults for a descriptor: pull mode, 4 MiB frames, 30 s timeout, 1 GiB layers, 3 re-pulls.
+    /// Defaults for a descriptor: pull mode, 4 MiB frames, 30 s timeout, 1 GiB layers, 3 re-pulls,
+    /// 256 MiB of recycled receive buffers.
     pub fn new(descriptor: SchemeDescriptor) -> Self {
         Self {
             descriptor,
@@ -50,6 +55,7 @@ impl ClientConfig {
             link_gbps: None,
             max_layer_bytes: 1 << 30,
             max_repulls: 3,
+            receive_pool_bytes: 256 << 20,
         }
     }
 }
@@ -149,7 +155,9 @@ impl PrefillClient {
         let (commands, commands_rx) = mpsc::unbounded_channel();
         let failure = Arc::new(Mutex::new(None));
         let corrupt = WireCounter::default();
+        let buffers = BufferPool::new(config.receive_pool_bytes);
         let session = Session {
+            buffers,
             codec,
             layout,
             config,
@@ -157,7 +165,6 @@ impl PrefillClient {
             requests: HashMap::new(),
             failure: failure.clone(),
             corrupt: corrupt.clone(),
-            spare: Vec::new(),
         };
         tokio::spawn(session.run(frames, commands_rx));
         let salt = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
@@ -248,12 +255,9 @@ struct Session {
     requests: HashMap<u64, Pending>,
     failure: Arc<Mutex<Option<TransferError>>>,
     corrupt: WireCounter,
-    /// Buffers of delivered layers, reused for the next ones.
-    spare: Vec<Vec<u8>>,
+    /// Where layers are received.
+    buffers: BufferPool,
 }
-
-/// Layer buffers kept for reuse.
-const SPARE_BUFFERS: usize = 4;
 
 type Frames = mpsc::Receiver<Result<Frame, TransferError>>;
 
@@ -354,8 +358,8 @@ impl Session {
         if !matches!(slot, LayerSlot::Waiting) {
             return self.fail(request, TransferError::Protocol(format!("layer {layer} announced twice"))).await;
         }
-        let buffer = self.spare.pop().unwrap_or_default();
-        *slot = LayerSlot::Receiving(Reassembly::reusing(buffer, bytes as usize, self.layout.block_size, crc));
+        let buffer = self.buffers.take(bytes as usize);
+        *slot = LayerSlot::Receiving(Reassembly::new(buffer, self.layout.block_size, crc));
         if self.config.mode == Mode::Pull {
             let count = self.layout.blocks(bytes) as u32;
             self.send(&Message::Pull(vec![BlockRange { request, layer, first: 0, count }])).await?;
@@ -379,12 +383,12 @@ impl Session {
             layer.reset();
             return self.repull(block.request).await;
         }
-        let decoded = decode_state(layer.bytes());
-        let slot = std::mem::replace(&mut pending.layers[block.layer as usize], LayerSlot::Delivered);
-        if let (LayerSlot::Receiving(layer), true) = (slot, self.spare.len() < SPARE_BUFFERS) {
-            self.spare.push(layer.into_buffer());
-        }
-        match decoded {
+        let LayerSlot::Receiving(layer) =
+            std::mem::replace(&mut pending.layers[block.layer as usize], LayerSlot::Delivered)
+        else {
+            unreachable!("the slot was matched as receiving above")
+        };
+        match decode_state(self.buffers.share(layer.into_buffer())) {
             Ok(state) => {
                 pending.delivered += 1;
                 _ = pending.events.send(Ok(RequestEvent::Layer { layer: block.layer as usize, state }));

@@ -5,11 +5,13 @@
 //! vanishes. Push mode sends each layer unasked instead.
 
 pub mod blocks;
+mod buffers;
 mod client;
 mod pool;
 mod server;
 mod store;
 
+pub use buffers::BufferPool;
 pub use client::{ClientConfig, PrefillClient, RequestEvent, RequestHandle};
 pub use pool::PrefillPool;
 pub use server::{PrefillServer, ServerConfig, ServerStats};
