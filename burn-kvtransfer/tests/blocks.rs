@@ -1,7 +1,7 @@
 //! Block arithmetic: coalescing, splitting into frames, reassembly in any order.
 
 use burn_kvtransfer::{
-    protocol::blocks::{blocks_per_frame, coalesce, span, split, Reassembly},
+    protocol::blocks::{blocks_per_frame, coalesce, span, split, MisplacedBlocks, Reassembly},
     wire::{BlockRange, Layout, ModelShape, BLOCK_HEADER_LEN},
 };
 
@@ -29,22 +29,52 @@ fn ranges_split_into_frames_under_the_cap() {
     assert_eq!(span(1000, 2500, 3, 1), None);
 }
 
+/// Stores `data` as blocks from `first`, with its true checksum.
+fn put(layer: &mut Reassembly, first: u32, data: &[u8]) -> Result<(), MisplacedBlocks> {
+    layer.put(first, data, crc32fast::hash(data))
+}
+
 #[test]
 fn a_layer_reassembles_from_blocks_in_any_order_with_duplicates() {
     let data: Vec<u8> = (0..2500u32).map(|i| i as u8).collect();
     let mut layer = Reassembly::new(vec![0; data.len()], 1000, crc32fast::hash(&data));
-    layer.put(2, &data[2000..]).unwrap();
+    put(&mut layer, 2, &data[2000..]).unwrap();
     assert_eq!(layer.missing(), vec![(0, 2)]);
-    layer.put(0, &data[..1000]).unwrap();
-    layer.put(0, &data[..1000]).unwrap();
+    put(&mut layer, 0, &data[..1000]).unwrap();
+    put(&mut layer, 0, &data[..1000]).unwrap();
     assert_eq!(layer.missing(), vec![(1, 1)]);
     assert!(!layer.is_complete());
     // Misplaced: not a whole block, past the end, a short block that is not the last.
-    assert!(layer.put(1, &data[..999]).is_err());
-    assert!(layer.put(3, &data[..10]).is_err());
-    assert!(layer.put(0, &data[..1500]).is_err());
-    layer.put(1, &data[1000..2000]).unwrap();
+    assert!(put(&mut layer, 1, &data[..999]).is_err());
+    assert!(put(&mut layer, 3, &data[..10]).is_err());
+    assert!(put(&mut layer, 0, &data[..1500]).is_err());
+    put(&mut layer, 1, &data[1000..2000]).unwrap();
     assert!(layer.is_complete());
     assert_eq!(layer.bytes(), &data[..]);
-    assert_eq!(crc32fast::hash(layer.bytes()), layer.crc);
+    assert_eq!(layer.checksum(), layer.crc, "combined from the pieces' checksums");
+}
+
+#[test]
+fn the_layer_checksum_is_right_after_overlapping_pieces_and_catches_a_wrong_piece() {
+    let data: Vec<u8> = (0..4000u32).map(|i| (i * 7) as u8).collect();
+    let crc = crc32fast::hash(&data);
+    // Pieces that overlap partially: the checksum falls back to hashing the bytes.
+    let mut layer = Reassembly::new(vec![0; data.len()], 1000, crc);
+    put(&mut layer, 0, &data[..2000]).unwrap();
+    put(&mut layer, 1, &data[1000..3000]).unwrap();
+    put(&mut layer, 3, &data[3000..]).unwrap();
+    assert!(layer.is_complete());
+    assert_eq!(layer.checksum(), crc);
+    // A piece whose bytes differ from what the sender hashed: the layer checksum differs.
+    let mut layer = Reassembly::new(vec![0; data.len()], 1000, crc);
+    put(&mut layer, 0, &data[..2000]).unwrap();
+    let mut flipped = data[2000..].to_vec();
+    flipped[5] ^= 1;
+    put(&mut layer, 2, &flipped).unwrap();
+    assert_ne!(layer.checksum(), crc);
+    // After a reset and a correct re-delivery it matches.
+    layer.reset();
+    put(&mut layer, 0, &data[..2000]).unwrap();
+    put(&mut layer, 2, &data[2000..]).unwrap();
+    assert_eq!(layer.checksum(), crc);
 }

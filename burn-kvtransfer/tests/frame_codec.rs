@@ -1,6 +1,6 @@
 //! The frame codec: round trips, incremental decoding, and every corruption detected.
 
-use burn_kvtransfer::wire::{Frame, FrameCodec, FrameKind, WireError, HEADER_LEN, MAGIC};
+use burn_kvtransfer::wire::{crc_concat, crc_suffix, Frame, FrameCodec, FrameKind, WireError, HEADER_LEN, MAGIC};
 
 const CODEC: FrameCodec = FrameCodec { max_payload: 1 << 20 };
 
@@ -18,7 +18,7 @@ fn round_trips_back_to_back_frames_in_a_stream() {
     let mut at = 0;
     for (kind, p) in &frames {
         let (frame, used) = CODEC.decode(&stream[at..]).unwrap().expect("whole frame");
-        assert_eq!(frame, Frame { kind: *kind, payload: p.clone() });
+        assert_eq!(frame, Frame::new(*kind, p.clone()));
         at += used;
     }
     assert_eq!(at, stream.len());
@@ -91,4 +91,15 @@ fn hostile_or_foreign_headers_are_rejected_before_the_payload() {
         FrameCodec::new(8).encode(FrameKind::Block, &payload(9)),
         Err(WireError::PayloadTooLarge { len: 9, max: 8 })
     );
+}
+
+#[test]
+fn checksums_of_concatenations_and_suffixes_follow_without_the_bytes() {
+    let bytes: Vec<u8> = (0..5000u32).map(|i| (i * 31 % 251) as u8).collect();
+    for cut in [0, 1, 24, 1000, 4999, 5000] {
+        let (a, b) = bytes.split_at(cut);
+        let (whole, crc_a, crc_b) = (crc32(&bytes), crc32(a), crc32(b));
+        assert_eq!(crc_concat(crc_a, crc_b, b.len()), whole, "concat at {cut}");
+        assert_eq!(crc_suffix(whole, crc_a, b.len()), crc_b, "suffix at {cut}");
+    }
 }

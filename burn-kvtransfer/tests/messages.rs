@@ -2,6 +2,7 @@
 
 use burn_kvcompress::cache::{Bytes, LayerState, StateDType, StateTensor};
 use burn_kvtransfer::{
+    protocol::HeldLayer,
     state_codec::{decode_state, encode_state, EncodedState},
     transport::Slices,
     wire::{
@@ -44,7 +45,7 @@ fn every_message_round_trips() {
 
 #[test]
 fn malformed_payloads_are_typed_errors() {
-    let frame = |kind, payload: &[u8]| Frame { kind, payload: payload.to_vec() };
+    let frame = |kind, payload: &[u8]| Frame::new(kind, payload.to_vec());
     assert!(matches!(
         Message::decode(frame(FrameKind::Complete, &[1, 2, 3])),
         Err(MessageError::Truncated { field: "request", .. })
@@ -129,6 +130,21 @@ fn any_byte_range_of_an_encoded_state_reads_across_its_parts() {
     for start in (0..flat.len()).step_by(7) {
         for end in (start..=flat.len()).step_by(13) {
             assert_eq!(encoded.slices(start, end).concat(), &flat[start..end], "{start}..{end}");
+        }
+    }
+}
+
+#[test]
+fn a_held_layer_combines_block_checksums_into_any_range_and_the_whole() {
+    let flat = EncodedState::new(state()).to_vec();
+    for block_size in [1, 7, 64, 1000] {
+        let held = HeldLayer::new(EncodedState::new(state()), block_size);
+        assert_eq!((held.len(), held.crc()), (flat.len(), crc32fast::hash(&flat)), "block size {block_size}");
+        let blocks = flat.len().div_ceil(block_size as usize) as u32;
+        for (first, count) in [(0, 1), (1, 2), (blocks - 1, 1), (2, blocks)].into_iter().filter(|&(f, _)| f < blocks) {
+            let start = (first * block_size) as usize;
+            let end = (start + (count * block_size) as usize).min(flat.len());
+            assert_eq!(held.range_crc(first, count), crc32fast::hash(&flat[start..end]), "{first}+{count}");
         }
     }
 }

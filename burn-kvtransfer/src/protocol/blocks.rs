@@ -1,7 +1,9 @@
 //! Block arithmetic: coalescing pulled ranges, cutting them into frames, and reassembling a
 //! layer from blocks that may arrive in any order, twice, or not at all.
 
-use crate::wire::{BlockRange, Layout, BLOCK_HEADER_LEN};
+use std::collections::BTreeMap;
+
+use crate::wire::{crc_concat, BlockRange, Layout, BLOCK_HEADER_LEN};
 
 /// Sorts ranges and merges those that touch or overlap within one (request, layer), so the
 /// server answers with as few frames as possible.
@@ -47,12 +49,20 @@ pub fn span(block_size: u32, len: usize, first: u32, count: u32) -> Option<(usiz
 }
 
 /// One layer being received: its buffer, which blocks arrived, and its announced checksum.
+///
+/// The layer's checksum is combined from the pieces' data checksums (which the frames' checksums
+/// give for free) when the pieces tile the layer; after an overlapping re-delivery it is
+/// computed from the bytes instead.
 #[derive(Debug)]
 pub struct Reassembly {
     bytes: Vec<u8>,
     received: Vec<bool>,
     missing: usize,
     block_size: u32,
+    /// First block of each piece stored -> (its bytes, their CRC-32).
+    pieces: BTreeMap<u32, (usize, u32)>,
+    /// Whether `pieces` tile what was received (no piece overlapped another partially).
+    pieces_tile: bool,
     /// CRC-32 the sender announced for the whole layer.
     pub crc: u32,
 }
@@ -76,7 +86,8 @@ impl Reassembly {
     /// against its cap; the contents do not matter, every byte is overwritten by a block).
     pub fn new(buffer: Vec<u8>, block_size: u32, crc: u32) -> Self {
         let blocks = buffer.len().div_ceil(block_size as usize);
-        Self { bytes: buffer, received: vec![false; blocks], missing: blocks, block_size, crc }
+        let (pieces, pieces_tile) = (BTreeMap::new(), true);
+        Self { bytes: buffer, received: vec![false; blocks], missing: blocks, block_size, pieces, pieces_tile, crc }
     }
 
     /// The layer's buffer, given away.
@@ -84,9 +95,10 @@ impl Reassembly {
         self.bytes
     }
 
-    /// Stores blocks from `first`; `data` must cover whole blocks (the layer's last block may be
-    /// short). Blocks received before are overwritten, not counted twice.
-    pub fn put(&mut self, first: u32, data: &[u8]) -> Result<(), MisplacedBlocks> {
+    /// Stores blocks from `first` whose CRC-32 is `data_crc`; `data` must cover whole blocks (the
+    /// layer's last block may be short). Blocks received before are overwritten, not counted
+    /// twice.
+    pub fn put(&mut self, first: u32, data: &[u8], data_crc: u32) -> Result<(), MisplacedBlocks> {
         let bs = self.block_size as usize;
         let count = data.len().div_ceil(bs) as u32;
         let fail =
@@ -96,7 +108,15 @@ impl Reassembly {
             return Err(fail());
         }
         self.bytes[start..end].copy_from_slice(data);
-        for seen in &mut self.received[first as usize..first as usize + count as usize] {
+        let range = first as usize..first as usize + count as usize;
+        let overlaps = self.received[range.clone()].iter().any(|&seen| seen);
+        match (overlaps, self.pieces.get(&first)) {
+            (false, _) => _ = self.pieces.insert(first, (data.len(), data_crc)),
+            // The same piece again (a re-pull): its bytes were just overwritten in place.
+            (true, Some(&(len, _))) if len == data.len() => _ = self.pieces.insert(first, (len, data_crc)),
+            (true, _) => self.pieces_tile = false,
+        }
+        for seen in &mut self.received[range] {
             if !*seen {
                 *seen = true;
                 self.missing -= 1;
@@ -130,6 +150,17 @@ impl Reassembly {
     pub fn reset(&mut self) {
         self.received.iter_mut().for_each(|r| *r = false);
         self.missing = self.received.len();
+        self.pieces.clear();
+        self.pieces_tile = true;
+    }
+
+    /// CRC-32 of the layer's bytes (meaningful once complete), combined from the pieces'
+    /// checksums when they tile the layer, else hashed.
+    pub fn checksum(&self) -> u32 {
+        match self.pieces_tile {
+            true => self.pieces.values().fold(0, |crc, &(len, piece)| crc_concat(crc, piece, len)),
+            false => crc32fast::hash(&self.bytes),
+        }
     }
 
     /// The layer's bytes.

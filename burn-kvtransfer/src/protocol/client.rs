@@ -373,13 +373,13 @@ impl Session {
             // A duplicate of a delivered layer (after a re-pull) or blocks never announced.
             return Ok(());
         };
-        if let Err(e) = layer.put(block.first, block.data()) {
+        if let Err(e) = layer.put(block.first, block.data(), block.data_crc()) {
             return self.fail(block.request, TransferError::Protocol(e.to_string())).await;
         }
         if !layer.is_complete() {
             return Ok(());
         }
-        if crc32fast::hash(layer.bytes()) != layer.crc {
+        if layer.checksum() != layer.crc {
             layer.reset();
             return self.repull(block.request).await;
         }

@@ -7,12 +7,14 @@
 pub mod blocks;
 mod buffers;
 mod client;
+mod held;
 mod pool;
 mod server;
 mod store;
 
 pub use buffers::BufferPool;
 pub use client::{ClientConfig, PrefillClient, RequestEvent, RequestHandle};
+pub use held::HeldLayer;
 pub use pool::PrefillPool;
 pub use server::{PrefillServer, ServerConfig, ServerStats};
 pub use store::StoreStats;

@@ -9,13 +9,16 @@ use burn_kvcompress::cache::LayerState;
 use tokio::sync::mpsc;
 
 use super::blocks::{blocks_per_frame, coalesce, span, split};
+use super::held::HeldLayer;
 use super::store::{Store, StoreStats};
 use crate::engine::PrefillEngine;
 use crate::error::TransferError;
 use crate::rate::TokenBucket;
 use crate::state_codec::EncodedState;
-use crate::transport::{write_frames, FrameReader, FrameWriter, Listener, Outgoing, Slices, Stream, WireCounter};
-use crate::wire::{BlockFrame, BlockRange, ErrorCode, FrameCodec, FrameKind, Layout, Message, Mode};
+use crate::transport::{write_frames, FrameReader, FrameWriter, Listener, Outgoing, Stream, WireCounter};
+use crate::wire::{
+    crc_concat, BlockFrame, BlockRange, ErrorCode, FrameCodec, FrameKind, Layout, Message, Mode, BLOCK_HEADER_LEN,
+};
 use crate::SchemeDescriptor;
 
 /// How a prefill server behaves.
@@ -174,7 +177,7 @@ fn run_engine<E: PrefillEngine>(mut engine: E, queue: std_mpsc::Receiver<Job>, s
                 }
             }
             drop(guard);
-            let blob = EncodedState::new(state);
+            let blob = HeldLayer::new(EncodedState::new(state), shared.layout.block_size);
             let (len, crc) = (blob.len() as u64, blob.crc());
             if shared.store.put(job.request, layer, blob) {
                 let event = Event::Ready { request: job.request, layer: layer as u32, bytes: len, crc };
@@ -191,10 +194,10 @@ fn run_engine<E: PrefillEngine>(mut engine: E, queue: std_mpsc::Receiver<Job>, s
             }
             (Ok(logits), None) => Ok(Event::Done { request: job.request, logits }),
         }
-        .unwrap_or_else(|message| {
-            shared.store.remove(job.request);
-            Event::Failed { request: job.request, message }
-        });
+        // The connection frees a failed request when it reports the failure, in order with the
+        // pulls it serves: a pull that arrived before sees the layer, one after is answered by
+        // the failure the decode side already has.
+        .unwrap_or_else(|message| Event::Failed { request: job.request, message });
         _ = job.events.send(event);
     }
 }
@@ -344,7 +347,10 @@ impl Connection {
                 Ok(())
             }
             Event::Done { request, logits } => self.send(&Message::Done { request, logits }).await,
-            Event::Failed { request, message } => self.fail(ErrorCode::Prefill, request, message).await,
+            Event::Failed { request, message } => {
+                self.shared.store.remove(request);
+                self.fail(ErrorCode::Prefill, request, message).await
+            }
         }
     }
 
@@ -365,9 +371,10 @@ impl Connection {
                 return self.fail(ErrorCode::Refused, request, why).await;
             };
             let block_header = BlockFrame::header(request, layer, piece.first);
-            let mut payload = vec![&block_header[..]];
-            payload.extend(blob.slices(start, end));
-            let (frame_header, trailer) = self.codec.envelope(FrameKind::Block, &payload)?;
+            let payload_crc =
+                crc_concat(crc32fast::hash(&block_header), blob.range_crc(piece.first, piece.count), end - start);
+            let (frame_header, trailer) =
+                self.codec.envelope_of(FrameKind::Block, BLOCK_HEADER_LEN + end - start, payload_crc)?;
             let head = [&frame_header[..], &block_header].concat();
             self.send_bytes(Outgoing::Scattered { head, body: blob.clone(), start, end, tail: trailer }).await?;
         }

@@ -5,11 +5,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::state_codec::EncodedState;
+use super::held::HeldLayer;
 
 #[derive(Debug)]
 struct Held {
-    layers: Vec<Option<Arc<EncodedState>>>,
+    layers: Vec<Option<Arc<HeldLayer>>>,
     deadline: Instant,
 }
 
@@ -58,7 +58,7 @@ impl Store {
     }
 
     /// Stores a computed layer; false if the request is gone (completed or expired).
-    pub fn put(&self, request: u64, layer: usize, blob: EncodedState) -> bool {
+    pub fn put(&self, request: u64, layer: usize, blob: HeldLayer) -> bool {
         let mut held = self.lock();
         match held.0.get_mut(&request).and_then(|h| h.layers.get_mut(layer)) {
             Some(slot) => {
@@ -70,7 +70,7 @@ impl Store {
     }
 
     /// A computed layer, renewing the request's lease; `None` if unknown or not computed yet.
-    pub fn get(&self, request: u64, layer: usize) -> Option<Arc<EncodedState>> {
+    pub fn get(&self, request: u64, layer: usize) -> Option<Arc<HeldLayer>> {
         let mut held = self.lock();
         let h = held.0.get_mut(&request)?;
         h.deadline = Instant::now() + self.lease;

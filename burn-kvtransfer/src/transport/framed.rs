@@ -96,7 +96,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         }
         let trailer = body.split_off(body.len() - TRAILER_LEN);
         match self.codec.check_payload(&body, &trailer) {
-            Ok(()) => Ok(Frame { kind, payload: body }),
+            Ok(crc) => Ok(Frame { kind, payload: body, crc }),
             Err(_) => Err(TransferError::Corrupt(kind)),
         }
     }

@@ -71,9 +71,18 @@ pub struct Frame {
     pub kind: FrameKind,
     /// The payload bytes.
     pub payload: Vec<u8>,
+    /// CRC-32 of the payload (for a received frame: the one its trailer carried and that was
+    /// checked), so what the payload holds can be checked further without hashing it again.
+    pub crc: u32,
 }
 
 impl Frame {
+    /// A frame of `payload`, its checksum computed.
+    pub fn new(kind: FrameKind, payload: Vec<u8>) -> Self {
+        let crc = crc32fast::hash(&payload);
+        Self { kind, payload, crc }
+    }
+
     /// The kind in a header that [`FrameCodec::frame_len`] accepted.
     pub(crate) fn kind_of(header: &[u8]) -> FrameKind {
         FrameKind::from_u8(header[6]).expect("a validated header")
@@ -115,7 +124,19 @@ impl FrameCodec {
         kind: FrameKind,
         parts: &[&[u8]],
     ) -> Result<([u8; HEADER_LEN], [u8; TRAILER_LEN]), WireError> {
-        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let mut crc = crc32fast::Hasher::new();
+        parts.iter().for_each(|p| crc.update(p));
+        self.envelope_of(kind, parts.iter().map(|p| p.len()).sum(), crc.finalize())
+    }
+
+    /// The header and trailer of a frame whose payload of `total` bytes has the CRC-32 `crc`
+    /// (known without reading the payload, e.g. combined from its blocks' checksums).
+    pub fn envelope_of(
+        &self,
+        kind: FrameKind,
+        total: usize,
+        crc: u32,
+    ) -> Result<([u8; HEADER_LEN], [u8; TRAILER_LEN]), WireError> {
         let len = u32::try_from(total)
             .ok()
             .filter(|&l| l <= self.max_payload)
@@ -127,15 +148,14 @@ impl FrameCodec {
         header[8..12].copy_from_slice(&len.to_le_bytes());
         let header_crc = crc32fast::hash(&header[..12]);
         header[12..16].copy_from_slice(&header_crc.to_le_bytes());
-        let mut crc = crc32fast::Hasher::new();
-        parts.iter().for_each(|p| crc.update(p));
-        Ok((header, crc.finalize().to_le_bytes()))
+        Ok((header, crc.to_le_bytes()))
     }
 
-    /// Checks a payload against the trailer that followed it.
-    pub fn check_payload(&self, payload: &[u8], trailer: &[u8]) -> Result<(), WireError> {
-        match crc32fast::hash(payload).to_le_bytes() == trailer {
-            true => Ok(()),
+    /// Checks a payload against the trailer that followed it; returns its CRC-32.
+    pub fn check_payload(&self, payload: &[u8], trailer: &[u8]) -> Result<u32, WireError> {
+        let crc = crc32fast::hash(payload);
+        match crc.to_le_bytes() == trailer {
+            true => Ok(crc),
             false => Err(WireError::PayloadChecksum),
         }
     }
@@ -182,7 +202,7 @@ impl FrameCodec {
         }
         let kind = FrameKind::from_u8(buf[6])?;
         let payload = &buf[HEADER_LEN..total - TRAILER_LEN];
-        self.check_payload(payload, &buf[total - TRAILER_LEN..total])?;
-        Ok(Some((Frame { kind, payload: payload.to_vec() }, total)))
+        let crc = self.check_payload(payload, &buf[total - TRAILER_LEN..total])?;
+        Ok(Some((Frame { kind, payload: payload.to_vec(), crc }, total)))
     }
 }

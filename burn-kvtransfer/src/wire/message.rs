@@ -15,7 +15,7 @@
 
 use burn_kvcompress::{cache::CacheGeometry, model::ModelConfig};
 
-use super::{Frame, FrameCodec, FrameKind, MessageError, PayloadReader, PayloadWriter, WireError};
+use super::{crc_suffix, Frame, FrameCodec, FrameKind, MessageError, PayloadReader, PayloadWriter, WireError};
 use crate::descriptor::{ModelFingerprint, SchemeDescriptor};
 
 /// Who starts block transfers.
@@ -195,12 +195,18 @@ pub struct BlockFrame {
     /// Index of the first block.
     pub first: u32,
     payload: Vec<u8>,
+    data_crc: u32,
 }
 
 impl BlockFrame {
     /// The blocks' bytes.
     pub fn data(&self) -> &[u8] {
         &self.payload[BLOCK_HEADER_LEN..]
+    }
+
+    /// CRC-32 of [`data`](Self::data), derived from the frame's checksum (not hashed again).
+    pub fn data_crc(&self) -> u32 {
+        self.data_crc
     }
 
     /// Encodes a Block frame from borrowed data.
@@ -336,7 +342,9 @@ impl Message {
             }
             FrameKind::Block => {
                 let (request, layer, first) = (r.u64("request")?, r.u32("layer")?, r.u32("first")?);
-                return Ok(Self::Block(BlockFrame { request, layer, first, payload: frame.payload }));
+                let header_crc = crc32fast::hash(&frame.payload[..BLOCK_HEADER_LEN]);
+                let data_crc = crc_suffix(frame.crc, header_crc, frame.payload.len() - BLOCK_HEADER_LEN);
+                return Ok(Self::Block(BlockFrame { request, layer, first, payload: frame.payload, data_crc }));
             }
             FrameKind::Complete => Self::Complete { request: r.u64("request")? },
             FrameKind::Error => Self::Error {

@@ -1,0 +1,58 @@
+//! A layer as the prefill side holds it for serving: its serialization and the CRC-32 of each
+//! block, computed in one pass when the layer is stored. Frame checksums and the layer's
+//! announced checksum are then combined from block checksums without reading the bytes again.
+
+use super::blocks::span;
+use crate::state_codec::EncodedState;
+use crate::transport::Slices;
+use crate::wire::crc_concat;
+
+/// A serialized layer cut into `block_size`-byte blocks, with each block's CRC-32.
+#[derive(Debug)]
+pub struct HeldLayer {
+    state: EncodedState,
+    block_size: u32,
+    block_crcs: Vec<u32>,
+}
+
+impl HeldLayer {
+    /// Holds `state`, hashing each of its blocks once.
+    pub fn new(state: EncodedState, block_size: u32) -> Self {
+        let blocks = state.len().div_ceil(block_size as usize) as u32;
+        let block_crcs = (0..blocks)
+            .map(|b| {
+                let (start, end) = span(block_size, state.len(), b, 1).expect("a block of the layer");
+                let mut crc = crc32fast::Hasher::new();
+                state.slices(start, end).into_iter().for_each(|s| crc.update(s));
+                crc.finalize()
+            })
+            .collect();
+        Self { state, block_size, block_crcs }
+    }
+
+    /// Length of the serialization, bytes (never 0: it holds at least the token and tensor counts).
+    #[allow(clippy::len_without_is_empty)]
+    pub fn len(&self) -> usize {
+        self.state.len()
+    }
+
+    /// CRC-32 of the whole serialization.
+    pub fn crc(&self) -> u32 {
+        self.range_crc(0, self.block_crcs.len() as u32)
+    }
+
+    /// CRC-32 of blocks `[first, first + count)` (clipped to the layer).
+    pub fn range_crc(&self, first: u32, count: u32) -> u32 {
+        let blocks = self.block_crcs.iter().enumerate().skip(first as usize).take(count as usize);
+        blocks.fold(0, |crc, (b, &block)| {
+            let (start, end) = span(self.block_size, self.len(), b as u32, 1).expect("a block of the layer");
+            crc_concat(crc, block, end - start)
+        })
+    }
+}
+
+impl Slices for HeldLayer {
+    fn slices(&self, start: usize, end: usize) -> Vec<&[u8]> {
+        self.state.slices(start, end)
+    }
+}
