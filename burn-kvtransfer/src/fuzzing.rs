@@ -152,7 +152,8 @@ fn seed_corpus() -> Vec<Vec<u8>> {
     let descriptor = SchemeDescriptor { scheme: "hack:bits=2,pi=64".into(), model: ModelFingerprint::of_bytes(b"m") };
     let shape = ModelShape { num_layers: 30, kv_heads: 3, heads: 9, head_dim: 64, vocab: 49152 };
     let messages = [
-        Message::Hello { descriptor, mode: Mode::Pull },
+        Message::Hello { descriptor, mode: Mode::Pull, session: 0x5E55 },
+        Message::Attach { session: 0x5E55 },
         Message::Layout(Layout { block_size: 4096, shape }),
         Message::Submit { request: 7, tokens: vec![1, 2, 3, 4] },
         Message::Ready { request: 7, layer: 3, bytes: 10_000, crc: 0xDEAD_BEEF },

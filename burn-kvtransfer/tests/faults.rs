@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use burn_kvcompress::{
@@ -14,7 +15,7 @@ use burn_kvtransfer::{
     decode::fetch,
     protocol::{ClientConfig, PrefillClient, PrefillPool, RequestEvent, ServerConfig},
     transport::{channel::ChannelConnector, Connector, FrameReader, FrameWriter, WireCounter},
-    wire::{ErrorCode, FrameCodec, FrameKind, Message, Mode, WireError, MAGIC},
+    wire::{ErrorCode, FrameCodec, FrameKind, Message, Mode, WireError, MAGIC, VERSION},
     ModelFingerprint, SchemeDescriptor, TransferError,
 };
 use common::*;
@@ -31,9 +32,33 @@ async fn raw(connector: &ChannelConnector) -> Raw {
     (FrameReader::new(rd, CODEC, WireCounter::default()), FrameWriter::new(wr, None, WireCounter::default()))
 }
 
+/// Opens a connection under session id `session` by hand; returns its first reply.
+async fn hello_as(raw: &mut Raw, session: u64) -> Message {
+    let hello = Message::Hello { descriptor: descriptor(), mode: Mode::Pull, session };
+    raw.1.send(&hello.encode(&CODEC).unwrap()).await.unwrap();
+    Message::decode(raw.0.next().await.unwrap()).unwrap()
+}
+
 async fn hello(raw: &mut Raw) {
-    raw.1.send(&Message::Hello { descriptor: descriptor(), mode: Mode::Pull }.encode(&CODEC).unwrap()).await.unwrap();
-    assert!(matches!(Message::decode(raw.0.next().await.unwrap()).unwrap(), Message::Layout(_)));
+    static SESSIONS: AtomicU64 = AtomicU64::new(1);
+    let reply = hello_as(raw, SESSIONS.fetch_add(1, Ordering::Relaxed)).await;
+    assert!(matches!(reply, Message::Layout(_)), "{reply:?}");
+}
+
+#[tokio::test]
+async fn a_data_stream_of_an_unknown_session_and_a_reused_session_id_are_refused() {
+    let (_server, connector) = start(engine(), ServerConfig::default());
+    let mut stray = raw(&connector).await;
+    stray.1.send(&Message::Attach { session: 77 }.encode(&CODEC).unwrap()).await.unwrap();
+    let (code, message) = next_error(&mut stray).await;
+    assert!(code == ErrorCode::Refused && message.contains("77"), "{code:?}: {message}");
+    let mut first = raw(&connector).await;
+    assert!(matches!(hello_as(&mut first, 78).await, Message::Layout(_)));
+    let mut second = raw(&connector).await;
+    match hello_as(&mut second, 78).await {
+        Message::Error { code, message, .. } => assert!(code == ErrorCode::Refused && message.contains("in use")),
+        other => panic!("{other:?}"),
+    }
 }
 
 /// A frame header with any version and length (checksum made valid).
@@ -77,10 +102,10 @@ async fn scheme_or_model_mismatch_is_refused_at_connect_with_both_descriptors() 
 async fn another_protocol_version_is_reported_to_the_peer() {
     let (_server, connector) = start(engine(), ServerConfig::default());
     let mut raw = raw(&connector).await;
-    raw.1.send(&header(2, FrameKind::Hello as u8, 0)).await.unwrap();
+    raw.1.send(&header(VERSION + 1, FrameKind::Hello as u8, 0)).await.unwrap();
     let (code, message) = next_error(&mut raw).await;
     assert_eq!(code, ErrorCode::Malformed);
-    assert!(message.contains("protocol version 2"), "{message}");
+    assert!(message.contains(&format!("protocol version {}", VERSION + 1)), "{message}");
     assert!(matches!(raw.0.next().await, Err(TransferError::Closed)));
 }
 
@@ -97,7 +122,7 @@ async fn a_server_of_another_version_fails_the_client_cleanly() {
         std::future::pending::<()>().await;
     });
     let err = PrefillClient::connect(&connector, ClientConfig::new(descriptor())).await.unwrap_err();
-    assert_eq!(err, TransferError::Wire(WireError::UnsupportedVersion { found: 7, supported: 1 }));
+    assert_eq!(err, TransferError::Wire(WireError::UnsupportedVersion { found: 7, supported: VERSION }));
 }
 
 #[tokio::test]
@@ -106,7 +131,7 @@ async fn hostile_lengths_are_rejected_from_the_header() {
     let mut raw = raw(&connector).await;
     hello(&mut raw).await;
     // A 4 GiB Submit: refused from its 16-byte header, nothing more is read or allocated.
-    raw.1.send(&header(1, FrameKind::Submit as u8, u32::MAX)).await.unwrap();
+    raw.1.send(&header(VERSION, FrameKind::Submit as u8, u32::MAX)).await.unwrap();
     let (code, message) = next_error(&mut raw).await;
     assert_eq!(code, ErrorCode::Malformed);
     assert!(message.contains("exceeds the cap"), "{message}");

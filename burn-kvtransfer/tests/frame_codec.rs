@@ -1,6 +1,8 @@
 //! The frame codec: round trips, incremental decoding, and every corruption detected.
 
-use burn_kvtransfer::wire::{crc_concat, crc_suffix, Frame, FrameCodec, FrameKind, WireError, HEADER_LEN, MAGIC};
+use burn_kvtransfer::wire::{
+    crc_concat, crc_suffix, Frame, FrameCodec, FrameKind, WireError, HEADER_LEN, MAGIC, VERSION,
+};
 
 const CODEC: FrameCodec = FrameCodec { max_payload: 1 << 20 };
 
@@ -73,19 +75,23 @@ fn crc32(bytes: &[u8]) -> u32 {
 #[test]
 fn header_checksum_is_standard_crc32() {
     let bytes = CODEC.encode(FrameKind::Pull, &payload(5)).unwrap();
-    assert_eq!(&bytes[..HEADER_LEN], header(1, 3, 0, 5).as_slice());
+    assert_eq!(&bytes[..HEADER_LEN], header(VERSION, 3, 0, 5).as_slice());
 }
 
 #[test]
 fn hostile_or_foreign_headers_are_rejected_before_the_payload() {
     // A 4 GiB length with a valid checksum: refused from the header alone.
     assert_eq!(
-        CODEC.decode(&header(1, 4, 0, u32::MAX)),
+        CODEC.decode(&header(VERSION, 4, 0, u32::MAX)),
         Err(WireError::PayloadTooLarge { len: u32::MAX, max: 1 << 20 })
     );
-    assert_eq!(CODEC.decode(&header(2, 4, 0, 0)), Err(WireError::UnsupportedVersion { found: 2, supported: 1 }));
-    assert_eq!(CODEC.decode(&header(1, 0xEE, 0, 0)), Err(WireError::UnknownKind(0xEE)));
-    assert_eq!(CODEC.decode(&header(1, 4, 0x80, 0)), Err(WireError::ReservedFlags(0x80)));
+    let other = VERSION + 1;
+    assert_eq!(
+        CODEC.decode(&header(other, 4, 0, 0)),
+        Err(WireError::UnsupportedVersion { found: other, supported: VERSION })
+    );
+    assert_eq!(CODEC.decode(&header(VERSION, 0xEE, 0, 0)), Err(WireError::UnknownKind(0xEE)));
+    assert_eq!(CODEC.decode(&header(VERSION, 4, 0x80, 0)), Err(WireError::ReservedFlags(0x80)));
     assert_eq!(CODEC.decode(b"GET / HTTP/1.1\r\n\r\n"), Err(WireError::BadMagic(*b"GET ")));
     assert_eq!(
         FrameCodec::new(8).encode(FrameKind::Block, &payload(9)),

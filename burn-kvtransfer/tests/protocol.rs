@@ -31,10 +31,10 @@ fn hash(state: &burn_kvcompress::cache::LayerState) -> [u8; 32] {
     Sha256::digest(encode_state(state)).into()
 }
 
-async fn round_trip(mode: Mode, block_size: u32, max_payload: u32) {
+async fn round_trip(mode: Mode, block_size: u32, max_payload: u32, data_streams: usize) {
     let config = ServerConfig { block_size, max_payload, ..ServerConfig::default() };
     let (server, connector) = start(engine(), config);
-    let client_config = ClientConfig { mode, max_payload, ..ClientConfig::new(descriptor()) };
+    let client_config = ClientConfig { mode, max_payload, data_streams, ..ClientConfig::new(descriptor()) };
     let client = PrefillClient::connect(&connector, client_config).await.unwrap();
     let tokens: Vec<u32> = (0..37).map(|i| i * 5 + 3).collect();
     let mut handle = client.submit(tokens.clone()).unwrap();
@@ -51,13 +51,21 @@ async fn round_trip(mode: Mode, block_size: u32, max_payload: u32) {
 #[tokio::test]
 async fn pulled_layers_are_byte_identical_and_completion_frees_the_server() {
     // 37 tokens x 2 heads x 16 dims x 4 B = 4.7 KB per tensor: many 512-byte blocks, 3 per frame.
-    round_trip(Mode::Pull, 512, 1600).await;
-    round_trip(Mode::Pull, 256 * 1024, 4 << 20).await;
+    round_trip(Mode::Pull, 512, 1600, 0).await;
+    round_trip(Mode::Pull, 256 * 1024, 4 << 20, 0).await;
+}
+
+#[tokio::test]
+async fn layers_pulled_over_several_data_streams_are_byte_identical() {
+    // Blocks of one layer arrive over 3 streams in any order (in push mode they stay behind
+    // their Ready on the control stream).
+    round_trip(Mode::Pull, 512, 1600, 3).await;
+    round_trip(Mode::Push, 512, 1600, 3).await;
 }
 
 #[tokio::test]
 async fn pushed_layers_are_byte_identical() {
-    round_trip(Mode::Push, 512, 1600).await;
+    round_trip(Mode::Push, 512, 1600, 0).await;
 }
 
 #[tokio::test]

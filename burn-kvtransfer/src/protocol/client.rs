@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use burn_kvcompress::cache::LayerState;
+use tokio::io::AsyncRead;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -41,11 +42,15 @@ pub struct ClientConfig {
     /// Idle receive buffers kept for reuse, bytes: a layer's buffer comes back when the caller
     /// drops the last tensor of its state (see [`BufferPool`]).
     pub receive_pool_bytes: usize,
+    /// Extra TCP streams that carry pulled blocks beside the control stream (0: everything on
+    /// one stream). One stream's frames are read and checked by one core; several streams let
+    /// several cores share a fast link.
+    pub data_streams: usize,
 }
 
 impl ClientConfig {
     /// Defaults for a descriptor: pull mode, 4 MiB frames, 30 s timeout, 1 GiB layers, 3 re-pulls,
-    /// 256 MiB of recycled receive buffers.
+    /// 256 MiB of recycled receive buffers, no data streams.
     pub fn new(descriptor: SchemeDescriptor) -> Self {
         Self {
             descriptor,
@@ -56,6 +61,7 @@ impl ClientConfig {
             max_layer_bytes: 1 << 30,
             max_repulls: 3,
             receive_pool_bytes: 256 << 20,
+            data_streams: 0,
         }
     }
 }
@@ -121,17 +127,23 @@ pub struct PrefillClient {
 }
 
 impl PrefillClient {
-    /// Connects, sends the Hello and waits for the server's Layout (or its refusal).
+    /// Connects, sends the Hello and waits for the server's Layout (or its refusal), then
+    /// attaches `config.data_streams` data streams.
     pub async fn connect<C: Connector>(connector: &C, config: ClientConfig) -> Result<Self, TransferError> {
         let timeout = config.io_timeout;
-        let stream =
-            tokio::time::timeout(timeout, connector.connect()).await.map_err(|_| TransferError::Timeout(timeout))??;
-        let (rd, wr) = tokio::io::split(stream);
+        let open = || async {
+            let opened = tokio::time::timeout(timeout, connector.connect()).await;
+            opened.map_err(|_| TransferError::Timeout(timeout))?.map_err(TransferError::from)
+        };
+        let salt = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+            ^ ((std::process::id() as u64) << 32);
+        let session = salt.wrapping_add(SESSIONS.fetch_add(1, Ordering::Relaxed).wrapping_mul(0xD6E8_FEB8_6659_FD93));
+        let (rd, wr) = tokio::io::split(open().await?);
         let codec = FrameCodec::new(config.max_payload);
         let (sent, received) = (WireCounter::default(), WireCounter::default());
         let mut reader = FrameReader::new(rd, codec, received.clone());
         let mut writer = FrameWriter::new(wr, config.link_gbps.map(TokenBucket::from_gbps), sent.clone());
-        let hello = Message::Hello { descriptor: config.descriptor.clone(), mode: config.mode };
+        let hello = Message::Hello { descriptor: config.descriptor.clone(), mode: config.mode, session };
         writer.send(&hello.encode(&codec)?).await?;
         let reply =
             tokio::time::timeout(timeout, reader.next()).await.map_err(|_| TransferError::Timeout(timeout))??;
@@ -141,15 +153,15 @@ impl PrefillClient {
             other => return Err(TransferError::Protocol(format!("expected Layout, got {other:?}"))),
         };
         let (frames_tx, frames) = mpsc::channel(16);
-        tokio::spawn(async move {
-            loop {
-                let frame = reader.next().await;
-                let stop = matches!(frame, Err(ref e) if !matches!(e, TransferError::Corrupt(_)));
-                if frames_tx.send(frame).await.is_err() || stop {
-                    return;
-                }
-            }
-        });
+        for _ in 0..config.data_streams {
+            let (rd, wr) = tokio::io::split(open().await?);
+            let mut attach = FrameWriter::new(wr, None, sent.clone());
+            attach.send(&Message::Attach { session }.encode(&codec)?).await?;
+            let reader = FrameReader::new(rd, codec, received.clone());
+            // The write half keeps the stream open as long as its reader runs.
+            tokio::spawn(forward_frames(reader, frames_tx.clone(), attach));
+        }
+        tokio::spawn(forward_frames(reader, frames_tx, ()));
         let (out, out_rx) = mpsc::channel(16);
         tokio::spawn(write_frames(writer, out_rx, timeout));
         let (commands, commands_rx) = mpsc::unbounded_channel();
@@ -167,7 +179,6 @@ impl PrefillClient {
             corrupt: corrupt.clone(),
         };
         tokio::spawn(session.run(frames, commands_rx));
-        let salt = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
         Ok(Self {
             commands,
             layout,
@@ -177,7 +188,7 @@ impl PrefillClient {
             received,
             corrupt,
             next_id: AtomicU64::new(0),
-            salt: salt ^ ((std::process::id() as u64) << 32),
+            salt,
             peer: connector.peer(),
         })
     }
@@ -231,6 +242,22 @@ impl PrefillClient {
     }
 }
 
+/// Connections opened by this process so far (salts session ids).
+static SESSIONS: AtomicU64 = AtomicU64::new(0);
+
+/// Passes one stream's frames to the session until the stream fails or the session is gone;
+/// `keep` lives (holding the stream's write half, say) as long as this runs.
+async fn forward_frames<R: AsyncRead + Unpin, K>(mut reader: FrameReader<R>, frames: FramesTx, keep: K) {
+    loop {
+        let frame = reader.next().await;
+        let stop = matches!(frame, Err(ref e) if !matches!(e, TransferError::Corrupt(_)));
+        if frames.send(frame).await.is_err() || stop {
+            drop(keep);
+            return;
+        }
+    }
+}
+
 /// One request being received.
 struct Pending {
     events: Events,
@@ -260,6 +287,7 @@ struct Session {
 }
 
 type Frames = mpsc::Receiver<Result<Frame, TransferError>>;
+type FramesTx = mpsc::Sender<Result<Frame, TransferError>>;
 
 impl Session {
     async fn run(mut self, mut frames: Frames, mut commands: mpsc::UnboundedReceiver<Command>) {

@@ -2,7 +2,8 @@
 //! thread, holds each request's layers under a lease, announces every layer as soon as it is
 //! computed, and serves pulls (or pushes layers, in push mode) until the request is completed.
 
-use std::sync::{mpsc as std_mpsc, Arc};
+use std::collections::{hash_map::Entry, HashMap};
+use std::sync::{mpsc as std_mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use burn_kvcompress::cache::LayerState;
@@ -31,7 +32,8 @@ pub struct ServerConfig {
     /// How long a request's state is held after the last pull (or its prefill) without a
     /// completion before it is freed.
     pub lease: Duration,
-    /// Emulated link rate of each connection, Gbit/s (`None`: unpaced).
+    /// Emulated rate of this server's outgoing link, Gbit/s (`None`: unpaced). All of its
+    /// connections and their data streams share it, as they would share a NIC.
     pub link_gbps: Option<f64>,
     /// Longest prompt accepted, tokens.
     pub max_prompt_tokens: usize,
@@ -76,14 +78,21 @@ struct Job {
     events: mpsc::UnboundedSender<Event>,
 }
 
+/// The data streams attached to one connection (see [`Message::Attach`]).
+type DataStreams = Arc<Mutex<Vec<mpsc::Sender<Outgoing>>>>;
+
 struct Shared {
     store: Store,
+    /// Open connections that may attach data streams, by the session id of their Hello.
+    sessions: Mutex<HashMap<u64, DataStreams>>,
     descriptor: SchemeDescriptor,
     layout: Layout,
     config: ServerConfig,
     jobs: std_mpsc::Sender<Job>,
     sent: WireCounter,
     received: WireCounter,
+    /// The emulated outgoing link, shared by every stream.
+    link: Option<TokenBucket>,
 }
 
 /// A prefill server. Cloning shares it.
@@ -99,8 +108,10 @@ impl PrefillServer {
         let layout = Layout { block_size: config.block_size, shape: engine.shape() };
         let shared = Arc::new(Shared {
             store: Store::new(config.lease),
+            sessions: Mutex::default(),
             descriptor: engine.descriptor(),
             layout,
+            link: config.link_gbps.map(TokenBucket::from_gbps),
             config,
             jobs,
             sent: WireCounter::default(),
@@ -218,14 +229,17 @@ async fn connection<S: Stream>(shared: Arc<Shared>, stream: S) {
         }
     });
     let (out, out_rx) = mpsc::channel(8);
-    let limiter = shared.config.link_gbps.map(TokenBucket::from_gbps);
-    let writer = FrameWriter::new(wr, limiter, shared.sent.clone());
+    let writer = FrameWriter::new(wr, shared.link.clone(), shared.sent.clone());
     let write_task = tokio::spawn(write_frames(writer, out_rx, shared.config.io_timeout));
     let (events_tx, events) = mpsc::unbounded_channel();
-    let mut conn = Connection { shared, codec, out, events_tx, mode: Mode::Pull };
+    let mut conn = Connection { shared, codec, out, events_tx, mode: Mode::Pull, session: None, next_stream: 0 };
     // The connection's outcome is reported to the peer in an Error frame where possible; a
     // broken transport has no one left to tell.
     _ = conn.run(frames, events).await;
+    if let Some((session, _)) = conn.session.take() {
+        conn.shared.sessions.lock().unwrap_or_else(|p| p.into_inner()).remove(&session);
+    }
+    // A data stream's writer lives on in its connection's registry until that connection ends.
     drop(conn);
     _ = write_task.await;
     read_task.abort();
@@ -237,6 +251,10 @@ struct Connection {
     out: mpsc::Sender<Outgoing>,
     events_tx: mpsc::UnboundedSender<Event>,
     mode: Mode,
+    /// This connection's session id and attached data streams (after its Hello).
+    session: Option<(u64, DataStreams)>,
+    /// The data stream that carries the next pulled frame (round robin).
+    next_stream: usize,
 }
 
 type Frames = mpsc::Receiver<Result<crate::wire::Frame, TransferError>>;
@@ -263,10 +281,23 @@ impl Connection {
             .await
             .map_err(|_| TransferError::Timeout(self.shared.config.io_timeout))?;
         match self.decode(first).await? {
-            Message::Hello { descriptor, mode } if descriptor == self.shared.descriptor => {
+            Message::Hello { descriptor, mode, session } if descriptor == self.shared.descriptor => {
+                let streams = DataStreams::default();
+                let registered = match self.shared.sessions.lock().unwrap_or_else(|p| p.into_inner()).entry(session) {
+                    Entry::Occupied(_) => false,
+                    Entry::Vacant(slot) => {
+                        slot.insert(streams.clone());
+                        true
+                    }
+                };
+                if !registered {
+                    return self.fail(ErrorCode::Refused, 0, format!("session id {session} is in use")).await;
+                }
+                self.session = Some((session, streams));
                 self.mode = mode;
                 self.send(&Message::Layout(self.shared.layout)).await?;
             }
+            Message::Attach { session } => return self.attach(session).await,
             Message::Hello { descriptor, .. } => {
                 let message = format!(
                     "the decode side expects {descriptor}, this prefill server holds {}",
@@ -285,6 +316,31 @@ impl Connection {
                 Some(event) = events.recv() => self.on_event(event).await?,
             }
         }
+    }
+
+    /// Hands this stream's writer to the connection of `session`, which sends pulled blocks over
+    /// it until that connection ends.
+    async fn attach(&self, session: u64) -> Result<(), TransferError> {
+        let streams = self.shared.sessions.lock().unwrap_or_else(|p| p.into_inner()).get(&session).cloned();
+        match streams {
+            Some(streams) => {
+                streams.lock().unwrap_or_else(|p| p.into_inner()).push(self.out.clone());
+                Ok(())
+            }
+            None => self.fail(ErrorCode::Refused, 0, format!("no open connection has session id {session}")).await,
+        }
+    }
+
+    /// Where the next frame of pulled blocks goes: the attached data streams in turn, or this
+    /// stream when none is attached. Pushed blocks stay on this stream, behind their Ready.
+    fn block_stream(&mut self) -> mpsc::Sender<Outgoing> {
+        let Some((_, streams)) = &self.session else { return self.out.clone() };
+        let streams = streams.lock().unwrap_or_else(|p| p.into_inner());
+        if self.mode == Mode::Push || streams.is_empty() {
+            return self.out.clone();
+        }
+        self.next_stream = (self.next_stream + 1) % streams.len();
+        streams[self.next_stream].clone()
     }
 
     /// The next message; a broken frame is reported to the peer and ends the connection.
@@ -355,7 +411,7 @@ impl Connection {
     }
 
     /// Sends the blocks of `range` in as few frames as the payload cap allows.
-    async fn serve(&self, range: BlockRange) -> Result<(), TransferError> {
+    async fn serve(&mut self, range: BlockRange) -> Result<(), TransferError> {
         let BlockRange { request, layer, .. } = range;
         let Some(blob) = self.shared.store.get(request, layer as usize) else {
             let why =
@@ -376,7 +432,8 @@ impl Connection {
             let (frame_header, trailer) =
                 self.codec.envelope_of(FrameKind::Block, BLOCK_HEADER_LEN + end - start, payload_crc)?;
             let head = [&frame_header[..], &block_header].concat();
-            self.send_bytes(Outgoing::Scattered { head, body: blob.clone(), start, end, tail: trailer }).await?;
+            let frame = Outgoing::Scattered { head, body: blob.clone(), start, end, tail: trailer };
+            self.block_stream().send(frame).await.map_err(|_| TransferError::Closed)?;
         }
         Ok(())
     }

@@ -3,7 +3,7 @@
 //! ```text
 //! offset  size  field
 //!      0     4  magic "KVCF"
-//!      4     2  version (1)
+//!      4     2  version (2)
 //!      6     1  kind (FrameKind)
 //!      7     1  flags (reserved, 0)
 //!      8     4  payload length in bytes
@@ -17,7 +17,7 @@ use super::WireError;
 /// The four bytes every frame starts with.
 pub const MAGIC: [u8; 4] = *b"KVCF";
 /// The protocol version this crate speaks.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// Bytes before the payload.
 pub const HEADER_LEN: usize = 16;
 /// Bytes after the payload (its checksum).
@@ -45,6 +45,8 @@ pub enum FrameKind {
     Ready = 8,
     /// A request's prefill finished: its last-position logits.
     Done = 9,
+    /// Opens a data stream of a connection (instead of a Hello).
+    Attach = 10,
 }
 
 impl FrameKind {
@@ -59,6 +61,7 @@ impl FrameKind {
             7 => Self::Submit,
             8 => Self::Ready,
             9 => Self::Done,
+            10 => Self::Attach,
             other => return Err(WireError::UnknownKind(other)),
         })
     }

@@ -2,7 +2,8 @@
 //! frame; the frame kind says which message the payload holds.
 //!
 //! ```text
-//! Hello     scheme: str, model: [u8; 32], mode: u8          decode -> prefill, first frame
+//! Hello     scheme: str, model: [u8; 32], mode: u8, session: u64   decode -> prefill, first frame
+//! Attach    session: u64                                    decode -> prefill, first frame of a data stream
 //! Layout    block_size, num_layers, kv_heads, heads, head_dim, vocab: u32   prefill -> decode, once
 //! Submit    request: u64, tokens: u32 count + u32 each       decode -> prefill
 //! Ready     request: u64, layer: u32, bytes: u64, crc: u32  prefill -> decode, per layer
@@ -134,6 +135,14 @@ pub enum Message {
         descriptor: SchemeDescriptor,
         /// Pull or push.
         mode: Mode,
+        /// An id chosen by the decode side under which it may attach data streams.
+        session: u64,
+    },
+    /// Opens a data stream of the connection whose Hello carried `session`: pulled blocks are
+    /// spread over the connection's data streams, so several cores copy and check them at once.
+    Attach {
+        /// The connection's session id.
+        session: u64,
     },
     /// The prefill side's layout (accepts the Hello).
     Layout(Layout),
@@ -229,10 +238,14 @@ impl Message {
     pub fn encode(&self, codec: &FrameCodec) -> Result<Vec<u8>, WireError> {
         let mut w = PayloadWriter::new();
         let kind = match self {
-            Self::Hello { descriptor, mode } => {
+            Self::Hello { descriptor, mode, session } => {
                 w.str(&descriptor.scheme);
-                w.bytes(&descriptor.model.0).u8(*mode as u8);
+                w.bytes(&descriptor.model.0).u8(*mode as u8).u64(*session);
                 FrameKind::Hello
+            }
+            Self::Attach { session } => {
+                w.u64(*session);
+                FrameKind::Attach
             }
             Self::Layout(Layout { block_size, shape: s }) => {
                 for v in [*block_size, s.num_layers, s.kv_heads, s.heads, s.head_dim, s.vocab] {
@@ -289,8 +302,10 @@ impl Message {
                     1 => Mode::Push,
                     m => return Err(MessageError::Invalid { field: "mode", reason: format!("unknown mode {m}") }),
                 };
-                Self::Hello { descriptor: SchemeDescriptor { scheme, model: ModelFingerprint(model) }, mode }
+                let session = r.u64("session")?;
+                Self::Hello { descriptor: SchemeDescriptor { scheme, model: ModelFingerprint(model) }, mode, session }
             }
+            FrameKind::Attach => Self::Attach { session: r.u64("session")? },
             FrameKind::Layout => {
                 let mut f = |name| r.u32(name);
                 let layout = Layout {

@@ -76,7 +76,8 @@ struct ModelArgs {
     /// Backend to run on.
     #[arg(long, value_enum, default_value_t = BackendChoice::Ndarray)]
     backend: BackendChoice,
-    /// Emulated link rate of each connection's sending side, Gbit/s (default: unpaced).
+    /// Emulated rate of each side's outgoing link, Gbit/s (default: unpaced); the prefill
+    /// server's connections share its link.
     #[arg(long)]
     link_gbps: Option<f64>,
 }
@@ -113,6 +114,10 @@ struct RunArgs {
     /// Who starts block transfers.
     #[arg(long, value_enum, default_value_t = ModeArg::Pull)]
     mode: ModeArg,
+    /// Extra TCP streams per prefill server that carry pulled blocks, so several cores receive
+    /// them (0: everything on one stream).
+    #[arg(long, default_value_t = 0)]
+    data_streams: usize,
     /// Also check KV hashes against a local prefill and tokens against a single-process run.
     #[arg(long)]
     check: bool,
@@ -265,6 +270,7 @@ where
         ModeArg::Push => Mode::Push,
     };
     config.link_gbps = args.model.link_gbps;
+    config.data_streams = args.run.data_streams;
     let rt = runtime()?;
     let pool = rt.block_on(async {
         let mut clients = Vec::new();

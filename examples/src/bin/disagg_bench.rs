@@ -53,10 +53,21 @@ struct Args {
     /// Block size, KiB.
     #[arg(long, default_value_t = 256)]
     block_kib: u32,
+    /// Extra TCP streams per connection that carry pulled blocks (0: one stream).
+    #[arg(long, default_value_t = 0)]
+    data_streams: usize,
+    /// Runtime worker threads shared by both ends (default: the machine's cores). The prefill
+    /// engine runs on a thread of its own.
+    #[arg(long)]
+    threads: Option<usize>,
 }
 
 fn descriptor() -> SchemeDescriptor {
     SchemeDescriptor { scheme: "dense".into(), model: ModelFingerprint::of_bytes(b"disagg_bench synthetic") }
+}
+
+fn client_config(args: &Args, mode: Mode) -> ClientConfig {
+    ClientConfig { mode, data_streams: args.data_streams, ..ClientConfig::new(descriptor()) }
 }
 
 /// Starts a server on a free loopback port.
@@ -113,9 +124,7 @@ async fn throughput(
     link: Option<f64>,
 ) -> anyhow::Result<(f64, usize, u64, Option<f64>)> {
     let (_server, addr) = start(shape, args.block_kib, link).await?;
-    let client =
-        PrefillClient::connect(&TcpConnector { addr }, ClientConfig { mode, ..ClientConfig::new(descriptor()) })
-            .await?;
+    let client = PrefillClient::connect(&TcpConnector { addr }, client_config(args, mode)).await?;
     let prompt: Vec<u32> = (0..tokens).collect();
     let expected = expected_hashes(shape, &prompt);
     let mut seconds = Vec::new();
@@ -175,7 +184,7 @@ async fn frames_only(total: usize) -> anyhow::Result<f64> {
 
 async fn concurrent(args: &Args, shape: ModelShape) -> anyhow::Result<()> {
     let (server, addr) = start(shape, args.block_kib, None).await?;
-    let client = PrefillClient::connect(&TcpConnector { addr }, ClientConfig::new(descriptor())).await?;
+    let client = PrefillClient::connect(&TcpConnector { addr }, client_config(args, Mode::Pull)).await?;
     let prompts: Vec<Vec<u32>> =
         (0..args.concurrent as u32).map(|r| (0..args.concurrent_tokens + r).map(|i| i * 7 + r).collect()).collect();
     let started = Instant::now();
@@ -258,5 +267,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?.block_on(run(args))
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = args.threads.unwrap_or(cores).max(1);
+    println!(
+        "{cores} cores, {threads} runtime worker threads, {} data streams per connection (both ends in this process, over loopback TCP)",
+        args.data_streams
+    );
+    tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()?.block_on(run(args))
 }
