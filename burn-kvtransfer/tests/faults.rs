@@ -183,11 +183,23 @@ async fn pulls_of_unknown_requests_and_oversized_prompts_are_refused() {
 /// layer 0's Block frames (16-byte frame header, 16-byte block header, data).
 const FIRST_BLOCK_DATA: u64 = 44 + 44 + 16 + 16;
 
-async fn corrupt_block_is_pulled_again(block_size: u32, max_payload: u32, tokens: u32) {
+/// Where every data stream of a pulled 40-token request (1600-byte frames of three 512-byte
+/// blocks) is hit: inside its fourth frame's data, past all the control stream carries.
+const DATA_STREAM_FAULT: u64 = 3 * (16 + 16 + 3 * 512 + 4) + 284;
+
+/// Pushed over one stream, or pulled over `data_streams` data streams (faulty at
+/// [`DATA_STREAM_FAULT`]) when there are some.
+fn faulty_client(max_payload: u32, data_streams: usize) -> ClientConfig {
+    let mode = if data_streams > 0 { Mode::Pull } else { Mode::Push };
+    ClientConfig { mode, max_payload, data_streams, ..ClientConfig::new(descriptor()) }
+}
+
+async fn corrupt_block_is_pulled_again(block_size: u32, max_payload: u32, tokens: u32, data_streams: usize) {
     let config = ServerConfig { block_size, max_payload, ..ServerConfig::default() };
     let (server, inner) = start(engine(), config);
-    let connector = FaultyConnector { inner, fault: Fault::Corrupt(FIRST_BLOCK_DATA + 100) };
-    let client_config = ClientConfig { mode: Mode::Push, max_payload, ..ClientConfig::new(descriptor()) };
+    let at = if data_streams > 0 { DATA_STREAM_FAULT } else { FIRST_BLOCK_DATA + 100 };
+    let connector = FaultyConnector { inner, fault: Fault::Corrupt(at) };
+    let client_config = faulty_client(max_payload, data_streams);
     let client = PrefillClient::connect(&connector, client_config).await.unwrap();
     let tokens: Vec<u32> = (0..tokens).collect();
     let mut handle = client.submit(tokens.clone()).unwrap();
@@ -202,15 +214,18 @@ async fn corrupt_block_is_pulled_again(block_size: u32, max_payload: u32, tokens
         }
     }
     assert_eq!(layers, SHAPE.num_layers);
-    assert_eq!(client.corrupt_frames(), 1);
+    // One corrupt frame per stream that carried blocks.
+    assert!((1..=data_streams.max(1) as u64).contains(&client.corrupt_frames()), "{}", client.corrupt_frames());
     wait_until_freed(&server, Duration::from_secs(2)).await;
 }
 
 #[tokio::test]
 async fn a_corrupt_block_is_detected_and_pulled_again() {
     // Small frames (through the read buffer) and 512 KiB frames (read straight into the payload).
-    corrupt_block_is_pulled_again(512, 1600, 40).await;
-    corrupt_block_is_pulled_again(64 << 10, 1 << 20, 2048).await;
+    corrupt_block_is_pulled_again(512, 1600, 40, 0).await;
+    corrupt_block_is_pulled_again(64 << 10, 1 << 20, 2048, 0).await;
+    // Pulled over two data streams, each of which corrupts one frame.
+    corrupt_block_is_pulled_again(512, 1600, 40, 2).await;
 }
 
 #[tokio::test]
@@ -229,11 +244,12 @@ async fn a_corrupt_control_frame_or_header_ends_the_connection_with_an_error() {
     }
 }
 
-async fn cut_stream_errors_and_the_lease_frees_the_server(max_payload: u32, tokens: u32) {
+async fn cut_stream_errors_and_the_lease_frees_the_server(max_payload: u32, tokens: u32, data_streams: usize) {
     let config = ServerConfig { block_size: 512, max_payload, lease: SHORT, ..ServerConfig::default() };
     let (server, inner) = start(engine(), config);
-    let connector = FaultyConnector { inner, fault: Fault::CutAt(FIRST_BLOCK_DATA + 700) };
-    let client_config = ClientConfig { mode: Mode::Push, max_payload, ..ClientConfig::new(descriptor()) };
+    let at = if data_streams > 0 { DATA_STREAM_FAULT } else { FIRST_BLOCK_DATA + 700 };
+    let connector = FaultyConnector { inner, fault: Fault::CutAt(at) };
+    let client_config = faulty_client(max_payload, data_streams);
     let client = PrefillClient::connect(&connector, client_config).await.unwrap();
     let mut handle = client.submit((0..tokens).collect()).unwrap();
     assert!(matches!(handle.next().await.unwrap(), Err(TransferError::Truncated(_))));
@@ -244,8 +260,10 @@ async fn cut_stream_errors_and_the_lease_frees_the_server(max_payload: u32, toke
 
 #[tokio::test]
 async fn a_stream_cut_mid_transfer_errors_and_the_lease_frees_the_server() {
-    cut_stream_errors_and_the_lease_frees_the_server(1600, 40).await;
-    cut_stream_errors_and_the_lease_frees_the_server(1 << 20, 2048).await;
+    cut_stream_errors_and_the_lease_frees_the_server(1600, 40, 0).await;
+    cut_stream_errors_and_the_lease_frees_the_server(1 << 20, 2048, 0).await;
+    // A data stream cut: the request fails cleanly and the server frees it all the same.
+    cut_stream_errors_and_the_lease_frees_the_server(1600, 40, 2).await;
 }
 
 #[tokio::test]
