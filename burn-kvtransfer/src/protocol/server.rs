@@ -213,7 +213,8 @@ fn run_engine<E: PrefillEngine>(mut engine: E, queue: std_mpsc::Receiver<Job>, s
     }
 }
 
-/// Serves one connection until it ends.
+/// Serves one stream until it ends: a connection's control stream (opened by a Hello), or a data
+/// stream (opened by an Attach, then only written to, until its connection ends).
 async fn connection<S: Stream>(shared: Arc<Shared>, stream: S) {
     let (rd, wr) = tokio::io::split(stream);
     let codec = FrameCodec::new(shared.config.max_payload);
