@@ -1,6 +1,9 @@
 //! The decode side of one connection: submits prompts, pulls each layer as soon as the prefill
 //! server announces it, reassembles and checks it, re-pulls what a corrupt frame lost, and
 //! completes the request (freeing the server's memory) once it holds every layer and the logits.
+//!
+//! Each stream has a reader task that decodes its frames and lands their blocks in their layers
+//! ([`Landing`]); one session task owns the requests and hears of everything else.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -12,13 +15,14 @@ use tokio::io::AsyncRead;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::blocks::Reassembly;
+use super::blocks::{MisplacedBlocks, Reassembly};
 use super::buffers::BufferPool;
+use super::landing::{Landed, Landing};
 use crate::error::TransferError;
 use crate::rate::TokenBucket;
 use crate::state_codec::decode_state;
 use crate::transport::{write_frames, Connector, FrameReader, FrameWriter, Outgoing, WireCounter};
-use crate::wire::{BlockFrame, BlockRange, ErrorCode, Frame, FrameCodec, FrameKind, Layout, Message, Mode};
+use crate::wire::{BlockFrame, BlockRange, ErrorCode, FrameCodec, FrameKind, Layout, Message, Mode};
 use crate::SchemeDescriptor;
 
 /// How a decode-side connection behaves.
@@ -153,15 +157,16 @@ impl PrefillClient {
             other => return Err(TransferError::Protocol(format!("expected Layout, got {other:?}"))),
         };
         let (frames_tx, frames) = mpsc::channel(16);
+        let landing = Landing::default();
         for _ in 0..config.data_streams {
             let (rd, wr) = tokio::io::split(open().await?);
             let mut attach = FrameWriter::new(wr, None, sent.clone());
             attach.send(&Message::Attach { session }.encode(&codec)?).await?;
             let reader = FrameReader::new(rd, codec, received.clone());
             // The write half keeps the stream open as long as its reader runs.
-            tokio::spawn(forward_frames(reader, frames_tx.clone(), attach));
+            tokio::spawn(read_stream(reader, landing.clone(), frames_tx.clone(), attach));
         }
-        tokio::spawn(forward_frames(reader, frames_tx, ()));
+        tokio::spawn(read_stream(reader, landing.clone(), frames_tx, ()));
         let (out, out_rx) = mpsc::channel(16);
         tokio::spawn(write_frames(writer, out_rx, timeout));
         let (commands, commands_rx) = mpsc::unbounded_channel();
@@ -170,6 +175,7 @@ impl PrefillClient {
         let buffers = BufferPool::new(config.receive_pool_bytes);
         let session = Session {
             buffers,
+            landing,
             codec,
             layout,
             config,
@@ -245,13 +251,49 @@ impl PrefillClient {
 /// Connections opened by this process so far (salts session ids).
 static SESSIONS: AtomicU64 = AtomicU64::new(0);
 
-/// Passes one stream's frames to the session until the stream fails or the session is gone;
-/// `keep` lives (holding the stream's write half, say) as long as this runs.
-async fn forward_frames<R: AsyncRead + Unpin, K>(mut reader: FrameReader<R>, frames: FramesTx, keep: K) {
+/// What a stream's reader passes to the session.
+#[derive(Debug)]
+enum Arrival {
+    /// A message for the session, including Block frames of layers not open in the landing.
+    Message(Message),
+    /// A layer was completed by the reader's blocks.
+    Completed { request: u64, layer: u32 },
+    /// Blocks that do not fit their layer.
+    Misplaced { request: u64, error: MisplacedBlocks },
+}
+
+impl Arrival {
+    /// What landing `block` gave, if the session must hear of it.
+    fn of_landing(block: BlockFrame, landed: Landed) -> Option<Self> {
+        let BlockFrame { request, layer, .. } = block;
+        match landed {
+            Landed::NotOpen => Some(Self::Message(Message::Block(block))),
+            Landed::Stored => None,
+            Landed::Completed => Some(Self::Completed { request, layer }),
+            Landed::Misplaced(error) => Some(Self::Misplaced { request, error }),
+        }
+    }
+}
+
+/// Reads one stream until it fails or the session is gone: lands Block frames in their layers
+/// and passes everything else to the session. `keep` lives (holding the stream's write half, say)
+/// as long as this runs.
+async fn read_stream<R: AsyncRead + Unpin, K>(mut reader: FrameReader<R>, landing: Landing, frames: FramesTx, keep: K) {
     loop {
-        let frame = reader.next().await;
-        let stop = matches!(frame, Err(ref e) if !matches!(e, TransferError::Corrupt(_)));
-        if frames.send(frame).await.is_err() || stop {
+        let arrival = match reader.next().await.map(Message::decode) {
+            Ok(Ok(Message::Block(block))) => {
+                let landed = landing.land(&block);
+                match Arrival::of_landing(block, landed) {
+                    Some(arrival) => Ok(arrival),
+                    None => continue,
+                }
+            }
+            Ok(Ok(message)) => Ok(Arrival::Message(message)),
+            Ok(Err(e)) => Err(e.into()),
+            Err(e) => Err(e),
+        };
+        let stop = matches!(arrival, Err(ref e) if !matches!(e, TransferError::Corrupt(_)));
+        if frames.send(arrival).await.is_err() || stop {
             drop(keep);
             return;
         }
@@ -267,9 +309,11 @@ struct Pending {
     repulls: u32,
 }
 
+#[derive(PartialEq)]
 enum LayerSlot {
     Waiting,
-    Receiving(Reassembly),
+    /// Open in the landing.
+    Receiving,
     Delivered,
 }
 
@@ -284,10 +328,12 @@ struct Session {
     corrupt: WireCounter,
     /// Where layers are received.
     buffers: BufferPool,
+    /// The layers being received, shared with the stream readers.
+    landing: Landing,
 }
 
-type Frames = mpsc::Receiver<Result<Frame, TransferError>>;
-type FramesTx = mpsc::Sender<Result<Frame, TransferError>>;
+type Frames = mpsc::Receiver<Result<Arrival, TransferError>>;
+type FramesTx = mpsc::Sender<Result<Arrival, TransferError>>;
 
 impl Session {
     async fn run(mut self, mut frames: Frames, mut commands: mpsc::UnboundedReceiver<Command>) {
@@ -313,10 +359,11 @@ impl Session {
                             self.repull_all().await
                         }
                         Some(Err(e)) => Err(e),
-                        Some(Ok(frame)) => match Message::decode(frame) {
-                            Ok(message) => self.on_message(message).await,
-                            Err(e) => Err(e.into()),
-                        },
+                        Some(Ok(Arrival::Message(message))) => self.on_message(message).await,
+                        Some(Ok(Arrival::Completed { request, layer })) => self.on_complete(request, layer).await,
+                        Some(Ok(Arrival::Misplaced { request, error })) => {
+                            self.fail(request, TransferError::Protocol(error.to_string())).await
+                        }
                     };
                     if let Err(e) = result {
                         break e;
@@ -345,6 +392,7 @@ impl Session {
     /// than when its lease ends.
     async fn fail(&mut self, request: u64, error: TransferError) -> Result<(), TransferError> {
         if let Some(pending) = self.requests.remove(&request) {
+            self.landing.close(request);
             _ = pending.events.send(Err(error));
             self.send(&Message::Complete { request }).await?;
         }
@@ -354,7 +402,17 @@ impl Session {
     async fn on_message(&mut self, message: Message) -> Result<(), TransferError> {
         match message {
             Message::Ready { request, layer, bytes, crc } => self.on_ready(request, layer, bytes, crc).await,
-            Message::Block(block) => self.on_block(block).await,
+            Message::Block(block) => {
+                let (request, landed) = (block.request, self.landing.land(&block));
+                match Arrival::of_landing(block, landed) {
+                    // Blocks of a delivered layer (after a re-pull) or never announced.
+                    Some(Arrival::Message(_)) | None => Ok(()),
+                    Some(Arrival::Completed { layer, .. }) => self.on_complete(request, layer).await,
+                    Some(Arrival::Misplaced { error, .. }) => {
+                        self.fail(request, TransferError::Protocol(error.to_string())).await
+                    }
+                }
+            }
             Message::Done { request, logits } => {
                 if logits.len() != self.layout.shape.vocab as usize {
                     let why = format!("{} logits, the layout says {}", logits.len(), self.layout.shape.vocab);
@@ -383,11 +441,12 @@ impl Session {
         let Some(slot) = pending.layers.get_mut(layer as usize) else {
             return Err(TransferError::Protocol(format!("layer {layer} is beyond the layout")));
         };
-        if !matches!(slot, LayerSlot::Waiting) {
+        if *slot != LayerSlot::Waiting {
             return self.fail(request, TransferError::Protocol(format!("layer {layer} announced twice"))).await;
         }
+        *slot = LayerSlot::Receiving;
         let buffer = self.buffers.take(bytes as usize);
-        *slot = LayerSlot::Receiving(Reassembly::new(buffer, self.layout.block_size, crc));
+        self.landing.open(request, layer, Reassembly::new(buffer, self.layout.block_size, crc));
         if self.config.mode == Mode::Pull {
             let count = self.layout.blocks(bytes) as u32;
             self.send(&Message::Pull(vec![BlockRange { request, layer, first: 0, count }])).await?;
@@ -395,34 +454,24 @@ impl Session {
         Ok(())
     }
 
-    async fn on_block(&mut self, block: BlockFrame) -> Result<(), TransferError> {
-        let Some(pending) = self.requests.get_mut(&block.request) else { return Ok(()) };
-        let Some(LayerSlot::Receiving(layer)) = pending.layers.get_mut(block.layer as usize) else {
-            // A duplicate of a delivered layer (after a re-pull) or blocks never announced.
-            return Ok(());
-        };
-        if let Err(e) = layer.put(block.first, block.data(), block.data_crc()) {
-            return self.fail(block.request, TransferError::Protocol(e.to_string())).await;
+    /// Checks a layer that its last blocks completed and delivers it, or re-pulls it whole when
+    /// its checksum is wrong.
+    async fn on_complete(&mut self, request: u64, layer: u32) -> Result<(), TransferError> {
+        let Some(pending) = self.requests.get_mut(&request) else { return Ok(()) };
+        let Some(mut received) = self.landing.take(request, layer) else { return Ok(()) };
+        if received.checksum() != received.crc {
+            received.reset();
+            self.landing.open(request, layer, received);
+            return self.repull(request).await;
         }
-        if !layer.is_complete() {
-            return Ok(());
-        }
-        if layer.checksum() != layer.crc {
-            layer.reset();
-            return self.repull(block.request).await;
-        }
-        let LayerSlot::Receiving(layer) =
-            std::mem::replace(&mut pending.layers[block.layer as usize], LayerSlot::Delivered)
-        else {
-            unreachable!("the slot was matched as receiving above")
-        };
-        match decode_state(self.buffers.share(layer.into_buffer())) {
+        pending.layers[layer as usize] = LayerSlot::Delivered;
+        match decode_state(self.buffers.share(received.into_buffer())) {
             Ok(state) => {
                 pending.delivered += 1;
-                _ = pending.events.send(Ok(RequestEvent::Layer { layer: block.layer as usize, state }));
-                self.finish_if_done(block.request).await
+                _ = pending.events.send(Ok(RequestEvent::Layer { layer: layer as usize, state }));
+                self.finish_if_done(request).await
             }
-            Err(e) => self.fail(block.request, e.into()).await,
+            Err(e) => self.fail(request, e.into()).await,
         }
     }
 
@@ -433,6 +482,7 @@ impl Session {
             return Ok(());
         }
         if let Some(Pending { events, logits: Some(logits), .. }) = self.requests.remove(&request) {
+            self.landing.close(request);
             self.send(&Message::Complete { request }).await?;
             _ = events.send(Ok(RequestEvent::Logits(logits)));
         }
@@ -446,10 +496,8 @@ impl Session {
             .layers
             .iter()
             .enumerate()
-            .filter_map(|(l, slot)| match slot {
-                LayerSlot::Receiving(r) => Some((l, r.missing())),
-                _ => None,
-            })
+            .filter(|(_, slot)| **slot == LayerSlot::Receiving)
+            .map(|(l, _)| (l, self.landing.missing(request, l as u32)))
             .flat_map(|(l, runs)| {
                 runs.into_iter().map(move |(first, count)| BlockRange { request, layer: l as u32, first, count })
             })

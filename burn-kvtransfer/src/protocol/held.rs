@@ -1,6 +1,8 @@
 //! A layer as the prefill side holds it for serving: its serialization and the CRC-32 of each
-//! block, computed in one pass when the layer is stored. Frame checksums and the layer's
+//! block, computed in one pass (blocks hashed in parallel) when the layer is stored. Frame checksums and the layer's
 //! announced checksum are then combined from block checksums without reading the bytes again.
+
+use rayon::prelude::*;
 
 use super::blocks::span;
 use crate::state_codec::EncodedState;
@@ -16,10 +18,12 @@ pub struct HeldLayer {
 }
 
 impl HeldLayer {
-    /// Holds `state`, hashing each of its blocks once.
+    /// Holds `state`, hashing each of its blocks once, on the rayon pool's threads (one thread
+    /// hashes about 15 GB/s, below the 100 Gbit/s links the server may feed).
     pub fn new(state: EncodedState, block_size: u32) -> Self {
         let blocks = state.len().div_ceil(block_size as usize) as u32;
         let block_crcs = (0..blocks)
+            .into_par_iter()
             .map(|b| {
                 let (start, end) = span(block_size, state.len(), b, 1).expect("a block of the layer");
                 let mut crc = crc32fast::Hasher::new();

@@ -8,6 +8,7 @@ pub mod blocks;
 mod buffers;
 mod client;
 mod held;
+pub mod landing;
 mod pool;
 mod server;
 mod store;

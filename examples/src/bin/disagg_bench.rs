@@ -53,6 +53,10 @@ struct Args {
     /// Block size, KiB.
     #[arg(long, default_value_t = 256)]
     block_kib: u32,
+    /// Requests in flight at once in the throughput runs: each timed repetition submits this
+    /// many at once and waits for all (1: one request at a time, so its startup latency counts).
+    #[arg(long, default_value_t = 1)]
+    in_flight: usize,
     /// Extra TCP streams per connection that carry pulled blocks (0: one stream).
     #[arg(long, default_value_t = 0)]
     data_streams: usize,
@@ -115,7 +119,8 @@ fn cpu_seconds() -> Option<f64> {
     Some(ticks / 100.0)
 }
 
-/// Median seconds and bytes per request of `reps` sequential requests (after a warm-up).
+/// Median seconds and KV bytes of `reps` rounds of `args.in_flight` requests submitted at once
+/// (after a checked warm-up round), wire bytes per round, and CPU seconds per GB.
 async fn throughput(
     args: &Args,
     shape: ModelShape,
@@ -131,24 +136,31 @@ async fn throughput(
     let mut kv_bytes = 0;
     let before = client.bytes_received();
     let mut cpu_before = None;
+    let layers = shape.num_layers as usize;
     for rep in 0..=args.reps {
         if rep == 1 {
             cpu_before = cpu_seconds();
         }
         let started = Instant::now();
-        let mut handle = client.submit(prompt.clone())?;
-        let (bytes, hashes) = drain(&mut handle, shape.num_layers as usize, rep == 0).await?;
-        if rep == 0 {
-            ensure!(hashes == expected, "received KV differs from what was sent");
-        } else {
+        let handles =
+            (0..args.in_flight.max(1)).map(|_| client.submit(prompt.clone())).collect::<Result<Vec<_>, _>>()?;
+        let check = rep == 0;
+        let rounds: Vec<_> =
+            handles.into_iter().map(|mut h| tokio::spawn(async move { drain(&mut h, layers, check).await })).collect();
+        kv_bytes = 0;
+        for round in rounds {
+            let (bytes, hashes) = round.await.context("request task")??;
+            ensure!(!check || hashes == expected, "received KV differs from what was sent");
+            kv_bytes += bytes;
+        }
+        if !check {
             seconds.push(started.elapsed().as_secs_f64());
         }
-        kv_bytes = bytes;
     }
     let cpu_per_gb = cpu_before.zip(cpu_seconds()).map(|(b, a)| (a - b) / (kv_bytes as f64 * args.reps as f64 / 1e9));
-    let wire_per_request = (client.bytes_received() - before) / (args.reps as u64 + 1);
+    let wire_per_round = (client.bytes_received() - before) / (args.reps as u64 + 1);
     seconds.sort_by(f64::total_cmp);
-    Ok((seconds[seconds.len() / 2], kv_bytes, wire_per_request, cpu_per_gb))
+    Ok((seconds[seconds.len() / 2], kv_bytes, wire_per_round, cpu_per_gb))
 }
 
 /// The framed transport alone: `total` bytes of 4 MiB Block frames over one loopback TCP
@@ -229,8 +241,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     let per_token = 2 * 4 * args.kv_heads as usize * args.head_dim as usize * args.layers as usize;
     println!(
-        "median of {} requests after a checked warm-up; KV = layer state bytes; GB = 1e9 bytes; CPU s/GB = process CPU time (both ends) per GB",
-        args.reps
+        "median of {} rounds of {} requests after a checked warm-up; KV = layer state bytes per round; GB = 1e9 bytes; CPU s/GB = process CPU time (both ends) per GB",
+        args.reps, args.in_flight
     );
     println!(
         "framed transport alone (4 MiB Block frames, CRC-checked, no protocol): {:.2} GB/s",
@@ -270,8 +282,8 @@ fn main() -> anyhow::Result<()> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads = args.threads.unwrap_or(cores).max(1);
     println!(
-        "{cores} cores, {threads} runtime worker threads, {} data streams per connection (both ends in this process, over loopback TCP)",
-        args.data_streams
+        "{cores} cores, {threads} runtime worker threads, {} data streams per connection, {} requests in flight (both ends in this process, over loopback TCP)",
+        args.data_streams, args.in_flight
     );
     tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()?.block_on(run(args))
 }
