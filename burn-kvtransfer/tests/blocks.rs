@@ -78,3 +78,25 @@ fn the_layer_checksum_is_right_after_overlapping_pieces_and_catches_a_wrong_piec
     put(&mut layer, 2, &data[2000..]).unwrap();
     assert_eq!(layer.checksum(), crc);
 }
+
+#[test]
+fn claims_reserve_only_missing_blocks_and_hold_off_completion_until_finished() {
+    let data: Vec<u8> = (0..3500u32).map(|i| (i % 251) as u8).collect();
+    let mut layer = Reassembly::new(vec![0; data.len()], 1000, crc32fast::hash(&data));
+    put(&mut layer, 1, &data[1000..2000]).unwrap();
+    // A piece over blocks 0..3 claims blocks 0 and 2 only (block 1 is received).
+    let claim = layer.claim(0, 3000).unwrap().expect("blocks 0 and 2 are missing");
+    assert_eq!(claim.copies().collect::<Vec<_>>(), vec![(0, 0, 1000), (2000, 2000, 1000)]);
+    assert_eq!(layer.missing(), vec![(3, 1)], "claimed blocks are not re-pulled");
+    assert!(layer.claim(0, 3000).unwrap().is_none(), "nothing left to claim there");
+    assert!(matches!(layer.claim(3, 1000), Err(MisplacedBlocks { .. })), "the last block is 500 bytes");
+    let last = layer.claim(3, 500).unwrap().expect("block 3 is missing");
+    assert_eq!(last.copies().collect::<Vec<_>>(), vec![(0, 3000, 500)]);
+    layer.finish(last, crc32fast::hash(&data[3000..]));
+    assert!(!layer.is_complete(), "blocks 0 and 2 are claimed, not finished");
+    layer.finish(claim, crc32fast::hash(&data[..3000]));
+    assert!(layer.is_complete());
+    // The claimant here never wrote blocks 0 and 2 (the landing does, from another thread):
+    // the part-stored piece makes the layer hash its bytes, which catches that.
+    assert_ne!(layer.checksum(), layer.crc);
+}

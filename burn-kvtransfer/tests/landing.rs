@@ -90,7 +90,10 @@ fn nothing_lands_in_layers_not_open_taken_or_closed() {
     let piece = block(1, 0, 0, &bytes[..BLOCK as usize]);
     assert_eq!(landing.land(&piece), Landed::NotOpen, "not announced yet");
     landing.open(1, 0, reassembly);
-    assert!(landing.take(1, 0).is_some());
+    assert_eq!(landing.land(&piece), Landed::Stored);
+    assert!(landing.take(1, 0).is_none(), "an incomplete layer is not taken");
+    assert_eq!(landing.land(&block(1, 0, 1, &bytes[BLOCK as usize..])), Landed::Completed);
+    assert_eq!(landing.take(1, 0).unwrap().bytes(), &bytes[..]);
     assert!(landing.take(1, 0).is_none());
     assert_eq!(landing.land(&piece), Landed::NotOpen, "taken");
     assert_eq!(landing.missing(1, 0), Vec::<(u32, u32)>::new());

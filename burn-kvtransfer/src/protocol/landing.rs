@@ -1,7 +1,8 @@
 //! Where received blocks land: the layers a connection is receiving, shared by its session task
 //! and its stream readers. A reader copies the blocks it has read and checked straight into their
 //! layer's buffer, so the copies of one request's blocks run on as many cores as there are
-//! streams; the session only hears that a layer is complete.
+//! streams, even within one layer (each reader claims its blocks under the layer's lock and
+//! copies them without it); the session only hears that a layer is complete.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -41,28 +42,52 @@ impl Landing {
         lock(&self.layers).insert((request, layer), Arc::new(Mutex::new(Some(reassembly))));
     }
 
-    /// Stores a Block frame's data in its layer. Frames of one layer landed from several
-    /// threads are copied one at a time; frames of different layers in parallel.
+    /// Stores a Block frame's data in its layer. Several threads may land frames of one layer at
+    /// once: their copies run in parallel.
+    #[allow(unsafe_code)]
     pub fn land(&self, block: &BlockFrame) -> Landed {
         let Some(slot) = lock(&self.layers).get(&(block.request, block.layer)).cloned() else {
             return Landed::NotOpen;
         };
+        let data = block.data();
+        let (claim, base) = {
+            let mut guard = lock(&slot);
+            let Some(layer) = guard.as_mut() else { return Landed::NotOpen };
+            match layer.claim(block.first, data.len()) {
+                Err(misplaced) => return Landed::Misplaced(misplaced),
+                Ok(None) => return Landed::Stored,
+                Ok(Some(claim)) => (claim, layer.buffer_ptr()),
+            }
+        };
+        for (from, to, n) in claim.copies() {
+            // SAFETY: `claim` checked that `[to, to + n)` lies in the layer's buffer and reserved
+            // its blocks for this thread alone: no other claim covers them, and the layer is not
+            // complete while they are claimed, so nothing reads, resets or takes it (`take` and
+            // `reset` need a complete layer). The buffer stays allocated: `slot` keeps the layer
+            // alive (closing a request only unlists it), and its buffer is never resized. `data`
+            // is a separate allocation, so the ranges do not overlap.
+            unsafe { std::ptr::copy_nonoverlapping(data[from..from + n].as_ptr(), base.add(to), n) };
+        }
         let mut guard = lock(&slot);
-        let Some(layer) = guard.as_mut() else { return Landed::NotOpen };
-        let was_complete = layer.is_complete();
-        match layer.put(block.first, block.data(), block.data_crc()) {
-            Err(misplaced) => Landed::Misplaced(misplaced),
-            Ok(()) if !was_complete && layer.is_complete() => Landed::Completed,
-            Ok(()) => Landed::Stored,
+        let layer = guard.as_mut().expect("a layer with claimed blocks stays in its slot");
+        layer.finish(claim, block.data_crc());
+        match layer.is_complete() {
+            true => Landed::Completed,
+            false => Landed::Stored,
         }
     }
 
-    /// Stops receiving `layer` of `request` and returns it; frames of it that land later are
-    /// [`Landed::NotOpen`].
+    /// Stops receiving `layer` of `request` and returns it, if it is complete; frames of it that
+    /// land later are [`Landed::NotOpen`].
     pub fn take(&self, request: u64, layer: u32) -> Option<Reassembly> {
-        let slot = lock(&self.layers).remove(&(request, layer))?;
-        let taken = lock(&slot).take();
-        taken
+        let mut layers = lock(&self.layers);
+        let slot = layers.get(&(request, layer))?.clone();
+        let mut guard = lock(&slot);
+        if !guard.as_ref().is_some_and(Reassembly::is_complete) {
+            return None;
+        }
+        layers.remove(&(request, layer));
+        guard.take()
     }
 
     /// Runs of blocks of `layer` of `request` not received yet (none when it is not open).
