@@ -224,8 +224,10 @@ async fn a_corrupt_block_is_detected_and_pulled_again() {
     // Small frames (through the read buffer) and 512 KiB frames (read straight into the payload).
     corrupt_block_is_pulled_again(512, 1600, 40, 0).await;
     corrupt_block_is_pulled_again(64 << 10, 1 << 20, 2048, 0).await;
-    // Pulled over two data streams, each of which corrupts one frame.
+    // Pulled over two data streams, each of which corrupts one frame: small frames, then 1 MiB
+    // frames read straight into their layers.
     corrupt_block_is_pulled_again(512, 1600, 40, 2).await;
+    corrupt_block_is_pulled_again(64 << 10, 1 << 20, 2048, 2).await;
 }
 
 #[tokio::test]
@@ -262,8 +264,10 @@ async fn cut_stream_errors_and_the_lease_frees_the_server(max_payload: u32, toke
 async fn a_stream_cut_mid_transfer_errors_and_the_lease_frees_the_server() {
     cut_stream_errors_and_the_lease_frees_the_server(1600, 40, 0).await;
     cut_stream_errors_and_the_lease_frees_the_server(1 << 20, 2048, 0).await;
-    // A data stream cut: the request fails cleanly and the server frees it all the same.
+    // A data stream cut: the request fails cleanly and the server frees it all the same (also
+    // inside a 1 MiB frame being read straight into its layer).
     cut_stream_errors_and_the_lease_frees_the_server(1600, 40, 2).await;
+    cut_stream_errors_and_the_lease_frees_the_server(1 << 20, 2048, 2).await;
 }
 
 #[tokio::test]

@@ -11,6 +11,10 @@ use burn_kvtransfer::{
     wire::{BlockFrame, FrameCodec, Message},
 };
 
+fn header(request: u64, layer: u32, first: u32) -> [u8; 16] {
+    BlockFrame::header(request, layer, first)
+}
+
 const CODEC: FrameCodec = FrameCodec { max_payload: 1 << 20 };
 const BLOCK: u32 = 64;
 
@@ -115,4 +119,47 @@ fn blocks_outside_their_layer_are_misplaced() {
     assert!(matches!(landing.land(&block(1, 0, 4, &bytes[..BLOCK as usize])), Landed::Misplaced(_)));
     assert!(matches!(landing.land(&block(1, 0, 0, &bytes[..10])), Landed::Misplaced(_)));
     assert_eq!(landing.missing(1, 0), vec![(0, 4)]);
+}
+
+#[test]
+fn a_reservation_is_filled_in_place_and_an_abandoned_one_gives_its_blocks_back() {
+    let landing = Landing::default();
+    let (bytes, reassembly) = layer(6 * BLOCK as usize + 10, 6);
+    landing.open(1, 0, reassembly);
+    let b = BLOCK as usize;
+    // Blocks 0..3 reserved, then again: nothing left to reserve there.
+    let mut first = landing.reserve(&header(1, 0, 0), 3 * b).expect("missing blocks");
+    assert!(landing.reserve(&header(1, 0, 0), 3 * b).is_none());
+    assert_eq!(landing.missing(1, 0), vec![(3, 4)], "reserved blocks are not re-pulled");
+    first.as_mut().copy_from_slice(&bytes[..3 * b]);
+    assert_eq!(landing.fill(first, crc32fast::hash(&bytes[..3 * b])), Landed::Stored);
+    // A reservation dropped unfilled (corrupt data, a cut stream): its blocks are missing again.
+    let dropped = landing.reserve(&header(1, 0, 3), 3 * b).expect("missing blocks");
+    drop(dropped);
+    assert_eq!(landing.missing(1, 0), vec![(3, 4)]);
+    // A piece over received and missing blocks is not reserved (it lands the usual way), nor
+    // one that leaves the layer, nor one of a layer not open.
+    assert!(landing.reserve(&header(1, 0, 2), 2 * b).is_none());
+    assert_eq!(landing.missing(1, 0), vec![(3, 4)], "nothing stays claimed");
+    assert!(landing.reserve(&header(1, 0, 5), 3 * b).is_none());
+    assert!(landing.reserve(&header(2, 0, 3), 3 * b).is_none());
+    let mut last = landing.reserve(&header(1, 0, 3), 3 * b + 10).expect("missing blocks");
+    last.as_mut().copy_from_slice(&bytes[3 * b..]);
+    assert_eq!(landing.fill(last, crc32fast::hash(&bytes[3 * b..])), Landed::Completed);
+    let received = landing.take(1, 0).unwrap();
+    assert_eq!(received.bytes(), &bytes[..]);
+    assert_eq!(received.checksum(), received.crc);
+}
+
+#[test]
+fn a_reservation_outlives_its_closed_request() {
+    let landing = Landing::default();
+    let (bytes, reassembly) = layer(2 * BLOCK as usize, 7);
+    landing.open(1, 0, reassembly);
+    let mut reserved = landing.reserve(&header(1, 0, 0), bytes.len()).expect("missing blocks");
+    landing.close(1);
+    // The layer is unlisted but its buffer lives on while the reader writes into it.
+    reserved.as_mut().copy_from_slice(&bytes);
+    assert_eq!(landing.fill(reserved, crc32fast::hash(&bytes)), Landed::Completed);
+    assert!(landing.take(1, 0).is_none());
 }

@@ -113,6 +113,16 @@ pub struct Claim {
 }
 
 impl Claim {
+    /// Whether every block of the piece was claimed (its data goes to the layer in one copy).
+    pub fn is_whole(&self) -> bool {
+        self.whole
+    }
+
+    /// Where the piece's data starts in the layer, bytes.
+    pub fn offset(&self) -> usize {
+        self.first as usize * self.block_size as usize
+    }
+
     /// Copies to make: `(offset in the piece's data, offset in the layer, length)`, bytes.
     pub fn copies(&self) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
         let bs = self.block_size as usize;
@@ -183,6 +193,14 @@ impl Reassembly {
         match claim.whole {
             true => _ = self.pieces.insert(claim.first, (claim.len, data_crc)),
             false => self.pieces_tile = false,
+        }
+    }
+
+    /// Gives a claim's blocks back unwritten (its data was corrupt, or never came): they are
+    /// missing again.
+    pub fn abandon(&mut self, claim: Claim) {
+        for &(start, end) in &claim.runs {
+            self.blocks[start as usize..end as usize].iter_mut().for_each(|b| *b = BlockState::Missing);
         }
     }
 

@@ -21,7 +21,7 @@ use super::landing::{Landed, Landing};
 use crate::error::TransferError;
 use crate::rate::TokenBucket;
 use crate::state_codec::decode_state;
-use crate::transport::{write_frames, Connector, FrameReader, FrameWriter, Outgoing, WireCounter};
+use crate::transport::{write_frames, Connector, FrameReader, FrameWriter, Outgoing, Placed, WireCounter};
 use crate::wire::{BlockFrame, BlockRange, ErrorCode, FrameCodec, FrameKind, Layout, Message, Mode};
 use crate::SchemeDescriptor;
 
@@ -275,21 +275,30 @@ impl Arrival {
     }
 }
 
-/// Reads one stream until it fails or the session is gone: lands Block frames in their layers
-/// and passes everything else to the session. `keep` lives (holding the stream's write half, say)
-/// as long as this runs.
+/// Reads one stream until it fails or the session is gone: reads large Block frames straight
+/// into their layers, lands other Block frames there, and passes everything else to the session.
+/// `keep` lives (holding the stream's write half, say) as long as this runs.
 async fn read_stream<R: AsyncRead + Unpin, K>(mut reader: FrameReader<R>, landing: Landing, frames: FramesTx, keep: K) {
     loop {
-        let arrival = match reader.next().await.map(Message::decode) {
-            Ok(Ok(Message::Block(block))) => {
-                let landed = landing.land(&block);
-                match Arrival::of_landing(block, landed) {
-                    Some(arrival) => Ok(arrival),
-                    None => continue,
+        let arrival = match reader.next_placed(|header, len| landing.reserve(header, len)).await {
+            Ok(Placed::Block { target, data_crc, .. }) => {
+                let (request, layer) = (target.request, target.layer);
+                match landing.fill(target, data_crc) {
+                    Landed::Completed => Ok(Arrival::Completed { request, layer }),
+                    _ => continue,
                 }
             }
-            Ok(Ok(message)) => Ok(Arrival::Message(message)),
-            Ok(Err(e)) => Err(e.into()),
+            Ok(Placed::Frame(frame)) => match Message::decode(frame) {
+                Ok(Message::Block(block)) => {
+                    let landed = landing.land(&block);
+                    match Arrival::of_landing(block, landed) {
+                        Some(arrival) => Ok(arrival),
+                        None => continue,
+                    }
+                }
+                Ok(message) => Ok(Arrival::Message(message)),
+                Err(e) => Err(e.into()),
+            },
             Err(e) => Err(e),
         };
         let stop = matches!(arrival, Err(ref e) if !matches!(e, TransferError::Corrupt(_)));

@@ -7,8 +7,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::blocks::{MisplacedBlocks, Reassembly};
-use crate::wire::BlockFrame;
+use super::blocks::{Claim, MisplacedBlocks, Reassembly};
+use crate::wire::{BlockFrame, BLOCK_HEADER_LEN};
 
 /// One layer being received; `None` once the session took it back.
 type Slot = Arc<Mutex<Option<Reassembly>>>;
@@ -77,6 +77,38 @@ impl Landing {
         }
     }
 
+    /// Reserves the place of a Block frame's data (`len` bytes after `header`) in its layer, for
+    /// a reader to read it there directly; `None` unless the layer is open and every block of
+    /// the piece is missing (the frame is then read and [landed](Self::land) as usual).
+    #[allow(unsafe_code)]
+    pub fn reserve(&self, header: &[u8; BLOCK_HEADER_LEN], len: usize) -> Option<Reserved> {
+        let (request, layer, first) = BlockFrame::parse_header(header);
+        let slot = lock(&self.layers).get(&(request, layer)).cloned()?;
+        let mut guard = lock(&slot);
+        let reassembly = guard.as_mut()?;
+        let claim = reassembly.claim(first, len).ok()??;
+        if !claim.is_whole() {
+            reassembly.abandon(claim);
+            return None;
+        }
+        // SAFETY: `claim` checked that the piece's `len` bytes from its offset lie in the buffer.
+        let start = unsafe { reassembly.buffer_ptr().add(claim.offset()) };
+        drop(guard);
+        Some(Reserved { slot, claim: Some(claim), start, len, request, layer })
+    }
+
+    /// Marks a reservation's data, read and checked, as received.
+    pub fn fill(&self, mut reserved: Reserved, data_crc: u32) -> Landed {
+        let claim = reserved.claim.take().expect("a reservation holds its claim until filled or dropped");
+        let mut guard = lock(&reserved.slot);
+        let layer = guard.as_mut().expect("a layer with claimed blocks stays in its slot");
+        layer.finish(claim, data_crc);
+        match layer.is_complete() {
+            true => Landed::Completed,
+            false => Landed::Stored,
+        }
+    }
+
     /// Stops receiving `layer` of `request` and returns it, if it is complete; frames of it that
     /// land later are [`Landed::NotOpen`].
     pub fn take(&self, request: u64, layer: u32) -> Option<Reassembly> {
@@ -100,5 +132,46 @@ impl Landing {
     /// Stops receiving every layer of `request`.
     pub fn close(&self, request: u64) {
         lock(&self.layers).retain(|&(r, _), _| r != request);
+    }
+}
+
+/// The place of one piece's data in its layer, reserved by [`Landing::reserve`]: a reader reads
+/// the data into [`as_mut`](AsMut::as_mut), then hands it to [`Landing::fill`]. Dropped unfilled
+/// (corrupt data, a broken stream), it gives its blocks back as missing.
+#[derive(Debug)]
+pub struct Reserved {
+    slot: Slot,
+    claim: Option<Claim>,
+    start: *mut u8,
+    len: usize,
+    /// The request.
+    pub request: u64,
+    /// The layer.
+    pub layer: u32,
+}
+
+// SAFETY: `start` points into the layer buffer that `slot` keeps alive, at bytes this
+// reservation's claim holds for it alone; nothing about them is tied to the creating thread.
+#[allow(unsafe_code)]
+unsafe impl Send for Reserved {}
+
+impl AsMut<[u8]> for Reserved {
+    #[allow(unsafe_code)]
+    fn as_mut(&mut self) -> &mut [u8] {
+        // SAFETY: the claim reserves these `len` bytes of the layer's buffer for this reservation
+        // alone (no other claim covers them, and the layer cannot be read, reset or taken before
+        // they are finished, since it is incomplete until then). `slot` keeps the buffer
+        // allocated, and it is never resized. `&mut self` keeps the slice unique.
+        unsafe { std::slice::from_raw_parts_mut(self.start, self.len) }
+    }
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        if let Some(claim) = self.claim.take() {
+            if let Some(layer) = lock(&self.slot).as_mut() {
+                layer.abandon(claim);
+            }
+        }
     }
 }

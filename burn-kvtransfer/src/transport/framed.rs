@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 
 use crate::error::TransferError;
 use crate::rate::TokenBucket;
-use crate::wire::{Frame, FrameCodec, WireError, HEADER_LEN, TRAILER_LEN};
+use crate::wire::{crc_concat, Frame, FrameCodec, FrameKind, WireError, BLOCK_HEADER_LEN, HEADER_LEN, TRAILER_LEN};
 
 /// Bytes read per system call at least (the buffer grows to the largest frame).
 const READ_CHUNK: usize = 256 * 1024;
@@ -29,6 +29,23 @@ impl WireCounter {
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
+}
+
+/// A frame read by [`FrameReader::next_placed`].
+#[derive(Debug)]
+pub enum Placed<T> {
+    /// A frame read as [`FrameReader::next`] reads it.
+    Frame(Frame),
+    /// A large Block frame whose data was read straight into `target` and checked against the
+    /// frame's checksum.
+    Block {
+        /// The Block payload's header (request, layer, first block).
+        header: [u8; BLOCK_HEADER_LEN],
+        /// Where the data went.
+        target: T,
+        /// CRC-32 of the data.
+        data_crc: u32,
+    },
 }
 
 /// Reads frames from a stream.
@@ -75,6 +92,76 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 None => HEADER_LEN,
             };
             self.fill(need).await?;
+        }
+    }
+
+    /// The next frame, as [`next`](Self::next) reads it, except a Block frame larger than the
+    /// read buffer: `place` is shown its Block header and data length and may return where the
+    /// data goes (exactly that many bytes). The data is then read into it, without a copy
+    /// through a payload vector. A corrupt frame drops the target and is
+    /// [`TransferError::Corrupt`], as with `next`.
+    pub async fn next_placed<T: AsMut<[u8]>>(
+        &mut self,
+        place: impl FnOnce(&[u8; BLOCK_HEADER_LEN], usize) -> Option<T>,
+    ) -> Result<Placed<T>, TransferError> {
+        const WANT: usize = HEADER_LEN + BLOCK_HEADER_LEN;
+        loop {
+            let available = &self.buf[self.start..self.end];
+            match self.codec.frame_len(available)? {
+                Some(total) if total <= available.len() || total <= READ_CHUNK => break,
+                Some(_) if Frame::kind_of(available) != FrameKind::Block => break,
+                Some(total) if available.len() >= WANT => {
+                    let header: [u8; BLOCK_HEADER_LEN] = available[HEADER_LEN..WANT].try_into().expect("16 bytes");
+                    let data_len = total - WANT - TRAILER_LEN;
+                    match place(&header, data_len) {
+                        Some(target) => return self.read_placed(header, data_len, target).await,
+                        None => break,
+                    }
+                }
+                _ => self.fill(WANT).await?,
+            }
+        }
+        self.next().await.map(Placed::Frame)
+    }
+
+    /// Reads the data of the Block frame whose header is buffered into `target`, then its trailer.
+    async fn read_placed<T: AsMut<[u8]>>(
+        &mut self,
+        header: [u8; BLOCK_HEADER_LEN],
+        data_len: usize,
+        mut target: T,
+    ) -> Result<Placed<T>, TransferError> {
+        let data = target.as_mut();
+        if data.len() != data_len {
+            let why = format!("a {}-byte target for {data_len} bytes of Block data", data.len());
+            return Err(TransferError::Protocol(why));
+        }
+        self.start += HEADER_LEN + BLOCK_HEADER_LEN;
+        let buffered = (self.end - self.start).min(data_len);
+        data[..buffered].copy_from_slice(&self.buf[self.start..self.start + buffered]);
+        self.start += buffered;
+        let mut filled = buffered;
+        while filled < data_len {
+            let n = self.inner.read(&mut data[filled..]).await?;
+            if n == 0 {
+                return Err(TransferError::Truncated(HEADER_LEN + BLOCK_HEADER_LEN + filled));
+            }
+            self.counter.add(n);
+            filled += n;
+        }
+        while self.end - self.start < TRAILER_LEN {
+            self.fill(TRAILER_LEN).await.map_err(|e| match e {
+                TransferError::Closed => TransferError::Truncated(HEADER_LEN + BLOCK_HEADER_LEN + data_len),
+                other => other,
+            })?;
+        }
+        let trailer = &self.buf[self.start..self.start + TRAILER_LEN];
+        self.start += TRAILER_LEN;
+        let data_crc = crc32fast::hash(data);
+        let payload_crc = crc_concat(crc32fast::hash(&header), data_crc, data_len);
+        match payload_crc.to_le_bytes() == trailer {
+            true => Ok(Placed::Block { header, target, data_crc }),
+            false => Err(TransferError::Corrupt(FrameKind::Block)),
         }
     }
 

@@ -11,7 +11,7 @@ use std::io;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 
-pub use framed::{write_frames, FrameReader, FrameWriter, Outgoing, Slices, WireCounter};
+pub use framed::{write_frames, FrameReader, FrameWriter, Outgoing, Placed, Slices, WireCounter};
 
 /// A bidirectional byte stream.
 pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static {}

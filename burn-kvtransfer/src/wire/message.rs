@@ -223,6 +223,13 @@ impl BlockFrame {
         codec.encode_parts(FrameKind::Block, &[&Self::header(request, layer, first), data])
     }
 
+    /// `(request, layer, first)` from the payload bytes before the data.
+    pub fn parse_header(header: &[u8; BLOCK_HEADER_LEN]) -> (u64, u32, u32) {
+        let request = u64::from_le_bytes(header[..8].try_into().expect("8 bytes"));
+        let layer = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes"));
+        (request, layer, u32::from_le_bytes(header[12..].try_into().expect("4 bytes")))
+    }
+
     /// The payload bytes before the data.
     pub fn header(request: u64, layer: u32, first: u32) -> [u8; BLOCK_HEADER_LEN] {
         let mut header = [0u8; BLOCK_HEADER_LEN];
