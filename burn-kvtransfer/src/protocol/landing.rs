@@ -36,6 +36,17 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Marks a claim's written blocks received in the layer of `slot`.
+fn finish(slot: &Slot, claim: Claim, data_crc: u32) -> Landed {
+    let mut guard = lock(slot);
+    let layer = guard.as_mut().expect("a layer with claimed blocks stays in its slot");
+    layer.finish(claim, data_crc);
+    match layer.is_complete() {
+        true => Landed::Completed,
+        false => Landed::Stored,
+    }
+}
+
 impl Landing {
     /// Starts receiving `layer` of `request` into `reassembly` (replacing any earlier one).
     pub fn open(&self, request: u64, layer: u32, reassembly: Reassembly) {
@@ -68,13 +79,7 @@ impl Landing {
             // is a separate allocation, so the ranges do not overlap.
             unsafe { std::ptr::copy_nonoverlapping(data[from..from + n].as_ptr(), base.add(to), n) };
         }
-        let mut guard = lock(&slot);
-        let layer = guard.as_mut().expect("a layer with claimed blocks stays in its slot");
-        layer.finish(claim, block.data_crc());
-        match layer.is_complete() {
-            true => Landed::Completed,
-            false => Landed::Stored,
-        }
+        finish(&slot, claim, block.data_crc())
     }
 
     /// Reserves the place of a Block frame's data (`len` bytes after `header`) in its layer, for
@@ -100,13 +105,7 @@ impl Landing {
     /// Marks a reservation's data, read and checked, as received.
     pub fn fill(&self, mut reserved: Reserved, data_crc: u32) -> Landed {
         let claim = reserved.claim.take().expect("a reservation holds its claim until filled or dropped");
-        let mut guard = lock(&reserved.slot);
-        let layer = guard.as_mut().expect("a layer with claimed blocks stays in its slot");
-        layer.finish(claim, data_crc);
-        match layer.is_complete() {
-            true => Landed::Completed,
-            false => Landed::Stored,
-        }
+        finish(&reserved.slot, claim, data_crc)
     }
 
     /// Stops receiving `layer` of `request` and returns it, if it is complete; frames of it that
