@@ -256,9 +256,16 @@ static SESSIONS: AtomicU64 = AtomicU64::new(0);
 enum Arrival {
     /// A message for the session, including Block frames of layers not open in the landing.
     Message(Message),
-    /// A layer was completed by the reader's blocks.
+    /// What landing blocks did to their layer.
+    Landed(LayerNews),
+}
+
+/// What landed blocks did that the session must act on.
+#[derive(Debug)]
+enum LayerNews {
+    /// They completed the layer.
     Completed { request: u64, layer: u32 },
-    /// Blocks that do not fit their layer.
+    /// They do not fit it.
     Misplaced { request: u64, error: MisplacedBlocks },
 }
 
@@ -269,8 +276,8 @@ impl Arrival {
         match landed {
             Landed::NotOpen => Some(Self::Message(Message::Block(block))),
             Landed::Stored => None,
-            Landed::Completed => Some(Self::Completed { request, layer }),
-            Landed::Misplaced(error) => Some(Self::Misplaced { request, error }),
+            Landed::Completed => Some(Self::Landed(LayerNews::Completed { request, layer })),
+            Landed::Misplaced(error) => Some(Self::Landed(LayerNews::Misplaced { request, error })),
         }
     }
 }
@@ -284,7 +291,7 @@ async fn read_stream<R: AsyncRead + Unpin, K>(mut reader: FrameReader<R>, landin
             Ok(Placed::Block { target, data_crc, .. }) => {
                 let (request, layer) = (target.request, target.layer);
                 match landing.fill(target, data_crc) {
-                    Landed::Completed => Ok(Arrival::Completed { request, layer }),
+                    Landed::Completed => Ok(Arrival::Landed(LayerNews::Completed { request, layer })),
                     _ => continue,
                 }
             }
@@ -369,10 +376,7 @@ impl Session {
                         }
                         Some(Err(e)) => Err(e),
                         Some(Ok(Arrival::Message(message))) => self.on_message(message).await,
-                        Some(Ok(Arrival::Completed { request, layer })) => self.on_complete(request, layer).await,
-                        Some(Ok(Arrival::Misplaced { request, error })) => {
-                            self.fail(request, TransferError::Protocol(error.to_string())).await
-                        }
+                        Some(Ok(Arrival::Landed(news))) => self.on_landed(news).await,
                     };
                     if let Err(e) = result {
                         break e;
@@ -412,14 +416,11 @@ impl Session {
         match message {
             Message::Ready { request, layer, bytes, crc } => self.on_ready(request, layer, bytes, crc).await,
             Message::Block(block) => {
-                let (request, landed) = (block.request, self.landing.land(&block));
+                let landed = self.landing.land(&block);
                 match Arrival::of_landing(block, landed) {
                     // Blocks of a delivered layer (after a re-pull) or never announced.
                     Some(Arrival::Message(_)) | None => Ok(()),
-                    Some(Arrival::Completed { layer, .. }) => self.on_complete(request, layer).await,
-                    Some(Arrival::Misplaced { error, .. }) => {
-                        self.fail(request, TransferError::Protocol(error.to_string())).await
-                    }
+                    Some(Arrival::Landed(news)) => self.on_landed(news).await,
                 }
             }
             Message::Done { request, logits } => {
@@ -461,6 +462,17 @@ impl Session {
             self.send(&Message::Pull(vec![BlockRange { request, layer, first: 0, count }])).await?;
         }
         Ok(())
+    }
+
+    /// Acts on what landed blocks did: delivers a completed layer, fails a request whose blocks
+    /// do not fit.
+    async fn on_landed(&mut self, news: LayerNews) -> Result<(), TransferError> {
+        match news {
+            LayerNews::Completed { request, layer } => self.on_complete(request, layer).await,
+            LayerNews::Misplaced { request, error } => {
+                self.fail(request, TransferError::Protocol(error.to_string())).await
+            }
+        }
     }
 
     /// Checks a layer that its last blocks completed and delivers it, or re-pulls it whole when
