@@ -111,6 +111,13 @@ fn decode_kernel_equals_the_reference_on_uneven_heads() {
         (layout(32, &[32, 9], &[4, 32]), 4, 2, 129, None),
         (layout(128, &[64, 128], &[32, 128]), 4, 1, 257, None),
         (layout(64, &[2, 2], &[2, 2]), 1, 3, 600, Some(7)),
+        // Longer splits (72 000 slots in all: 128-slot base splits), many tiles per task.
+        (layout(64, &[64, 10, 33], &[7, 64, 40]), 3, 8, 3000, Some(2500)),
+        // Gemma's 256 channels (16-slot tiles), and 8 query heads per KV head.
+        (layout(256, &[256, 100], &[256, 3]), 1, 1, 100, None),
+        (layout(128, &[128, 50], &[90, 128]), 8, 2, 70, None),
+        // 32 query heads per KV head: beyond the kernel, the reference runs.
+        (layout(16, &[16], &[9]), 32, 1, 40, None),
     ];
     for (i, (layout, group, batch, len, window)) in cases.into_iter().enumerate() {
         let case = Case::new(layout, group, batch, len, window, 100 * i as u64);

@@ -61,7 +61,9 @@ fn main() -> anyhow::Result<()> {
 fn test() -> anyhow::Result<()> {
     fetch_model::fetch_model()?;
     shell::run("cargo", &["test", "--release", "--workspace"])?;
-    // The CubeCL kernels against their references on wgpu (lavapipe on a machine without a GPU).
+    // The CubeCL kernels against their references on wgpu (lavapipe on a machine without a GPU):
+    // the shared merge, then each scheme's kernels.
+    shell::run("cargo", &["test", "--release", "-p", "burn-kvcompress", "--features", "wgpu", "--test", "merge_wgpu"])?;
     for crate_name in ["burn-hack-attn", "burn-million-pq", "burn-zack"] {
         shell::run("cargo", &["test", "--release", "-p", crate_name, "--features", "wgpu"])?;
     }

@@ -16,35 +16,82 @@ pub fn masked_score() -> f32 {
     f32::new(-3.0e38)
 }
 
-/// One unit per (query head, channel); see the module documentation.
+/// Units per merge cube (at most): `parts = max(1, MERGE_UNITS / head_dim)` units per channel.
+const MERGE_UNITS: u32 = 512;
+
+/// One cube per query head, `parts` units per channel; see the module documentation.
+/// `tree_width` is half the units rounded up to a power of two (the max's first tree level).
+///
+/// Every unit takes part in the head's max `M` (a shared-memory tree over the units), then unit
+/// `(c, part)` sums `o_s e^(m_s − M)` and `l_s e^(m_s − M)` over splits `part, part + parts, …`,
+/// and the parts' sums are added in shared memory. A head's splits are thus read by all its units
+/// at once rather than walked by one unit per channel.
 #[cube(launch)]
 pub fn merge_kernel(
     partial: &Array<f32>,
     partial_max: &Array<f32>,
     partial_sum: &Array<f32>,
     out: &mut Array<f32>,
-    heads: u32,
     splits: u32,
+    tree_width: u32,
     #[comptime] head_dim: u32,
+    #[comptime] parts: u32,
 ) {
-    let index = ABSOLUTE_POS as u32;
-    if index >= heads * head_dim {
-        terminate!();
-    }
-    let head = index / head_dim;
-    let c = index % head_dim;
+    let head = CUBE_POS_X;
+    let unit = UNIT_POS;
+    let units = comptime!(head_dim * parts);
+    let mut shared = SharedMemory::<f32>::new(comptime!(units as usize));
     let mut m = masked_score();
-    for s in 0..splits {
+    let mut s = unit;
+    while s < splits {
         m = f32::max(m, partial_max[(head * splits + s) as usize]);
+        s += units;
     }
+    shared[unit as usize] = m;
+    sync_cube();
+    let mut width = tree_width;
+    while width > 0 {
+        if unit < width && unit + width < units {
+            shared[unit as usize] = f32::max(shared[unit as usize], shared[(unit + width) as usize]);
+        }
+        sync_cube();
+        width /= 2;
+    }
+    let m = shared[0];
+    sync_cube();
+
+    let c = unit % head_dim;
+    let part = unit / head_dim;
     let mut l = 0.0f32;
     let mut o = 0.0f32;
-    for s in 0..splits {
+    let mut s = part;
+    while s < splits {
         let w = f32::exp(partial_max[(head * splits + s) as usize] - m);
         l += partial_sum[(head * splits + s) as usize] * w;
         o += partial[((head * splits + s) * head_dim + c) as usize] * w;
+        s += parts;
     }
-    out[index as usize] = o / l;
+    shared[unit as usize] = o;
+    sync_cube();
+    // The parts' `l` (the same in every channel of a part) are added the same way.
+    let mut total = 0.0f32;
+    if part == 0 {
+        #[unroll]
+        for q in 0..parts {
+            total += shared[(q * head_dim + c) as usize];
+        }
+    }
+    sync_cube();
+    shared[unit as usize] = l;
+    sync_cube();
+    if part == 0 {
+        let mut mass = 0.0f32;
+        #[unroll]
+        for q in 0..parts {
+            mass += shared[(q * head_dim + c) as usize];
+        }
+        out[(head * head_dim + c) as usize] = total / mass;
+    }
 }
 
 /// The flat buffers a split decode kernel writes: `output` `[heads, splits, head_dim]`, `max` and
@@ -84,17 +131,20 @@ pub fn merge_partials<R: CubeRuntime>(partials: SplitPartials<R>) -> CubeTensor<
     let SplitPartials { output, max, sum, heads, splits, head_dim } = partials;
     let out = dense_output::<R, f32>(&output, heads * head_dim);
     let client = output.client.clone();
+    let parts = (MERGE_UNITS / head_dim as u32).max(1);
+    let units = parts * head_dim as u32;
     merge_kernel::launch(
         &client,
-        CubeCount::Static((heads * head_dim).div_ceil(128) as u32, 1, 1),
-        CubeDim::new_1d(128),
+        CubeCount::Static(heads as u32, 1, 1),
+        CubeDim::new_1d(units),
         output.into_array_arg(),
         max.into_array_arg(),
         sum.into_array_arg(),
         out.clone().into_array_arg(),
-        heads as u32,
         splits as u32,
+        units.next_power_of_two() / 2,
         head_dim as u32,
+        parts,
     );
     out
 }

@@ -42,7 +42,8 @@ where
     R: burn_cubecl::CubeRuntime,
     BT: burn_cubecl::BoolElement,
 {
-    /// The fused decode kernel for one query slot; several query slots run the reference.
+    /// The fused decode kernel for one query slot (in the shapes it
+    /// [`supports`](attention::supports)); other shapes and several query slots run the reference.
     fn zack_attention(
         q: Tensor<Self, 4>,
         basis: Tensor<Self, 2>,
@@ -53,9 +54,11 @@ where
     ) -> Result<Tensor<Self, 4>, CacheError> {
         let [batch, slots, _] = keys.dims();
         let cache_dims = [batch, layout.kv_heads(), slots, layout.head_dim];
-        let (_, _, q_len, _) = burn_kvcompress::cache::check_attend_shapes(q.dims(), cache_dims, options)?;
+        let (_, heads, q_len, head_dim) = burn_kvcompress::cache::check_attend_shapes(q.dims(), cache_dims, options)?;
         match q_len {
-            1 => Ok(attention::decode_launch(q, basis, keys, values, layout, options)),
+            1 if attention::supports(heads / layout.kv_heads(), head_dim) => {
+                Ok(attention::decode_launch(q, basis, keys, values, layout, options))
+            }
             _ => zack_attention_reference(q, basis, keys, values, layout, options),
         }
     }

@@ -175,7 +175,7 @@ pub fn decode_kernel(
 
     // 2. Per head: the split's max score (16 lanes per head, then one), then p = exp(s - m)
     //    (0 where masked).
-    split_softmax(&mut p, &mut head_max, geo.group, geo.chunk);
+    split_softmax(&mut p, &mut head_max, count, geo.group, geo.chunk);
 
     // 3. Per (head, channel): Σ p · v.
     let book_group = kv_head * per_head_books;

@@ -3,32 +3,65 @@
 //!
 //! One cube of `units` units per (sequence, task); a task is `count` slots of one KV head, and
 //! the cube serves all `group` query heads of that head:
-//! 0. the reduced queries `q̃_g = scale · q_g R̃` (`k_qk` coordinates) go to shared memory;
-//! 1. per (head, slot), the score `q̃ · k̃` over the head's `k_qk` key columns; masked slots
-//!    (padding, sliding window) are excluded;
-//! 2. per head, the task's max score `m`, `p = exp(s - m)` and `l = Σ p`;
-//! 3. per (head, channel `c < head_dim`): `Σ p · ṽ_c` for `c < k_vo`, 0 past it (the folded
-//!    `W_O` ignores those channels);
-//! 4. the unnormalized output, `m` and `l` go to the log-sum-exp merge as split `split` of the
-//!    head (`burn_kvcompress::kernels::merge_partials`).
+//! 0. the reduced queries `q̃_g = scale · q_g R̃` (`k_qk` coordinates, computed once per step by
+//!    [`rotate_queries_kernel`](super::rotate::rotate_queries_kernel)) go to shared memory;
+//! 1. tile by tile (`tile` slots), the head's reduced keys are staged in shared memory
+//!    ([`stage_rows`]) and one unit per (slot, head) scores `q̃ · k̃`; masked slots (padding,
+//!    sliding window) are excluded;
+//! 2. per head, the task's max score `m`, then `p = exp(s - m)`;
+//! 3. tile by tile, the reduced values are staged and each unit accumulates `Σ p · ṽ_c` and
+//!    `Σ p` for one channel `c < head_dim` and every head, over its share of the tile's slots
+//!    (0 past the head's value rank: the folded `W_O` ignores those channels);
+//! 4. the units' shares are summed, and the unnormalized output, `m` and `l = Σ p` go to the
+//!    log-sum-exp merge as split `split` of the head (`burn_kvcompress::kernels::merge_partials`).
+//!
+//! Shared-memory rows are padded to an odd stride, so units reading one column of consecutive
+//! rows hit distinct banks.
 
 use burn_kvcompress::kernels::{decode_slot_visible, masked_score, split_softmax};
 use cubecl::prelude::*;
+
+use super::tile::stage_rows;
 
 /// Shapes fixed at compile time (one compiled kernel per model geometry).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct DecodeGeometry {
     /// Query heads per KV head.
     pub group: u32,
-    /// Channels of an uncompressed head (the output width).
+    /// Channels of an uncompressed head (the output width), at most `units`.
     pub head_dim: u32,
     /// The longest task, in slots (sizes the shared score buffer).
     pub max_chunk: u32,
+    /// Units per cube.
+    pub units: u32,
+    /// Slots per staged tile.
+    pub tile: u32,
+}
+
+impl DecodeGeometry {
+    /// Floats of the shared tile buffer: a tile of padded rows, or the units' per-head shares of
+    /// step 4, whichever is larger.
+    pub fn tile_floats(&self) -> u32 {
+        (self.tile * (self.head_dim + 1)).max(self.units * self.group)
+    }
+
+    /// Bytes of shared memory one cube uses.
+    pub fn shared_bytes(&self) -> u32 {
+        let floats = self.group * self.head_dim + self.group * self.max_chunk + self.group * (1 + 16);
+        4 * (floats + self.tile_floats())
+    }
+}
+
+/// The smallest odd row stride holding `width` floats.
+#[cube]
+fn odd_stride(width: u32) -> u32 {
+    width | 1
 }
 
 /// One task of ZACK decode attention; see the module documentation.
 ///
-/// - `q`: `[batch, kv_heads * group, head_dim]`; `basis`: `[head_dim, key_width]`;
+/// - `reduced_q`: `[batch, kv_heads * group, key_width]`, scaled reduced queries in each head's
+///   key columns;
 /// - `keys`: `[batch, len, key_width]`; `values`: `[batch, len, value_width]`;
 /// - `layout`: per KV head `[key_offset, key_rank, value_offset, value_rank]`;
 /// - `tasks`: per task `[kv_head, split, first, count]`; `key_start`: `[batch]`;
@@ -36,8 +69,7 @@ pub struct DecodeGeometry {
 #[allow(clippy::too_many_arguments)]
 #[cube(launch)]
 pub fn decode_kernel(
-    q: &Array<f32>,
-    basis: &Array<f32>,
+    reduced_q: &Array<f32>,
     keys: &Array<f32>,
     values: &Array<f32>,
     layout: &Array<u32>,
@@ -49,14 +81,12 @@ pub fn decode_kernel(
     len: u32,
     splits: u32,
     window: u32,
-    scale: f32,
     #[comptime] geo: DecodeGeometry,
 ) {
     let task = CUBE_POS_X;
     let batch_row = CUBE_POS_Y;
     let kv_heads = layout.len() as u32 / 4;
     let unit = UNIT_POS;
-    let units = CUBE_DIM;
     let group = geo.group;
     let d = geo.head_dim;
     let chunk = geo.max_chunk;
@@ -68,74 +98,134 @@ pub fn decode_kernel(
     let key_rank = layout[(kv_head * 4 + 1) as usize];
     let value_offset = layout[(kv_head * 4 + 2) as usize];
     let value_rank = layout[(kv_head * 4 + 3) as usize];
-    let key_width = basis.len() as u32 / d;
+    let key_width = keys.len() as u32 / (len * CUBE_COUNT_Y);
     let value_width = values.len() as u32 / (len * CUBE_COUNT_Y);
     let start = key_start[batch_row as usize];
+    let first_head = (batch_row * kv_heads + kv_head) * group;
 
-    let mut reduced = SharedMemory::<f32>::new((geo.group * geo.head_dim) as usize);
+    let mut q_tilde = SharedMemory::<f32>::new((geo.group * geo.head_dim) as usize);
     let mut p = SharedMemory::<f32>::new((geo.group * geo.max_chunk) as usize);
     let mut head_max = SharedMemory::<f32>::new(geo.group as usize);
+    let mut tile = SharedMemory::<f32>::new(comptime!(geo.tile_floats() as usize));
 
-    // 0. q̃ = scale · q R̃ for the group's heads.
+    // 0. The group's reduced queries.
     let mut pair = unit;
     while pair < group * key_rank {
         let g = pair / key_rank;
         let j = pair % key_rank;
-        let q_base = ((batch_row * kv_heads + kv_head) * group + g) * d;
-        let mut acc = 0.0f32;
-        for c in 0..d {
-            acc += q[(q_base + c) as usize] * basis[(c * key_width + key_offset + j) as usize];
-        }
-        reduced[(g * d + j) as usize] = acc * scale;
-        pair += units;
+        q_tilde[(g * d + j) as usize] = reduced_q[((first_head + g) * key_width + key_offset + j) as usize];
+        pair += geo.units;
     }
-    sync_cube();
 
-    // 1. Scores per (head, slot).
-    let mut pair = unit;
-    while pair < group * chunk {
-        let g = pair / chunk;
-        let t = pair % chunk;
-        let mut score = masked_score();
-        if t < count {
-            let slot = first + t;
-            if decode_slot_visible(slot, len, start, window) {
-                let row = (batch_row * len + slot) * key_width + key_offset;
+    // 1. Scores, one unit per (slot of the tile, head).
+    let key_stride = odd_stride(key_rank);
+    let teams = comptime!(geo.units / geo.tile);
+    let t = unit % geo.tile;
+    let team = unit / geo.tile;
+    let mut tile_start = 0u32;
+    while tile_start < count {
+        let rows = u32::min(geo.tile, count - tile_start);
+        let row0 = (batch_row * len + first + tile_start) * key_width + key_offset;
+        stage_rows(keys, row0, key_width, rows, key_rank, &mut tile, key_stride, geo);
+        sync_cube();
+        let visible = t < rows && decode_slot_visible(first + tile_start + t, len, start, window);
+        let mut g = team;
+        while g < group {
+            let mut score = masked_score();
+            if visible {
                 let mut acc = 0.0f32;
                 for j in 0..key_rank {
-                    acc += reduced[(g * d + j) as usize] * keys[(row + j) as usize];
+                    acc += q_tilde[(g * d + j) as usize] * tile[(t * key_stride + j) as usize];
                 }
                 score = acc;
             }
+            if t < rows {
+                p[(g * chunk + tile_start + t) as usize] = score;
+            }
+            g += teams;
         }
-        p[pair as usize] = score;
-        pair += units;
+        sync_cube();
+        tile_start += geo.tile;
+    }
+
+    // 2. Per head: the task's max score, then p = exp(s - m) (0 where masked).
+    split_softmax(&mut p, &mut head_max, count, geo.group, geo.max_chunk);
+
+    // 3. One unit per (channel, part): Σ p · ṽ_c and Σ p for every head over the part's slots.
+    let parts = comptime!(geo.units / geo.head_dim);
+    let c = unit % d;
+    let part = unit / d;
+    let mut acc = Array::<f32>::new(geo.group as usize);
+    let mut mass = Array::<f32>::new(geo.group as usize);
+    #[unroll]
+    for g in 0..geo.group {
+        acc[g as usize] = 0.0;
+        mass[g as usize] = 0.0;
+    }
+    let value_stride = odd_stride(value_rank);
+    let mut tile_start = 0u32;
+    while tile_start < count {
+        let rows = u32::min(geo.tile, count - tile_start);
+        let row0 = (batch_row * len + first + tile_start) * value_width + value_offset;
+        stage_rows(values, row0, value_width, rows, value_rank, &mut tile, value_stride, geo);
+        sync_cube();
+        if part < parts {
+            let mut row = part;
+            while row < rows {
+                let mut v = 0.0f32;
+                if c < value_rank {
+                    v = tile[(row * value_stride + c) as usize];
+                }
+                #[unroll]
+                for g in 0..geo.group {
+                    let weight = p[(g * chunk + tile_start + row) as usize];
+                    acc[g as usize] += weight * v;
+                    mass[g as usize] += weight;
+                }
+                row += parts;
+            }
+        }
+        sync_cube();
+        tile_start += geo.tile;
+    }
+
+    // 4. Sum the parts' shares (in the tile buffer, free again) and write the split's partials.
+    if part < parts {
+        #[unroll]
+        for g in 0..geo.group {
+            tile[((part * group + g) * d + c) as usize] = acc[g as usize];
+        }
     }
     sync_cube();
-
-    // 2. Per head: the task's max score (16 lanes per head, then one), then p = exp(s - m).
-    split_softmax(&mut p, &mut head_max, geo.group, geo.max_chunk);
-
-    // 3. Per (head, channel): Σ p · ṽ, zero past the head's value rank.
     let mut pair = unit;
     while pair < group * d {
         let g = pair / d;
         let c = pair % d;
-        let mut acc = 0.0f32;
+        let mut o = 0.0f32;
+        #[unroll]
+        for q in 0..parts {
+            o += tile[((q * group + g) * d + c) as usize];
+        }
+        let index = (first_head + g) * splits + split;
+        out[(index * d + c) as usize] = o;
+        pair += geo.units;
+    }
+    sync_cube();
+    if part < parts && c == 0 {
+        #[unroll]
+        for g in 0..geo.group {
+            tile[(part * group + g) as usize] = mass[g as usize];
+        }
+    }
+    sync_cube();
+    if unit < group {
         let mut l = 0.0f32;
-        for t in 0..count {
-            let weight = p[(g * chunk + t) as usize];
-            l += weight;
-            if weight > 0.0 && c < value_rank {
-                acc += weight * values[((batch_row * len + first + t) * value_width + value_offset + c) as usize];
-            }
+        #[unroll]
+        for q in 0..parts {
+            l += tile[(q * group + unit) as usize];
         }
-        let head = (batch_row * kv_heads + kv_head) * group + g;
-        out[((head * splits + split) * d + c) as usize] = acc;
-        if c == 0 {
-            out_max[(head * splits + split) as usize] = head_max[g as usize];
-            out_sum[(head * splits + split) as usize] = l;
-        }
-        pair += units;
+        let index = (first_head + unit) * splits + split;
+        out_max[index as usize] = head_max[unit as usize];
+        out_sum[index as usize] = l;
     }
 }

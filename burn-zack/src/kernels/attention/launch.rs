@@ -1,25 +1,72 @@
-//! Launching the ZACK decode kernel and its merge on a CubeCL backend.
+//! Launching the ZACK decode kernel, its query rotation and its merge on a CubeCL backend.
 
 use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive};
 use burn_cubecl::{cubecl::prelude::*, BoolElement, CubeRuntime};
 use burn_kvcompress::{
     cache::AttendOptions,
-    kernels::{float_arg, int_arg, merge_partials, CubeF32, SplitPartials},
+    kernels::{dense_output, float_arg, int_arg, merge_partials, CubeF32, SplitPartials},
 };
 
-use super::kernel::{decode_kernel, DecodeGeometry};
+use super::{
+    kernel::{decode_kernel, DecodeGeometry},
+    rotate::rotate_queries_kernel,
+};
 use crate::{cache::HeadLayout, kernels::DecodeSchedule};
 
-/// Slots per split of a full-rank head.
-pub const BASE_CHUNK: usize = 64;
-/// The longest split (a reduced head's), in slots.
-pub const MAX_CHUNK: usize = 256;
 /// Units per cube.
-const UNITS: u32 = 256;
+pub const UNITS: u32 = 256;
+/// Floats of one shared-memory tile of padded rows (16.5 KiB: 32 rows of 128 channels).
+const TILE_FLOATS: u32 = 32 * 129;
+/// Scores one cube holds (8 KiB): a task is at most `SCORE_FLOATS / group` slots long.
+const SCORE_FLOATS: u32 = 2048;
+/// Shared memory a cube may use on every backend: 32 KiB on Mesa's software Vulkan (CUDA allows
+/// 48 KiB of static shared memory).
+const SHARED_BYTES: u32 = 32 * 1024;
+/// The longest task, in slots.
+const MAX_CHUNK: u32 = 1024;
+/// Bounds of a full-rank head's split length, in slots.
+const BASE_CHUNK: (usize, usize) = (64, 256);
+/// Cubes (tasks × sequences) a decode step aims for: several waves on a large GPU, and few enough
+/// splits per head that the merge stays short.
+const TARGET_CUBES: usize = 1024;
+
+/// Slots per split of a full-rank head for `batch` sequences of `len` slots and `kv_heads` heads:
+/// a power of two near `batch · kv_heads · len / TARGET_CUBES`, within [`BASE_CHUNK`].
+pub fn base_chunk(batch: usize, kv_heads: usize, len: usize) -> usize {
+    (batch * kv_heads * len / TARGET_CUBES).next_power_of_two().clamp(BASE_CHUNK.0, BASE_CHUNK.1)
+}
+
+/// Slots per tile for heads of `head_dim` channels: the most rows (a power of two, 8 to 64) of
+/// `head_dim + 1` floats that fit [`TILE_FLOATS`].
+fn tile_rows(head_dim: u32) -> u32 {
+    let rows = TILE_FLOATS / (head_dim + 1);
+    (1u32 << rows.max(1).ilog2()).clamp(8, 64)
+}
+
+/// The kernel's compile-time shapes for `group` query heads per KV head of `head_dim` channels.
+pub fn decode_geometry(group: usize, head_dim: usize) -> DecodeGeometry {
+    let group = group as u32;
+    DecodeGeometry {
+        group,
+        head_dim: head_dim as u32,
+        max_chunk: (SCORE_FLOATS / group).min(MAX_CHUNK),
+        units: UNITS,
+        tile: tile_rows(head_dim as u32),
+    }
+}
+
+/// Whether the decode kernel handles `group` query heads per KV head of `head_dim` channels: a
+/// head's channels fit one cube, the softmax's max runs on 16 units per head, and the cube's
+/// shared memory fits [`SHARED_BYTES`].
+pub fn supports(group: usize, head_dim: usize) -> bool {
+    head_dim <= UNITS as usize
+        && group <= UNITS as usize / 16
+        && decode_geometry(group, head_dim).shared_bytes() <= SHARED_BYTES
+}
 
 /// ZACK decode attention of `q: [batch, heads, 1, head_dim]` (the last slot) over `keys: [batch,
-/// len, Σ k_qk]` and `values: [batch, len, Σ k_vo]`, shapes already checked; returns `[batch,
-/// heads, 1, head_dim]`, zero past each head's value rank.
+/// len, Σ k_qk]` and `values: [batch, len, Σ k_vo]`, shapes already checked and `head_dim ≤`
+/// [`UNITS`] and at most `UNITS / 16` query heads per KV head ([`supports`]); returns `[batch, heads, 1, head_dim]`, zero past each head's value rank.
 pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     q: Tensor<CubeF32<R, BT>, 4>,
     basis: Tensor<CubeF32<R, BT>, 2>,
@@ -32,8 +79,9 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     let len = keys.dims()[1];
     let device = q.device();
     let kv_heads = layout.kv_heads();
-    let schedule = DecodeSchedule::plan(layout, len, BASE_CHUNK, MAX_CHUNK);
-    let geo = DecodeGeometry { group: (heads / kv_heads) as u32, head_dim: d as u32, max_chunk: MAX_CHUNK as u32 };
+    let geo = decode_geometry(heads / kv_heads, d);
+    let base = base_chunk(batch, kv_heads, len).min(geo.max_chunk as usize);
+    let schedule = DecodeSchedule::plan(layout, len, base, geo.max_chunk as usize);
     let words: Vec<i32> = (0..kv_heads)
         .flat_map(|h| {
             let (k, v) = (layout.key_columns(h), layout.value_columns(h));
@@ -49,13 +97,25 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     let key_start = upload(options.key_start.iter().map(|&s| s as i32).collect());
     let q = float_arg(&q);
     let client = q.client.clone();
-    let partials = SplitPartials::allocate(&q, batch * heads, schedule.splits, d);
+    let reduced_q = dense_output::<R, f32>(&q, batch * heads * layout.key_width());
+    rotate_queries_kernel::launch(
+        &client,
+        CubeCount::Static(kv_heads as u32, batch as u32, 1),
+        CubeDim::new_1d(UNITS),
+        q.into_array_arg(),
+        float_arg(&basis).into_array_arg(),
+        layout_arg.clone().into_array_arg(),
+        reduced_q.clone().into_array_arg(),
+        options.scale,
+        geo.group,
+        geo.head_dim,
+    );
+    let partials = SplitPartials::allocate(&reduced_q, batch * heads, schedule.splits, d);
     decode_kernel::launch(
         &client,
         CubeCount::Static(schedule.tasks.len() as u32, batch as u32, 1),
         CubeDim::new_1d(UNITS),
-        q.into_array_arg(),
-        float_arg(&basis).into_array_arg(),
+        reduced_q.into_array_arg(),
         float_arg(&keys).into_array_arg(),
         float_arg(&values).into_array_arg(),
         layout_arg.into_array_arg(),
@@ -67,9 +127,29 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
         len as u32,
         schedule.splits as u32,
         options.window.unwrap_or(0) as u32,
-        options.scale,
         geo,
     );
     let out = merge_partials(partials);
     Tensor::<CubeF32<R, BT>, 1>::from_primitive(TensorPrimitive::Float(out)).reshape([batch, heads, 1, d])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_grow_with_the_work_and_the_shared_memory_fits_a_cube() {
+        assert_eq!(base_chunk(1, 3, 100), 64);
+        assert_eq!(base_chunk(1, 8, 32768), 256);
+        assert_eq!(base_chunk(1, 8, 8192), 64);
+        assert_eq!(base_chunk(8, 8, 65536), 256);
+        assert!(!supports(32, 128) && !supports(4, 512) && !supports(16, 128));
+        assert_eq!([tile_rows(16), tile_rows(64), tile_rows(128), tile_rows(256)], [64, 32, 32, 16]);
+        // Llama-3 and Mistral (4 × 128), SmolLM2 (3 × 64), Llama-3-70B (8 × 128), Gemma (1 × 256).
+        for (group, head_dim) in [(1, 256), (3, 64), (4, 128), (8, 128), (16, 64), (16, 16)] {
+            let geo = decode_geometry(group, head_dim);
+            assert!(supports(group, head_dim), "group {group}, head_dim {head_dim}: {} bytes", geo.shared_bytes());
+            assert_eq!(geo.units % geo.tile, 0);
+        }
+    }
 }

@@ -6,7 +6,11 @@ mod kernel;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod launch;
 mod reference;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod rotate;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod tile;
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-pub use launch::{decode_launch, BASE_CHUNK, MAX_CHUNK};
+pub use launch::{base_chunk, decode_launch, supports};
 pub use reference::zack_attention_reference;

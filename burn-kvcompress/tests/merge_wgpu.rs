@@ -1,0 +1,79 @@
+//! The log-sum-exp merge kernel against a plain f64 merge on wgpu (lavapipe in CI): many splits,
+//! head widths that do and do not divide the cube, and fully masked splits.
+#![cfg(feature = "wgpu")]
+
+use burn::tensor::{Tensor, TensorData, TensorPrimitive};
+use burn_kvcompress::kernels::{float_arg, merge_partials, SplitPartials};
+
+type Gpu = burn::backend::Wgpu<f32, i32>;
+
+/// The score of a masked slot, as the kernels write it.
+const MASKED: f32 = -3.0e38;
+
+/// Deterministic values in [-1, 1).
+fn uniform(n: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+#[test]
+fn merge_equals_a_plain_log_sum_exp_merge() {
+    let upload = |values: Vec<f32>| {
+        let n = values.len();
+        float_arg(&Tensor::<Gpu, 1>::from_data(TensorData::new(values, [n]), &Default::default()))
+    };
+    for (case, (heads, splits, head_dim)) in
+        [(1, 1, 16), (3, 7, 64), (2, 130, 128), (4, 33, 80), (1, 9, 256)].into_iter().enumerate()
+    {
+        let seed = 10 * case as u64;
+        let output = uniform(heads * splits * head_dim, seed);
+        let mut max: Vec<f32> = uniform(heads * splits, seed + 1).iter().map(|x| 20.0 * x).collect();
+        let mut sum: Vec<f32> = uniform(heads * splits, seed + 2).iter().map(|x| 1.5 + x).collect();
+        // Every third split of a head saw only masked slots (split 0 always sees some).
+        for (i, (m, l)) in max.iter_mut().zip(&mut sum).enumerate() {
+            if i % splits % 3 == 2 {
+                (*m, *l) = (MASKED, 0.0);
+            }
+        }
+        let mut output = output;
+        for (i, o) in output.iter_mut().enumerate() {
+            if (i / head_dim) % splits % 3 == 2 {
+                *o = 0.0;
+            }
+        }
+        let partials = SplitPartials {
+            output: upload(output.clone()),
+            max: upload(max.clone()),
+            sum: upload(sum.clone()),
+            heads,
+            splits,
+            head_dim,
+        };
+        let merged = Tensor::<Gpu, 1>::from_primitive(TensorPrimitive::Float(merge_partials(partials)));
+        let got: Vec<f32> = merged.into_data().convert::<f32>().into_vec().unwrap();
+        assert_eq!(got.len(), heads * head_dim);
+        for h in 0..heads {
+            let m = (0..splits).map(|s| max[h * splits + s]).fold(f32::MIN, f32::max) as f64;
+            let weights: Vec<f64> = (0..splits).map(|s| (max[h * splits + s] as f64 - m).exp()).collect();
+            let mass: f64 = (0..splits).map(|s| sum[h * splits + s] as f64 * weights[s]).sum();
+            for c in 0..head_dim {
+                let terms = (0..splits).map(|s| output[(h * splits + s) * head_dim + c] as f64 * weights[s]);
+                let (num, abs): (f64, f64) = terms.fold((0.0, 0.0), |(n, a), t| (n + t, a + t.abs()));
+                // u = 2^-24. Each weight e^(m_s − M) is off by a relative `ε_w = u·|m_s − M| +
+                // 4u` (the rounded difference, a few ulps of exp), and each sum of `splits`
+                // products adds `splits · u` relative to the sum of absolute terms; numerator and
+                // denominator each so, the quotient by at most `2 (splits·u + ε_w) · Σ|o_s w_s| / l`.
+                let u = f64::from(f32::EPSILON) / 2.0;
+                let spread = (0..splits).map(|s| (max[h * splits + s] as f64 - m).abs().min(40.0)).fold(0.0, f64::max);
+                let bound = 2.0 * (splits as f64 * u + spread * u + 4.0 * u) * abs / mass;
+                let diff = (got[h * head_dim + c] as f64 - num / mass).abs();
+                assert!(diff <= bound, "case {case}, head {h}, channel {c}: off by {diff:e} > {bound:e}");
+            }
+        }
+    }
+}
