@@ -5,9 +5,9 @@
 //! the cube serves all `group` query heads of that head:
 //! 0. the reduced queries `q̃_g = scale · q_g R̃` (`k_qk` coordinates, computed once per step by
 //!    [`rotate_queries_kernel`](super::rotate::rotate_queries_kernel)) go to shared memory;
-//! 1. tile by tile (`tile` slots), the head's reduced keys are staged in shared memory
-//!    ([`stage_rows`]) and one unit per (slot, head) scores `q̃ · k̃`; masked slots (padding,
-//!    sliding window) are excluded;
+//! 1. tile by tile (as many slots as fit `tile_floats`: narrower heads take longer tiles), the
+//!    head's reduced keys are staged in shared memory ([`stage_rows`]) and one unit per (slot,
+//!    head) scores `q̃ · k̃`; masked slots (padding, sliding window) are excluded;
 //! 2. per head, the task's max score `m`, then `p = exp(s - m)`;
 //! 3. tile by tile, the reduced values are staged and each unit accumulates `Σ p · ṽ_c` and
 //!    `Σ p` for one channel `c < head_dim` and every head, over its share of the tile's slots
@@ -34,21 +34,16 @@ pub struct DecodeGeometry {
     pub max_chunk: u32,
     /// Units per cube.
     pub units: u32,
-    /// Slots per staged tile.
-    pub tile: u32,
+    /// Floats of the shared tile buffer (a multiple of `units`, at least `units · group` and
+    /// `head_dim + 1`): a tile holds as many padded rows as fit.
+    pub tile_floats: u32,
 }
 
 impl DecodeGeometry {
-    /// Floats of the shared tile buffer: a tile of padded rows, or the units' per-head shares of
-    /// step 4, whichever is larger.
-    pub fn tile_floats(&self) -> u32 {
-        (self.tile * (self.head_dim + 1)).max(self.units * self.group)
-    }
-
     /// Bytes of shared memory one cube uses.
     pub fn shared_bytes(&self) -> u32 {
         let floats = self.group * self.head_dim + self.group * self.max_chunk + self.group * (1 + 16);
-        4 * (floats + self.tile_floats())
+        4 * (floats + self.tile_floats)
     }
 }
 
@@ -63,8 +58,9 @@ fn odd_stride(width: u32) -> u32 {
 /// - `reduced_q`: `[batch, kv_heads * group, key_width]`, scaled reduced queries in each head's
 ///   key columns;
 /// - `keys`: `[batch, len, key_width]`; `values`: `[batch, len, value_width]`;
-/// - `layout`: per KV head `[key_offset, key_rank, value_offset, value_rank]`;
-/// - `tasks`: per task `[kv_head, split, first, count]`; `key_start`: `[batch]`;
+/// - `meta`, uploaded once per step: per KV head `[key_offset, key_rank, value_offset,
+///   value_rank]` (`4 · kv_heads` words), then `key_start` (`batch` words), then per task
+///   `[kv_head, split, first, count]`;
 /// - outputs per (query head, split): `out` (`head_dim` each), `out_max`, `out_sum`.
 #[allow(clippy::too_many_arguments)]
 #[cube(launch)]
@@ -72,12 +68,11 @@ pub fn decode_kernel(
     reduced_q: &Array<f32>,
     keys: &Array<f32>,
     values: &Array<f32>,
-    layout: &Array<u32>,
-    tasks: &Array<u32>,
-    key_start: &Array<u32>,
+    meta: &Array<u32>,
     out: &mut Array<f32>,
     out_max: &mut Array<f32>,
     out_sum: &mut Array<f32>,
+    kv_heads: u32,
     len: u32,
     splits: u32,
     window: u32,
@@ -85,28 +80,28 @@ pub fn decode_kernel(
 ) {
     let task = CUBE_POS_X;
     let batch_row = CUBE_POS_Y;
-    let kv_heads = layout.len() as u32 / 4;
+    let tasks = 4 * kv_heads + CUBE_COUNT_Y;
     let unit = UNIT_POS;
     let group = geo.group;
     let d = geo.head_dim;
     let chunk = geo.max_chunk;
-    let kv_head = tasks[(task * 4) as usize];
-    let split = tasks[(task * 4 + 1) as usize];
-    let first = tasks[(task * 4 + 2) as usize];
-    let count = tasks[(task * 4 + 3) as usize];
-    let key_offset = layout[(kv_head * 4) as usize];
-    let key_rank = layout[(kv_head * 4 + 1) as usize];
-    let value_offset = layout[(kv_head * 4 + 2) as usize];
-    let value_rank = layout[(kv_head * 4 + 3) as usize];
+    let kv_head = meta[(tasks + task * 4) as usize];
+    let split = meta[(tasks + task * 4 + 1) as usize];
+    let first = meta[(tasks + task * 4 + 2) as usize];
+    let count = meta[(tasks + task * 4 + 3) as usize];
+    let key_offset = meta[(kv_head * 4) as usize];
+    let key_rank = meta[(kv_head * 4 + 1) as usize];
+    let value_offset = meta[(kv_head * 4 + 2) as usize];
+    let value_rank = meta[(kv_head * 4 + 3) as usize];
     let key_width = keys.len() as u32 / (len * CUBE_COUNT_Y);
     let value_width = values.len() as u32 / (len * CUBE_COUNT_Y);
-    let start = key_start[batch_row as usize];
+    let start = meta[(4 * kv_heads + batch_row) as usize];
     let first_head = (batch_row * kv_heads + kv_head) * group;
 
     let mut q_tilde = SharedMemory::<f32>::new((geo.group * geo.head_dim) as usize);
     let mut p = SharedMemory::<f32>::new((geo.group * geo.max_chunk) as usize);
     let mut head_max = SharedMemory::<f32>::new(geo.group as usize);
-    let mut tile = SharedMemory::<f32>::new(comptime!(geo.tile_floats() as usize));
+    let mut tile = SharedMemory::<f32>::new(geo.tile_floats as usize);
 
     // 0. The group's reduced queries.
     let mut pair = unit;
@@ -119,33 +114,30 @@ pub fn decode_kernel(
 
     // 1. Scores, one unit per (slot of the tile, head).
     let key_stride = odd_stride(key_rank);
-    let teams = comptime!(geo.units / geo.tile);
-    let t = unit % geo.tile;
-    let team = unit / geo.tile;
+    let key_tile = geo.tile_floats / key_stride;
     let mut tile_start = 0u32;
     while tile_start < count {
-        let rows = u32::min(geo.tile, count - tile_start);
+        let rows = u32::min(key_tile, count - tile_start);
         let row0 = (batch_row * len + first + tile_start) * key_width + key_offset;
         stage_rows(keys, row0, key_width, rows, key_rank, &mut tile, key_stride, geo);
         sync_cube();
-        let visible = t < rows && decode_slot_visible(first + tile_start + t, len, start, window);
-        let mut g = team;
-        while g < group {
+        let mut pair = unit;
+        while pair < rows * group {
+            let g = pair / rows;
+            let t = pair % rows;
             let mut score = masked_score();
-            if visible {
+            if decode_slot_visible(first + tile_start + t, len, start, window) {
                 let mut acc = 0.0f32;
                 for j in 0..key_rank {
                     acc += q_tilde[(g * d + j) as usize] * tile[(t * key_stride + j) as usize];
                 }
                 score = acc;
             }
-            if t < rows {
-                p[(g * chunk + tile_start + t) as usize] = score;
-            }
-            g += teams;
+            p[(g * chunk + tile_start + t) as usize] = score;
+            pair += geo.units;
         }
         sync_cube();
-        tile_start += geo.tile;
+        tile_start += rows;
     }
 
     // 2. Per head: the task's max score, then p = exp(s - m) (0 where masked).
@@ -163,9 +155,10 @@ pub fn decode_kernel(
         mass[g as usize] = 0.0;
     }
     let value_stride = odd_stride(value_rank);
+    let value_tile = geo.tile_floats / value_stride;
     let mut tile_start = 0u32;
     while tile_start < count {
-        let rows = u32::min(geo.tile, count - tile_start);
+        let rows = u32::min(value_tile, count - tile_start);
         let row0 = (batch_row * len + first + tile_start) * value_width + value_offset;
         stage_rows(values, row0, value_width, rows, value_rank, &mut tile, value_stride, geo);
         sync_cube();
@@ -186,7 +179,7 @@ pub fn decode_kernel(
             }
         }
         sync_cube();
-        tile_start += geo.tile;
+        tile_start += rows;
     }
 
     // 4. Sum the parts' shares (in the tile buffer, free again) and write the split's partials.

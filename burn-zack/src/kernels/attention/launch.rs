@@ -15,8 +15,8 @@ use crate::{cache::HeadLayout, kernels::DecodeSchedule};
 
 /// Units per cube.
 pub const UNITS: u32 = 256;
-/// Floats of one shared-memory tile of padded rows (16.5 KiB: 32 rows of 128 channels).
-const TILE_FLOATS: u32 = 32 * 129;
+/// Floats of the shared-memory tile (16 KiB): 31 padded rows of 128 channels, 124 of 32.
+const TILE_FLOATS: u32 = 4096;
 /// Scores one cube holds (8 KiB): a task is at most `SCORE_FLOATS / group` slots long.
 const SCORE_FLOATS: u32 = 2048;
 /// Shared memory a cube may use on every backend: 32 KiB on Mesa's software Vulkan (CUDA allows
@@ -36,13 +36,6 @@ pub fn base_chunk(batch: usize, kv_heads: usize, len: usize) -> usize {
     (batch * kv_heads * len / TARGET_CUBES).next_power_of_two().clamp(BASE_CHUNK.0, BASE_CHUNK.1)
 }
 
-/// Slots per tile for heads of `head_dim` channels: the most rows (a power of two, 8 to 64) of
-/// `head_dim + 1` floats that fit [`TILE_FLOATS`].
-fn tile_rows(head_dim: u32) -> u32 {
-    let rows = TILE_FLOATS / (head_dim + 1);
-    (1u32 << rows.max(1).ilog2()).clamp(8, 64)
-}
-
 /// The kernel's compile-time shapes for `group` query heads per KV head of `head_dim` channels.
 pub fn decode_geometry(group: usize, head_dim: usize) -> DecodeGeometry {
     let group = group as u32;
@@ -51,7 +44,7 @@ pub fn decode_geometry(group: usize, head_dim: usize) -> DecodeGeometry {
         head_dim: head_dim as u32,
         max_chunk: (SCORE_FLOATS / group).min(MAX_CHUNK),
         units: UNITS,
-        tile: tile_rows(head_dim as u32),
+        tile_floats: TILE_FLOATS,
     }
 }
 
@@ -82,19 +75,17 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     let geo = decode_geometry(heads / kv_heads, d);
     let base = base_chunk(batch, kv_heads, len).min(geo.max_chunk as usize);
     let schedule = DecodeSchedule::plan(layout, len, base, geo.max_chunk as usize);
-    let words: Vec<i32> = (0..kv_heads)
+    // One upload per step: the head layout, each row's first real slot, the task table.
+    let mut meta: Vec<i32> = (0..kv_heads)
         .flat_map(|h| {
             let (k, v) = (layout.key_columns(h), layout.value_columns(h));
             [k.start, k.len(), v.start, v.len()].map(|x| x as i32)
         })
         .collect();
-    let upload = |data: Vec<i32>| {
-        let n = data.len();
-        int_arg(&Tensor::<CubeF32<R, BT>, 1, Int>::from_data(TensorData::new(data, [n]), &device))
-    };
-    let layout_arg = upload(words);
-    let tasks = upload(schedule.table());
-    let key_start = upload(options.key_start.iter().map(|&s| s as i32).collect());
+    meta.extend(options.key_start.iter().map(|&s| s as i32));
+    meta.extend(schedule.table());
+    let words = meta.len();
+    let meta = int_arg(&Tensor::<CubeF32<R, BT>, 1, Int>::from_data(TensorData::new(meta, [words]), &device));
     let q = float_arg(&q);
     let client = q.client.clone();
     let reduced_q = dense_output::<R, f32>(&q, batch * heads * layout.key_width());
@@ -104,7 +95,7 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
         CubeDim::new_1d(UNITS),
         q.into_array_arg(),
         float_arg(&basis).into_array_arg(),
-        layout_arg.clone().into_array_arg(),
+        meta.clone().into_array_arg(),
         reduced_q.clone().into_array_arg(),
         options.scale,
         geo.group,
@@ -118,12 +109,11 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
         reduced_q.into_array_arg(),
         float_arg(&keys).into_array_arg(),
         float_arg(&values).into_array_arg(),
-        layout_arg.into_array_arg(),
-        tasks.into_array_arg(),
-        key_start.into_array_arg(),
+        meta.into_array_arg(),
         partials.output.clone().into_array_arg(),
         partials.max.clone().into_array_arg(),
         partials.sum.clone().into_array_arg(),
+        kv_heads as u32,
         len as u32,
         schedule.splits as u32,
         options.window.unwrap_or(0) as u32,
@@ -144,12 +134,12 @@ mod tests {
         assert_eq!(base_chunk(1, 8, 8192), 64);
         assert_eq!(base_chunk(8, 8, 65536), 256);
         assert!(!supports(32, 128) && !supports(4, 512) && !supports(16, 128));
-        assert_eq!([tile_rows(16), tile_rows(64), tile_rows(128), tile_rows(256)], [64, 32, 32, 16]);
         // Llama-3 and Mistral (4 × 128), SmolLM2 (3 × 64), Llama-3-70B (8 × 128), Gemma (1 × 256).
         for (group, head_dim) in [(1, 256), (3, 64), (4, 128), (8, 128), (16, 64), (16, 16)] {
             let geo = decode_geometry(group, head_dim);
             assert!(supports(group, head_dim), "group {group}, head_dim {head_dim}: {} bytes", geo.shared_bytes());
-            assert_eq!(geo.units % geo.tile, 0);
+            assert_eq!(geo.tile_floats % geo.units, 0);
+            assert!(geo.tile_floats >= (geo.units * geo.group).max(geo.head_dim + 1));
         }
     }
 }

@@ -3,11 +3,16 @@
 
 use cubecl::prelude::*;
 
-/// One cube per (sequence, KV head); its units compute the `group × k_qk` reduced coordinates of
-/// the head's query heads, each a `head_dim`-long dot product with all its loads in flight.
+/// Rows of the basis one unit loads at once (all in flight before the first product).
+const LOADS: u32 = 32;
+
+/// One cube per (KV head, sequence); the group's queries go to shared memory, then one unit per
+/// (query head, kept coordinate `j`) forms `scale · Σ_c q_c R̃[c, j]`, reading the basis column
+/// in blocks of [`LOADS`] rows (consecutive units read consecutive columns: coalesced).
 ///
 /// - `q`: `[batch, kv_heads * group, head_dim]`; `basis`: `[head_dim, key_width]`;
-/// - `layout`: per KV head `[key_offset, key_rank, value_offset, value_rank]`;
+/// - `layout`: per KV head `[key_offset, key_rank, value_offset, value_rank]` (more words may
+///   follow: the decode kernel's step metadata);
 /// - `reduced`: `[batch, kv_heads * group, key_width]`, written in the head's own key columns only.
 #[cube(launch)]
 pub fn rotate_queries_kernel(
@@ -25,17 +30,42 @@ pub fn rotate_queries_kernel(
     let key_offset = layout[(kv_head * 4) as usize];
     let key_rank = layout[(kv_head * 4 + 1) as usize];
     let key_width = basis.len() as u32 / head_dim;
+    let first_head = (batch_row * kv_heads + kv_head) * group;
+    let mut queries = SharedMemory::<f32>::new(comptime!((group * head_dim) as usize));
+    let mut i = UNIT_POS;
+    while i < group * head_dim {
+        queries[i as usize] = q[(first_head * head_dim + i) as usize];
+        i += CUBE_DIM;
+    }
+    sync_cube();
+    let block = comptime!(LOADS.min(head_dim));
+    let blocks = comptime!(head_dim.div_ceil(block));
     let mut pair = UNIT_POS;
     while pair < group * key_rank {
         let g = pair / key_rank;
         let j = pair % key_rank;
-        let head = (batch_row * kv_heads + kv_head) * group + g;
         let mut acc = 0.0f32;
         #[unroll]
-        for c in 0..head_dim {
-            acc += q[(head * head_dim + c) as usize] * basis[(c * key_width + key_offset + j) as usize];
+        for b in 0..blocks {
+            let mut held = Array::<f32>::new(comptime!(block as usize));
+            #[unroll]
+            for i in 0..block {
+                let c = b * block + i;
+                let mut x = 0.0f32;
+                if c < head_dim {
+                    x = basis[(c * key_width + key_offset + j) as usize];
+                }
+                held[i as usize] = x;
+            }
+            #[unroll]
+            for i in 0..block {
+                let c = b * block + i;
+                if c < head_dim {
+                    acc += queries[(g * head_dim + c) as usize] * held[i as usize];
+                }
+            }
         }
-        reduced[(head * key_width + key_offset + j) as usize] = acc * scale;
+        reduced[((first_head + g) * key_width + key_offset + j) as usize] = acc * scale;
         pair += CUBE_DIM;
     }
 }

@@ -4,13 +4,14 @@ use cubecl::prelude::*;
 
 use super::kernel::DecodeGeometry;
 
-/// Copies rows `0..rows` (`rows ≤ geo.tile`) of `width ≤ geo.head_dim` floats, row `r` starting
-/// at `src[start + r * row_stride]`, into `tile[r * tile_stride + c]`.
+/// Copies rows `0..rows` of `width` floats, row `r` starting at `src[start + r * row_stride]`,
+/// into `tile[r * tile_stride + c]`; `rows * tile_stride` must fit `geo.tile_floats`.
 ///
-/// The units form teams of `min(32, head_dim)` lanes; a team reads consecutive floats of one row
-/// (coalesced), and each unit issues all its loads before its first store, so staging a tile
-/// costs about one memory latency rather than one per row. Every unit of the cube must call it;
-/// the caller synchronizes the cube before reading the tile.
+/// The tile's elements are dealt to the units in row-major order (consecutive units read
+/// consecutive floats of a row: coalesced, whatever the width), `tile_floats / units` each, and
+/// each unit issues all its loads before its first store, so staging a tile costs about one
+/// memory latency. Every unit of the cube must call it; the caller synchronizes the cube before
+/// reading the tile.
 #[allow(clippy::too_many_arguments)]
 #[cube]
 pub fn stage_rows(
@@ -23,36 +24,40 @@ pub fn stage_rows(
     tile_stride: u32,
     #[comptime] geo: DecodeGeometry,
 ) {
-    let lanes = comptime!(geo.head_dim.min(32));
-    let teams = comptime!(geo.units / lanes);
-    let cols = comptime!(geo.head_dim.div_ceil(lanes));
-    let rows_per_team = comptime!(geo.tile.div_ceil(teams));
-    let lane = UNIT_POS % lanes;
-    let team = UNIT_POS / lanes;
-    let active = team < teams;
-    let mut held = Array::<f32>::new(comptime!((rows_per_team * cols) as usize));
+    let per_unit = comptime!(geo.tile_floats / geo.units);
+    // Element `unit + i · units` is at (row, column) = (r₀ + i · step_rows, c₀ + i · step_cols),
+    // carried over the row end as it goes.
+    let step_rows = geo.units / width;
+    let step_cols = geo.units % width;
+    let mut held = Array::<f32>::new(comptime!(per_unit as usize));
+    let mut r = UNIT_POS / width;
+    let mut c = UNIT_POS % width;
     #[unroll]
-    for i in 0..rows_per_team {
-        let r = team + i * teams;
-        #[unroll]
-        for k in 0..cols {
-            let c = lane + k * lanes;
-            let mut x = 0.0f32;
-            if active && r < rows && c < width {
-                x = src[(start + r * row_stride + c) as usize];
-            }
-            held[(i * cols + k) as usize] = x;
+    for i in 0..per_unit {
+        let mut x = 0.0f32;
+        if r < rows {
+            x = src[(start + r * row_stride + c) as usize];
+        }
+        held[i as usize] = x;
+        r += step_rows;
+        c += step_cols;
+        if c >= width {
+            c -= width;
+            r += 1;
         }
     }
+    let mut r = UNIT_POS / width;
+    let mut c = UNIT_POS % width;
     #[unroll]
-    for i in 0..rows_per_team {
-        let r = team + i * teams;
-        #[unroll]
-        for k in 0..cols {
-            let c = lane + k * lanes;
-            if active && r < rows && c < width {
-                tile[(r * tile_stride + c) as usize] = held[(i * cols + k) as usize];
-            }
+    for i in 0..per_unit {
+        if r < rows {
+            tile[(r * tile_stride + c) as usize] = held[i as usize];
+        }
+        r += step_rows;
+        c += step_cols;
+        if c >= width {
+            c -= width;
+            r += 1;
         }
     }
 }
