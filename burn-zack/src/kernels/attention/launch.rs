@@ -58,8 +58,8 @@ pub fn supports(group: usize, head_dim: usize) -> bool {
 }
 
 /// ZACK decode attention of `q: [batch, heads, 1, head_dim]` (the last slot) over `keys: [batch,
-/// len, Σ k_qk]` and `values: [batch, len, Σ k_vo]`, shapes already checked and `head_dim ≤`
-/// [`UNITS`] and at most `UNITS / 16` query heads per KV head ([`supports`]); returns `[batch, heads, 1, head_dim]`, zero past each head's value rank.
+/// len, Σ k_qk]` and `values: [batch, len, Σ k_vo]`, shapes already checked and within what the
+/// kernel [`supports`]; returns `[batch, heads, 1, head_dim]`, zero past each head's value rank.
 pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     q: Tensor<CubeF32<R, BT>, 4>,
     basis: Tensor<CubeF32<R, BT>, 2>,

@@ -12,5 +12,5 @@ mod rotate;
 mod tile;
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-pub use launch::{base_chunk, decode_launch, supports};
+pub use launch::{decode_launch, supports};
 pub use reference::zack_attention_reference;
