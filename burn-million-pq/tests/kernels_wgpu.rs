@@ -108,6 +108,45 @@ fn decode_kernel_matches_reconstructed_kv_within_the_derived_bound() {
             key_start: vec![0],
             sliding: None,
         },
+        // Splits of 1024 slots (four per unit), padding and a sliding window.
+        Case {
+            config: config(8, 4, Layer),
+            head_dim: 16,
+            kv_heads: 8,
+            group: 1,
+            batch: 4,
+            window: 0,
+            appends: &[9000, 1],
+            q_len: 1,
+            key_start: vec![0, 17, 0, 4000],
+            sliding: Some(5000),
+        },
+        // GQA 8 with 8-bit codes: table blocks of 2 subspaces, 7 value parts.
+        Case {
+            config: config(32, 8, LayerHead),
+            head_dim: 64,
+            kv_heads: 2,
+            group: 8,
+            batch: 1,
+            window: 8,
+            appends: &[700, 1],
+            q_len: 1,
+            key_start: vec![0],
+            sliding: None,
+        },
+        // 12-bit codes for GQA 2: a subspace's table does not fit a block, the reference runs.
+        Case {
+            config: config(8, 12, Layer),
+            head_dim: 16,
+            kv_heads: 1,
+            group: 2,
+            batch: 1,
+            window: 0,
+            appends: &[300, 1],
+            q_len: 1,
+            key_start: vec![0],
+            sliding: None,
+        },
         // One slot only.
         Case {
             config: config(4, 4, Layer),

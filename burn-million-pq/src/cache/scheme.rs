@@ -41,9 +41,16 @@ impl<B: PqBackend> KvScheme<B> for PqScheme {
             && geometry.kv_heads == books.geometry.kv_heads
             && geometry.head_dim == books.geometry.head_dim;
         let shape = books.shape();
-        let tensor = |kind| match fits {
-            true => Tensor::from_data(TensorData::new(books.layer(layer, kind).to_vec(), shape), device),
-            false => Tensor::zeros(shape, device),
+        // Allocated flat, then reshaped: a backend may pad the rows of a 4-D allocation (CUDA's
+        // optimized layout does, for 2-float centroids), and kernels would copy such a tensor on
+        // every step to read it densely.
+        let floats: usize = shape.iter().product();
+        let tensor = |kind| {
+            let data = match fits {
+                true => books.layer(layer, kind).to_vec(),
+                false => vec![0.0; floats],
+            };
+            Tensor::<B, 1>::from_data(TensorData::new(data, [floats]), device).reshape(shape)
         };
         let problem = (!fits)
             .then(|| format!("codebooks for {} do not fit layer {layer} of geometry {geometry:?}", books.geometry));

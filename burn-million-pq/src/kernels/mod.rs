@@ -53,7 +53,8 @@ where
         encode::encode_launch(x, books, config)
     }
 
-    /// The fused decode kernel for one query slot; several query slots run the reference.
+    /// The fused decode kernel for one query slot whose shapes it
+    /// [`supports`](decode::supports); several query slots, or other shapes, run the reference.
     fn pq_attention(
         q: Tensor<Self, 4>,
         view: &PqView<'_, Self>,
@@ -64,9 +65,12 @@ where
             pair.ok_or_else(|| CacheError::Request("attention over an empty cache".into()))?;
         let cache_dims = [batch, kv_heads, view.len(), q.dims()[3]];
         let (_, _, q_len, _) = burn_kvcompress::cache::check_attend_shapes(q.dims(), cache_dims, options)?;
-        match q_len {
-            1 => Ok(decode::decode_launch(q, view, options, kv_heads)),
-            _ => attention_reference(q, view, options),
+        let [_, heads, _, head_dim] = q.dims();
+        let shape = decode::pq_shape(&view.config, heads / kv_heads, head_dim);
+        if q_len == 1 && decode::supports(shape) {
+            Ok(decode::decode_launch(q, view, options, kv_heads))
+        } else {
+            attention_reference(q, view, options)
         }
     }
 }

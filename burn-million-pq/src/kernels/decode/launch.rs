@@ -7,37 +7,82 @@ use burn_kvcompress::{
     kernels::{dense_output, float_arg, int_arg, merge_partials, CubeF32, SplitPartials},
 };
 
-use super::kernel::{decode_kernel, DecodeGeometry};
-use crate::kernels::PqView;
+use super::{
+    kernel::{decode_kernel, DecodeGeometry},
+    table::{table_kernel, PqShape},
+};
+use crate::{kernels::PqView, PqConfig};
 
-/// Slots per split.
-pub const DECODE_CHUNK: usize = 64;
-/// Units scoring one slot (`DECODE_CHUNK * DECODE_LANES` units per cube).
-const DECODE_LANES: usize = 4;
+/// Units per cube.
+const UNITS: u32 = 256;
+/// Floats of the lookup-table block a cube stages in shared memory (16 KiB).
+const TABLE_BLOCK_FLOATS: u32 = 4096;
+/// The most subspaces of a table block (each unit's lookups of a block are unrolled).
+const MAX_BLOCK_SUBSPACES: u32 = 16;
+/// Shared memory a cube may use on every backend: 32 KiB on Mesa's software Vulkan (CUDA allows
+/// 48 KiB of static shared memory).
+const SHARED_BYTES: u32 = 32 * 1024;
+/// The longest split, in slots.
+const MAX_CHUNK: u32 = 1024;
+/// Cubes (splits × sequences × KV heads) a decode step aims for.
+const TARGET_CUBES: usize = 512;
+/// The most floats a value-summing unit holds per slot (`group · sub_dim` accumulators).
+const MAX_VALUE_REGISTERS: u32 = 64;
 
-/// The lookup table of one step: `q: [batch, heads, 1, head_dim]`, key codebooks `[groups,
-/// subspaces, centroids, sub_dim]`; returns `[batch, kv_heads, subspaces, centroids, group]` of
-/// `scale · <q^(i), C_K^i[c]>` (a code's entries for the group's heads are adjacent).
-fn lookup_table<R: CubeRuntime, BT: BoolElement>(
-    q: Tensor<CubeF32<R, BT>, 4>,
-    books: &Tensor<CubeF32<R, BT>, 4>,
-    kv_heads: usize,
-    scale: f32,
-) -> Tensor<CubeF32<R, BT>, 5> {
-    let [batch, heads, _, _] = q.dims();
-    let [groups, m, centroids, ds] = books.dims();
-    let group = heads / kv_heads;
-    let q = q.reshape([batch, kv_heads, group, m, ds]).permute([0, 1, 3, 2, 4]);
-    let books = books
-        .clone()
-        .reshape([1, groups, m, centroids, ds])
-        .swap_dims(3, 4)
-        .expand([batch, kv_heads, m, ds, centroids]);
-    (q.matmul(books) * scale).swap_dims(3, 4)
+/// The quantizer's compile-time shapes for `group` query heads per KV head of `head_dim` channels.
+pub fn pq_shape(config: &PqConfig, group: usize, head_dim: usize) -> PqShape {
+    PqShape {
+        group: group as u32,
+        head_dim: head_dim as u32,
+        subspaces: config.subspaces as u32,
+        sub_dim: config.sub_dim(head_dim) as u32,
+        centroids: config.centroids() as u32,
+        nbits: config.nbits as u32,
+        words: config.words_per_vector() as u32,
+    }
+}
+
+/// The decode kernel's geometry for `shape` and splits of `chunk` slots: as many subspaces per
+/// table block as fit [`TABLE_BLOCK_FLOATS`] (at most [`MAX_BLOCK_SUBSPACES`], whole code words or
+/// a divisor of one; 0 when one subspace does not fit), and as many value parts per subspace as
+/// the units allow and the same scratch holds.
+pub fn decode_geometry(shape: PqShape, chunk: u32) -> DecodeGeometry {
+    let per_word = 32 / shape.nbits;
+    let fits = (TABLE_BLOCK_FLOATS / (shape.centroids * shape.group)).min(shape.subspaces).min(MAX_BLOCK_SUBSPACES);
+    let block_subspaces = if fits >= per_word {
+        fits - fits % per_word
+    } else {
+        (1..=fits).rev().find(|b| per_word.is_multiple_of(*b)).unwrap_or(0)
+    };
+    let parts = (UNITS / shape.subspaces).min(TABLE_BLOCK_FLOATS / (shape.group * (shape.head_dim + 1))).max(1);
+    DecodeGeometry { shape, chunk, units: UNITS, block_subspaces, parts }
+}
+
+/// Whether the decode kernel handles `shape`: a subspace's table entries fit one block, every
+/// subspace has a value unit, the softmax's max runs on 16 units per head, a value unit's
+/// accumulators fit [`MAX_VALUE_REGISTERS`], and the shortest split fits [`SHARED_BYTES`].
+pub fn supports(shape: PqShape) -> bool {
+    let geo = decode_geometry(shape, UNITS);
+    geo.block_subspaces >= 1
+        && shape.subspaces <= UNITS
+        && shape.group <= UNITS / 16
+        && shape.group * shape.sub_dim <= MAX_VALUE_REGISTERS
+        && geo.shared_bytes() <= SHARED_BYTES
+}
+
+/// Slots per split for `batch` sequences of `len` slots and `kv_heads` heads: a power of two near
+/// `batch · kv_heads · len / TARGET_CUBES`, from [`UNITS`] to the longest whose cube fits
+/// [`SHARED_BYTES`] (at most [`MAX_CHUNK`]).
+pub fn split_chunk(shape: PqShape, batch: usize, kv_heads: usize, len: usize) -> u32 {
+    let mut longest = UNITS;
+    while longest < MAX_CHUNK && decode_geometry(shape, longest * 2).shared_bytes() <= SHARED_BYTES {
+        longest *= 2;
+    }
+    ((batch * kv_heads * len / TARGET_CUBES).next_power_of_two() as u32).clamp(UNITS, longest)
 }
 
 /// PQ decode attention of `q: [batch, heads, 1, head_dim]` (the last slot) over `view`, shapes
-/// already checked; returns `[batch, heads, 1, head_dim]`.
+/// already checked and within what the kernel [`supports`]; returns `[batch, heads, 1, head_dim]`.
 pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     q: Tensor<CubeF32<R, BT>, 4>,
     view: &PqView<'_, CubeF32<R, BT>>,
@@ -46,25 +91,29 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
 ) -> Tensor<CubeF32<R, BT>, 4> {
     let [batch, heads, _, d] = q.dims();
     let device = q.device();
-    let config = view.config;
-    let group = heads / kv_heads;
+    let shape = pq_shape(&view.config, heads / kv_heads, d);
     let (coded, recent) = (view.coded(), view.recent_len());
-    let coded_splits = coded.div_ceil(DECODE_CHUNK);
-    let splits = coded_splits + recent.div_ceil(DECODE_CHUNK);
-    let geo = DecodeGeometry {
-        group: group as u32,
-        head_dim: d as u32,
-        subspaces: config.subspaces as u32,
-        sub_dim: config.sub_dim(d) as u32,
-        centroids: config.centroids() as u32,
-        nbits: config.nbits as u32,
-        words: config.words_per_vector() as u32,
-        chunk: DECODE_CHUNK as u32,
-        lanes: DECODE_LANES as u32,
-    };
-    let table = lookup_table(q.clone(), view.key_books, kv_heads, options.scale);
+    let chunk = split_chunk(shape, batch, kv_heads, coded + recent);
+    let geo = decode_geometry(shape, chunk);
+    let chunk = chunk as usize;
+    let coded_splits = coded.div_ceil(chunk);
+    let splits = coded_splits + recent.div_ceil(chunk);
     let q = float_arg(&q);
     let client = q.client.clone();
+    let streams = (batch * kv_heads) as u32;
+    let table = dense_output::<R, f32>(&q, streams as usize * shape.table_floats() as usize);
+    table_kernel::launch(
+        &client,
+        CubeCount::Static(shape.subspaces, streams, 1),
+        CubeDim::new_1d(UNITS),
+        q.clone().into_array_arg(),
+        float_arg(view.key_books).into_array_arg(),
+        table.clone().into_array_arg(),
+        kv_heads as u32,
+        options.scale,
+        u32::from(view.key_books.dims()[0] > 1),
+        shape,
+    );
     let placeholder_int = || int_arg(&Tensor::<CubeF32<R, BT>, 1, Int>::zeros([1], &device));
     let (k_codes, v_codes) =
         view.codes.map_or_else(|| (placeholder_int(), placeholder_int()), |(k, v)| (int_arg(k), int_arg(v)));
@@ -77,10 +126,10 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     let partials = SplitPartials::allocate(&q, batch * heads, splits, d);
     decode_kernel::launch(
         &client,
-        CubeCount::Static(splits as u32, (batch * kv_heads) as u32, 1),
-        CubeDim::new_1d((DECODE_CHUNK * DECODE_LANES) as u32),
+        CubeCount::Static(splits as u32, streams, 1),
+        CubeDim::new_1d(UNITS),
         q.into_array_arg(),
-        float_arg(&table).into_array_arg(),
+        table.into_array_arg(),
         k_codes.into_array_arg(),
         v_codes.into_array_arg(),
         float_arg(view.value_books).into_array_arg(),
@@ -100,4 +149,48 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     );
     let out = merge_partials(partials);
     Tensor::<CubeF32<R, BT>, 1>::from_primitive(TensorPrimitive::Float(out)).reshape([batch, heads, 1, d])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::CodebookScope;
+
+    fn shape(subspaces: usize, nbits: u8, group: usize, head_dim: usize) -> PqShape {
+        pq_shape(&PqConfig { subspaces, nbits, scope: CodebookScope::Layer }, group, head_dim)
+    }
+
+    #[test]
+    fn splits_grow_with_the_work_within_the_shared_budget() {
+        let bench = shape(64, 8, 4, 128);
+        assert!(supports(bench));
+        assert_eq!(decode_geometry(bench, 256).block_subspaces, 4);
+        assert_eq!(decode_geometry(bench, 256).parts, 4);
+        assert_eq!(split_chunk(bench, 1, 8, 4096), 256);
+        assert_eq!(split_chunk(bench, 1, 8, 32768), 512);
+        // 1024 slots of 4 heads' scores do not fit beside the table block.
+        assert_eq!(split_chunk(bench, 8, 8, 32768), 512);
+        let narrow = shape(8, 4, 1, 16);
+        assert_eq!(split_chunk(narrow, 4, 8, 9001), 1024);
+        // Blocks are whole words (6-bit codes: 5 per word), or a divisor of one.
+        assert_eq!(decode_geometry(shape(16, 6, 3, 32), 256).block_subspaces, 15);
+        assert_eq!(decode_geometry(shape(32, 8, 8, 64), 256).block_subspaces, 2);
+        assert_eq!(decode_geometry(shape(32, 6, 8, 64), 256).block_subspaces, 5);
+        assert_eq!(decode_geometry(shape(3, 4, 1, 12), 256).block_subspaces, 2);
+        for chunk in [256, 512, 1024] {
+            for s in [bench, narrow, shape(32, 8, 8, 64)] {
+                let fits = decode_geometry(s, chunk).shared_bytes() <= SHARED_BYTES;
+                assert!(!fits || split_chunk(s, 64, 64, 1 << 20) >= chunk);
+            }
+        }
+    }
+
+    #[test]
+    fn shapes_the_kernel_cannot_hold_are_refused() {
+        assert!(supports(shape(8, 12, 1, 16)));
+        assert!(!supports(shape(8, 12, 2, 16)), "4096 centroids × 2 heads exceed a table block");
+        assert!(!supports(shape(64, 8, 32, 128)), "the softmax needs 16 units per head");
+        assert!(!supports(shape(1, 4, 4, 128)), "128 channels per subspace × 4 heads of accumulators");
+        assert!(!supports(shape(512, 1, 1, 512)), "more subspaces than units");
+    }
 }

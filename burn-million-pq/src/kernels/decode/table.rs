@@ -1,0 +1,67 @@
+//! The lookup table of one decode step: every query head's scaled products with every key
+//! centroid, `T[i, c, g] = scale · <q_g^(i), C_K^i[c]>` (MILLION's step ①), built by one kernel.
+
+use cubecl::prelude::*;
+
+/// The quantizer's shapes, fixed at compile time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PqShape {
+    /// Query heads per KV head.
+    pub group: u32,
+    /// Channels per head.
+    pub head_dim: u32,
+    /// Subspaces per vector.
+    pub subspaces: u32,
+    /// Channels per subspace.
+    pub sub_dim: u32,
+    /// Centroids per subspace.
+    pub centroids: u32,
+    /// Bits per code.
+    pub nbits: u32,
+    /// Packed words per vector.
+    pub words: u32,
+}
+
+impl PqShape {
+    /// Floats of one (sequence, KV head)'s table: `subspaces · centroids · group`.
+    pub fn table_floats(&self) -> u32 {
+        self.subspaces * self.centroids * self.group
+    }
+}
+
+/// One cube per (subspace `i` = `CUBE_POS_X`, stream = `CUBE_POS_Y` = batch row · KV heads + KV
+/// head); its units take the (centroid, head) pairs of the subspace.
+///
+/// - `q`: `[batch, kv_heads * group, head_dim]`; `books`: `[groups, subspaces, centroids,
+///   sub_dim]` (`groups` is 1, or `kv_heads` when `per_head_books` is 1);
+/// - `table`: `[batch, kv_heads, subspaces, centroids, group]` (a code's entries for the group's
+///   heads are adjacent, so one lookup serves them all).
+#[cube(launch)]
+pub fn table_kernel(
+    q: &Array<f32>,
+    books: &Array<f32>,
+    table: &mut Array<f32>,
+    kv_heads: u32,
+    scale: f32,
+    per_head_books: u32,
+    #[comptime] shape: PqShape,
+) {
+    let i = CUBE_POS_X;
+    let stream = CUBE_POS_Y;
+    let group = shape.group;
+    let ds = shape.sub_dim;
+    let book = (stream % kv_heads) * per_head_books;
+    let mut pair = UNIT_POS;
+    while pair < shape.centroids * group {
+        let c = pair / group;
+        let g = pair % group;
+        let q_base = (stream * group + g) * shape.head_dim + i * ds;
+        let c_base = ((book * shape.subspaces + i) * shape.centroids + c) * ds;
+        let mut dot = 0.0f32;
+        for s in 0..ds {
+            dot += q[(q_base + s) as usize] * books[(c_base + s) as usize];
+        }
+        table[(((stream * shape.subspaces + i) * shape.centroids + c) * group + g) as usize] = dot * scale;
+        pair += CUBE_DIM;
+    }
+}
