@@ -6,6 +6,7 @@ pub mod attention;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub mod decode;
 pub mod encode;
+mod shape;
 mod view;
 
 use burn::tensor::{backend::Backend, Int, Tensor};
@@ -13,6 +14,7 @@ use burn_kvcompress::{cache::AttendOptions, error::CacheError};
 
 pub use attention::attention_reference;
 pub use encode::{encode_host, encode_reference, unpack_codes};
+pub use shape::PqShape;
 pub use view::{KvPair, PqView};
 
 use crate::PqConfig;

@@ -19,14 +19,14 @@
 use burn_kvcompress::kernels::{decode_slot_visible, masked_score, split_softmax};
 use cubecl::prelude::*;
 
-use super::table::PqShape;
+use super::table::DecodeShape;
 
 /// Shapes fixed at compile time (one compiled kernel per model geometry, configuration and split
 /// length).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct DecodeGeometry {
-    /// The quantizer's shapes.
-    pub shape: PqShape,
+    /// The step's shapes.
+    pub shape: DecodeShape,
     /// Slots per split, a multiple of `units`.
     pub chunk: u32,
     /// Units per cube.
@@ -40,23 +40,23 @@ pub struct DecodeGeometry {
 impl DecodeGeometry {
     /// Code words per slot a table block covers: a block is whole words, or part of one.
     pub fn block_words(&self) -> u32 {
-        (self.block_subspaces / (32 / self.shape.nbits)).max(1)
+        (self.block_subspaces / (32 / self.shape.pq.nbits)).max(1)
     }
 
     /// Floats of a table block each unit loads.
     pub fn table_fill(&self) -> u32 {
-        (self.block_subspaces * self.shape.centroids * self.shape.group).div_ceil(self.units)
+        (self.block_subspaces * self.shape.pq.centroids * self.shape.group).div_ceil(self.units)
     }
 
     /// Slots a value unit loads at once: 16 centroid floats in flight.
     pub fn value_batch(&self) -> u32 {
-        (16 / self.shape.sub_dim).max(1)
+        (16 / self.shape.pq.sub_dim).max(1)
     }
 
     /// Floats of the scratch buffer: the staged table block, then the parts' value sums and masses.
     pub fn scratch_floats(&self) -> u32 {
         let s = self.shape;
-        u32::max(self.block_subspaces * s.centroids * s.group, self.parts * s.group * (s.head_dim + 1))
+        u32::max(self.block_subspaces * s.pq.centroids * s.group, self.parts * s.group * (s.pq.head_dim + 1))
     }
 
     /// Shared memory of one cube, in bytes: scratch, scores, the heads' maxima and the softmax's
@@ -139,7 +139,7 @@ pub fn decode_kernel(
     let head = stream * group;
     let slot_out = SplitOut { head, split, splits: CUBE_COUNT_X };
     if is_coded {
-        let books = (stream % kv_heads) * per_head_books * geo.shape.subspaces;
+        let books = (stream % kv_heads) * per_head_books * geo.shape.pq.subspaces;
         coded_value_parts(v_codes, v_books, &p, &mut scratch, stream * coded + first, count, books, geo);
     }
     sync_cube();
@@ -200,10 +200,10 @@ fn coded_scores(
     let group = shape.group;
     let block = geo.block_subspaces;
     let per_unit = comptime!(geo.chunk / geo.units);
-    let per_word = comptime!(32 / shape.nbits);
+    let per_word = comptime!(32 / shape.pq.nbits);
     let held_words = comptime!(per_unit * geo.block_words());
-    let mask = (1u32 << shape.nbits) - 1;
-    let blocks = comptime!(shape.subspaces.div_ceil(block));
+    let mask = (1u32 << shape.pq.nbits) - 1;
+    let blocks = comptime!(shape.pq.subspaces.div_ceil(block));
     let mut scores = Array::<f32>::new(comptime!((per_unit * group) as usize));
     #[unroll]
     for e in 0..per_unit * group {
@@ -219,7 +219,7 @@ fn coded_scores(
         let lo = b * block;
         sync_cube();
         if is_coded {
-            let floats = (u32::min(lo + block, shape.subspaces) - lo) * shape.centroids * group;
+            let floats = (u32::min(lo + block, shape.pq.subspaces) - lo) * shape.pq.centroids * group;
             #[unroll]
             for f in 0..geo.table_fill() {
                 let e = f * geo.units + UNIT_POS;
@@ -243,10 +243,10 @@ fn coded_scores(
             for k in 0..per_unit {
                 #[unroll]
                 for ii in 0..block {
-                    if lo + ii < shape.subspaces {
+                    if lo + ii < shape.pq.subspaces {
                         let word = words[(k * geo.block_words() + ii / per_word) as usize];
-                        let code = (word >> ((first_code + ii % per_word) * shape.nbits)) & mask;
-                        let at = (ii * shape.centroids + code) * group;
+                        let code = (word >> ((first_code + ii % per_word) * shape.pq.nbits)) & mask;
+                        let at = (ii * shape.pq.centroids + code) * group;
                         #[unroll]
                         for g in 0..group {
                             scores[(k * group + g) as usize] += scratch[(at + g) as usize];
@@ -293,8 +293,8 @@ fn fetch_block(
 ) {
     let shape = geo.shape;
     let lo = b * geo.block_subspaces;
-    let block_floats = shape.centroids * shape.group;
-    let floats = (u32::min(lo + geo.block_subspaces, shape.subspaces) - lo) * block_floats;
+    let block_floats = shape.pq.centroids * shape.group;
+    let floats = (u32::min(lo + geo.block_subspaces, shape.pq.subspaces) - lo) * block_floats;
     let base = table_base + lo * block_floats;
     #[unroll]
     for f in 0..geo.table_fill() {
@@ -305,15 +305,15 @@ fn fetch_block(
         }
         next_table[f as usize] = x;
     }
-    let first_word = lo / comptime!(32 / shape.nbits);
+    let first_word = lo / comptime!(32 / shape.pq.nbits);
     #[unroll]
     for k in 0..comptime!(geo.chunk / geo.units) {
         let t = k * geo.units + UNIT_POS;
         #[unroll]
         for w in 0..geo.block_words() {
             let mut x = 0u32;
-            if t < count && first_word + w < shape.words {
-                x = k_codes[((row + t) * shape.words + first_word + w) as usize];
+            if t < count && first_word + w < shape.pq.words {
+                x = k_codes[((row + t) * shape.pq.words + first_word + w) as usize];
             }
             next_words[(k * geo.block_words() + w) as usize] = x;
         }
@@ -335,7 +335,7 @@ fn recent_scores(
     visible: &Visibility,
     #[comptime] geo: DecodeGeometry,
 ) {
-    let d = geo.shape.head_dim;
+    let d = geo.shape.pq.head_dim;
     let mut pair = UNIT_POS;
     while pair < geo.shape.group * count {
         let g = pair / count;
@@ -357,8 +357,7 @@ fn recent_scores(
 
 /// A coded split's value sums per part into `scratch`: unit (subspace `i`, part) walks slots
 /// `part, part + parts, ...` (a batch at a time), reads each slot's value centroid of subspace
-/// `i` once and adds
-/// `p_g · centroid` for every head `g`; it writes `[parts, group, head_dim]` sums, then `[parts,
+/// `i` once and adds `p_g · centroid` for every head `g`; it writes `[parts, group, head_dim]` sums, then `[parts,
 /// group]` masses `Σ p`. `row`: the split's first code row; `books`: the first codebook row of
 /// this KV head's value codebooks.
 #[allow(clippy::too_many_arguments)]
@@ -375,14 +374,14 @@ fn coded_value_parts(
 ) {
     let shape = geo.shape;
     let group = shape.group;
-    let ds = shape.sub_dim;
-    let per_word = 32 / shape.nbits;
-    let mask = (1u32 << shape.nbits) - 1;
-    if UNIT_POS < geo.parts * shape.subspaces {
-        let i = UNIT_POS % shape.subspaces;
-        let part = UNIT_POS / shape.subspaces;
-        let shift = (i % per_word) * shape.nbits;
-        let book_base = (books + i) * shape.centroids;
+    let ds = shape.pq.sub_dim;
+    let per_word = 32 / shape.pq.nbits;
+    let mask = (1u32 << shape.pq.nbits) - 1;
+    if UNIT_POS < geo.parts * shape.pq.subspaces {
+        let i = UNIT_POS % shape.pq.subspaces;
+        let part = UNIT_POS / shape.pq.subspaces;
+        let shift = (i % per_word) * shape.pq.nbits;
+        let book_base = (books + i) * shape.pq.centroids;
         let mut acc = Array::<f32>::new((group * ds) as usize);
         let mut mass = Array::<f32>::new(group as usize);
         #[unroll]
@@ -405,7 +404,7 @@ fn coded_value_parts(
                 let t = t0 + j * geo.parts;
                 let mut code = 0u32;
                 if t < count {
-                    code = (v_codes[((row + t) * shape.words + i / per_word) as usize] >> shift) & mask;
+                    code = (v_codes[((row + t) * shape.pq.words + i / per_word) as usize] >> shift) & mask;
                 }
                 codes[j as usize] = code;
             }
@@ -437,11 +436,11 @@ fn coded_value_parts(
         for g in 0..group {
             #[unroll]
             for s in 0..ds {
-                scratch[((part * group + g) * shape.head_dim + i * ds + s) as usize] = acc[(g * ds + s) as usize];
+                scratch[((part * group + g) * shape.pq.head_dim + i * ds + s) as usize] = acc[(g * ds + s) as usize];
             }
         }
         if i == 0 {
-            let masses = geo.parts * group * shape.head_dim;
+            let masses = geo.parts * group * shape.pq.head_dim;
             #[unroll]
             for g in 0..group {
                 scratch[(masses + part * group + g) as usize] = mass[g as usize];
@@ -463,7 +462,7 @@ fn sum_value_parts(
     #[comptime] geo: DecodeGeometry,
 ) {
     let group = geo.shape.group;
-    let d = geo.shape.head_dim;
+    let d = geo.shape.pq.head_dim;
     let mut pair = UNIT_POS;
     while pair < group * d {
         let g = pair / d;
@@ -504,7 +503,7 @@ fn recent_values(
     #[comptime] geo: DecodeGeometry,
 ) {
     let group = geo.shape.group;
-    let d = geo.shape.head_dim;
+    let d = geo.shape.pq.head_dim;
     let mut pair = UNIT_POS;
     while pair < group * d {
         let g = pair / d;

@@ -9,9 +9,12 @@ use burn_kvcompress::{
 
 use super::{
     kernel::{decode_kernel, DecodeGeometry},
-    table::{table_kernel, PqShape},
+    table::{table_kernel, DecodeShape},
 };
-use crate::{kernels::PqView, PqConfig};
+use crate::{
+    kernels::{PqShape, PqView},
+    PqConfig,
+};
 
 /// Units per cube.
 const UNITS: u32 = 256;
@@ -29,51 +32,45 @@ const TARGET_CUBES: usize = 512;
 /// The most floats a value-summing unit holds per slot (`group · sub_dim` accumulators).
 const MAX_VALUE_REGISTERS: u32 = 64;
 
-/// The quantizer's compile-time shapes for `group` query heads per KV head of `head_dim` channels.
-pub fn pq_shape(config: &PqConfig, group: usize, head_dim: usize) -> PqShape {
-    PqShape {
-        group: group as u32,
-        head_dim: head_dim as u32,
-        subspaces: config.subspaces as u32,
-        sub_dim: config.sub_dim(head_dim) as u32,
-        centroids: config.centroids() as u32,
-        nbits: config.nbits as u32,
-        words: config.words_per_vector() as u32,
-    }
+/// The decode step's compile-time shapes for `group` query heads per KV head of `head_dim`
+/// channels.
+pub fn pq_shape(config: &PqConfig, group: usize, head_dim: usize) -> DecodeShape {
+    DecodeShape { pq: PqShape::of(config, head_dim), group: group as u32 }
 }
 
 /// The decode kernel's geometry for `shape` and splits of `chunk` slots: as many subspaces per
 /// table block as fit [`TABLE_BLOCK_FLOATS`] (at most [`MAX_BLOCK_SUBSPACES`], whole code words or
 /// a divisor of one; 0 when one subspace does not fit), and as many value parts per subspace as
 /// the units allow and the same scratch holds.
-pub fn decode_geometry(shape: PqShape, chunk: u32) -> DecodeGeometry {
-    let per_word = 32 / shape.nbits;
-    let fits = (TABLE_BLOCK_FLOATS / (shape.centroids * shape.group)).min(shape.subspaces).min(MAX_BLOCK_SUBSPACES);
+pub fn decode_geometry(shape: DecodeShape, chunk: u32) -> DecodeGeometry {
+    let per_word = 32 / shape.pq.nbits;
+    let fits =
+        (TABLE_BLOCK_FLOATS / (shape.pq.centroids * shape.group)).min(shape.pq.subspaces).min(MAX_BLOCK_SUBSPACES);
     let block_subspaces = if fits >= per_word {
         fits - fits % per_word
     } else {
         (1..=fits).rev().find(|b| per_word.is_multiple_of(*b)).unwrap_or(0)
     };
-    let parts = (UNITS / shape.subspaces).min(TABLE_BLOCK_FLOATS / (shape.group * (shape.head_dim + 1))).max(1);
+    let parts = (UNITS / shape.pq.subspaces).min(TABLE_BLOCK_FLOATS / (shape.group * (shape.pq.head_dim + 1))).max(1);
     DecodeGeometry { shape, chunk, units: UNITS, block_subspaces, parts }
 }
 
 /// Whether the decode kernel handles `shape`: a subspace's table entries fit one block, every
 /// subspace has a value unit, the softmax's max runs on 16 units per head, a value unit's
 /// accumulators fit [`MAX_VALUE_REGISTERS`], and the shortest split fits [`SHARED_BYTES`].
-pub fn supports(shape: PqShape) -> bool {
+pub fn supports(shape: DecodeShape) -> bool {
     let geo = decode_geometry(shape, UNITS);
     geo.block_subspaces >= 1
-        && shape.subspaces <= UNITS
+        && shape.pq.subspaces <= UNITS
         && shape.group <= UNITS / 16
-        && shape.group * shape.sub_dim <= MAX_VALUE_REGISTERS
+        && shape.group * shape.pq.sub_dim <= MAX_VALUE_REGISTERS
         && geo.shared_bytes() <= SHARED_BYTES
 }
 
 /// Slots per split for `batch` sequences of `len` slots and `kv_heads` heads: a power of two near
 /// `batch · kv_heads · len / TARGET_CUBES`, from [`UNITS`] to the longest whose cube fits
 /// [`SHARED_BYTES`] (at most [`MAX_CHUNK`]).
-pub fn split_chunk(shape: PqShape, batch: usize, kv_heads: usize, len: usize) -> u32 {
+pub fn split_chunk(shape: DecodeShape, batch: usize, kv_heads: usize, len: usize) -> u32 {
     let mut longest = UNITS;
     while longest < MAX_CHUNK && decode_geometry(shape, longest * 2).shared_bytes() <= SHARED_BYTES {
         longest *= 2;
@@ -104,7 +101,7 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     let table = dense_output::<R, f32>(&q, streams as usize * shape.table_floats() as usize);
     table_kernel::launch(
         &client,
-        CubeCount::Static(shape.subspaces, streams, 1),
+        CubeCount::Static(shape.pq.subspaces, streams, 1),
         CubeDim::new_1d(UNITS),
         q.clone().into_array_arg(),
         float_arg(view.key_books).into_array_arg(),
@@ -156,7 +153,7 @@ mod tests {
     use super::*;
     use crate::CodebookScope;
 
-    fn shape(subspaces: usize, nbits: u8, group: usize, head_dim: usize) -> PqShape {
+    fn shape(subspaces: usize, nbits: u8, group: usize, head_dim: usize) -> DecodeShape {
         pq_shape(&PqConfig { subspaces, nbits, scope: CodebookScope::Layer }, group, head_dim)
     }
 

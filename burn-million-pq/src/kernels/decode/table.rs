@@ -3,29 +3,21 @@
 
 use cubecl::prelude::*;
 
-/// The quantizer's shapes, fixed at compile time.
+use crate::kernels::PqShape;
+
+/// The decode step's shapes: the quantizer's, and the query heads per KV head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct PqShape {
+pub struct DecodeShape {
+    /// The quantizer's shapes.
+    pub pq: PqShape,
     /// Query heads per KV head.
     pub group: u32,
-    /// Channels per head.
-    pub head_dim: u32,
-    /// Subspaces per vector.
-    pub subspaces: u32,
-    /// Channels per subspace.
-    pub sub_dim: u32,
-    /// Centroids per subspace.
-    pub centroids: u32,
-    /// Bits per code.
-    pub nbits: u32,
-    /// Packed words per vector.
-    pub words: u32,
 }
 
-impl PqShape {
+impl DecodeShape {
     /// Floats of one (sequence, KV head)'s table: `subspaces · centroids · group`.
     pub fn table_floats(&self) -> u32 {
-        self.subspaces * self.centroids * self.group
+        self.pq.subspaces * self.pq.centroids * self.group
     }
 }
 
@@ -44,24 +36,24 @@ pub fn table_kernel(
     kv_heads: u32,
     scale: f32,
     per_head_books: u32,
-    #[comptime] shape: PqShape,
+    #[comptime] shape: DecodeShape,
 ) {
     let i = CUBE_POS_X;
     let stream = CUBE_POS_Y;
     let group = shape.group;
-    let ds = shape.sub_dim;
+    let ds = shape.pq.sub_dim;
     let book = (stream % kv_heads) * per_head_books;
     let mut pair = UNIT_POS;
-    while pair < shape.centroids * group {
+    while pair < shape.pq.centroids * group {
         let c = pair / group;
         let g = pair % group;
-        let q_base = (stream * group + g) * shape.head_dim + i * ds;
-        let c_base = ((book * shape.subspaces + i) * shape.centroids + c) * ds;
+        let q_base = (stream * group + g) * shape.pq.head_dim + i * ds;
+        let c_base = ((book * shape.pq.subspaces + i) * shape.pq.centroids + c) * ds;
         let mut dot = 0.0f32;
         for s in 0..ds {
             dot += q[(q_base + s) as usize] * books[(c_base + s) as usize];
         }
-        table[(((stream * shape.subspaces + i) * shape.centroids + c) * group + g) as usize] = dot * scale;
+        table[(((stream * shape.pq.subspaces + i) * shape.pq.centroids + c) * group + g) as usize] = dot * scale;
         pair += CUBE_DIM;
     }
 }

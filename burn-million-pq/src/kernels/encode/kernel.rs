@@ -6,22 +6,7 @@
 
 use cubecl::prelude::*;
 
-/// Shapes fixed at compile time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct EncodeGeometry {
-    /// Channels per head.
-    pub head_dim: u32,
-    /// Subspaces per vector.
-    pub subspaces: u32,
-    /// Channels per subspace.
-    pub sub_dim: u32,
-    /// Centroids per subspace.
-    pub centroids: u32,
-    /// Bits per code.
-    pub nbits: u32,
-    /// Packed words per vector.
-    pub words: u32,
-}
+use crate::kernels::PqShape;
 
 /// Squared distance of `x[x_base..x_base + sub_dim]` to centroid `book[c_base..c_base + sub_dim]`.
 #[cube]
@@ -45,7 +30,7 @@ pub fn encode_kernel(
     tokens: u32,
     kv_heads: u32,
     per_head_books: u32,
-    #[comptime] geo: EncodeGeometry,
+    #[comptime] geo: PqShape,
 ) {
     let index = ABSOLUTE_POS as u32;
     if index >= rows * geo.words {

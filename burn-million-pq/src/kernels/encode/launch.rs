@@ -4,8 +4,8 @@ use burn::tensor::{Int, Tensor};
 use burn_cubecl::{cubecl::prelude::*, BoolElement, CubeRuntime};
 use burn_kvcompress::kernels::{dense_output, float_arg, CubeF32};
 
-use super::kernel::{encode_kernel, EncodeGeometry};
-use crate::PqConfig;
+use super::kernel::encode_kernel;
+use crate::{kernels::PqShape, PqConfig};
 
 /// Encodes `x: [batch, kv_heads, n, head_dim]` with `books: [groups, subspaces, centroids,
 /// sub_dim]` into packed words `[batch, kv_heads, n, words_per_vector]` with [`encode_kernel`].
@@ -16,14 +16,7 @@ pub fn encode_launch<R: CubeRuntime, BT: BoolElement>(
 ) -> Tensor<CubeF32<R, BT>, 4, Int> {
     let [batch, kv_heads, n, d] = x.dims();
     let groups = books.dims()[0];
-    let geo = EncodeGeometry {
-        head_dim: d as u32,
-        subspaces: config.subspaces as u32,
-        sub_dim: config.sub_dim(d) as u32,
-        centroids: config.centroids() as u32,
-        nbits: config.nbits as u32,
-        words: config.words_per_vector() as u32,
-    };
+    let geo = PqShape::of(config, d);
     let rows = batch * kv_heads * n;
     let x = float_arg(&x);
     let words = dense_output::<R, i32>(&x, rows * config.words_per_vector());
