@@ -102,12 +102,15 @@ pub fn decode_kernel(
     let group = geo.shape.group;
     let chunk = geo.chunk;
     let is_coded = split < coded_splits;
-    // The split's slots: `chunk` of the coded range, or of the recent window.
+    // The split's slots: `chunk` of the coded range, or of the recent window; `row` is the
+    // first one's row in the code words or in the recent window.
     let mut first = split * chunk;
     let mut end = coded;
+    let mut row = stream * coded + first;
     if !is_coded {
         first = coded + (split - coded_splits) * chunk;
         end = len;
+        row = stream * (len - coded) + first - coded;
     }
     let count = u32::min(chunk, end - first);
     let visible = Visibility { first, len, start, window };
@@ -117,20 +120,8 @@ pub fn decode_kernel(
     let mut head_max = SharedMemory::<f32>::new(group as usize);
 
     let table_base = stream * geo.shape.table_floats();
-    coded_scores(
-        table,
-        k_codes,
-        &mut p,
-        &mut scratch,
-        table_base,
-        stream * coded + first,
-        count,
-        is_coded,
-        &visible,
-        geo,
-    );
+    coded_scores(table, k_codes, &mut p, &mut scratch, table_base, row, count, is_coded, &visible, geo);
     if !is_coded {
-        let row = stream * (len - coded) + first - coded;
         recent_scores(q, k_recent, &mut p, stream, row, count, scale, &visible, geo);
     }
     sync_cube();
@@ -140,13 +131,12 @@ pub fn decode_kernel(
     let slot_out = SplitOut { head, split, splits: CUBE_COUNT_X };
     if is_coded {
         let books = (stream % kv_heads) * per_head_books * geo.shape.pq.subspaces;
-        coded_value_parts(v_codes, v_books, &p, &mut scratch, stream * coded + first, count, books, geo);
+        coded_value_parts(v_codes, v_books, &p, &mut scratch, row, count, books, geo);
     }
     sync_cube();
     if is_coded {
         sum_value_parts(&scratch, &head_max, out, out_max, out_sum, &slot_out, geo);
     } else {
-        let row = stream * (len - coded) + first - coded;
         recent_values(v_recent, &p, &head_max, out, out_max, out_sum, row, count, &slot_out, geo);
     }
 }
@@ -175,6 +165,32 @@ struct SplitOut {
     head: u32,
     split: u32,
     splits: u32,
+}
+
+#[cube]
+impl SplitOut {
+    /// Writes channel `c` of head `g`'s unnormalized output `value`; channel 0 also writes the
+    /// head's max and its mass `Σ p`.
+    #[allow(clippy::too_many_arguments)]
+    fn write(
+        &self,
+        out: &mut Array<f32>,
+        out_max: &mut Array<f32>,
+        out_sum: &mut Array<f32>,
+        head_max: &SharedMemory<f32>,
+        g: u32,
+        c: u32,
+        value: f32,
+        mass: f32,
+        #[comptime] head_dim: u32,
+    ) {
+        let at = (self.head + g) * self.splits + self.split;
+        out[(at * head_dim + c) as usize] = value;
+        if c == 0 {
+            out_max[at as usize] = head_max[g as usize];
+            out_sum[at as usize] = mass;
+        }
+    }
 }
 
 /// Scores of a coded split into `p[g * chunk + t]` (masked slots hold [`masked_score`]). The
@@ -471,17 +487,15 @@ fn sum_value_parts(
         for part in 0..geo.parts {
             acc += scratch[((part * group + g) * d + c) as usize];
         }
-        let at = (slot_out.head + g) * slot_out.splits + slot_out.split;
-        out[(at * d + c) as usize] = acc;
+        // A head's mass goes out once, with channel 0.
+        let mut l = 0.0f32;
         if c == 0 {
             let masses = geo.parts * group * d;
-            let mut l = 0.0f32;
             for part in 0..geo.parts {
                 l += scratch[(masses + part * group + g) as usize];
             }
-            out_max[at as usize] = head_max[g as usize];
-            out_sum[at as usize] = l;
         }
+        slot_out.write(out, out_max, out_sum, head_max, g, c, acc, l, d);
         pair += geo.units;
     }
 }
@@ -515,12 +529,7 @@ fn recent_values(
             l += weight;
             acc += weight * v_recent[((row + t) * d + c) as usize];
         }
-        let at = (slot_out.head + g) * slot_out.splits + slot_out.split;
-        out[(at * d + c) as usize] = acc;
-        if c == 0 {
-            out_max[at as usize] = head_max[g as usize];
-            out_sum[at as usize] = l;
-        }
+        slot_out.write(out, out_max, out_sum, head_max, g, c, acc, l, d);
         pair += geo.units;
     }
 }
