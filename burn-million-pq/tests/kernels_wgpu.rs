@@ -108,7 +108,7 @@ fn decode_kernel_matches_reconstructed_kv_within_the_derived_bound() {
             key_start: vec![0],
             sliding: None,
         },
-        // Splits of 1024 slots (four per unit), padding and a sliding window.
+        // Splits of 2048 slots (eight per unit), padding and a sliding window.
         Case {
             config: config(8, 4, Layer),
             head_dim: 16,
@@ -121,7 +121,7 @@ fn decode_kernel_matches_reconstructed_kv_within_the_derived_bound() {
             key_start: vec![0, 17, 0, 4000],
             sliding: Some(5000),
         },
-        // GQA 8 with 8-bit codes: table blocks of 2 subspaces, 7 value parts.
+        // GQA 8 with 8-bit codes: table blocks of 2 subspaces, value blocks of 8 in 32 parts.
         Case {
             config: config(32, 8, LayerHead),
             head_dim: 64,

@@ -16,4 +16,4 @@ mod softmax;
 pub use buffers::{dense_output, float_arg, int_arg, CubeF32};
 pub use mask::decode_slot_visible;
 pub use merge::{masked_score, merge_partials, SplitPartials};
-pub use softmax::split_softmax;
+pub use softmax::{split_masses, split_softmax};

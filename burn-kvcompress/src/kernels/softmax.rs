@@ -1,8 +1,11 @@
-//! The in-cube softmax numerators of a split decode kernel.
+//! The in-cube softmax numerators of a split decode kernel, and their per-head masses.
 
 use cubecl::prelude::*;
 
 use super::masked_score;
+
+/// Units per head of a per-head reduction: each folds every 16th slot, then one folds the 16.
+const LANES: u32 = 16;
 
 /// Turns the scores `p[g * chunk + t]` of `group` query heads × the first `count ≤ chunk` slots
 /// (masked slots hold [`masked_score`]) into `exp(s − m_g)` in place (0 where masked), with each
@@ -17,29 +20,8 @@ pub fn split_softmax(
     #[comptime] group: u32,
     #[comptime] chunk: u32,
 ) {
-    let unit = UNIT_POS;
-    let max_lanes = 16u32;
-    let mut lane_max = SharedMemory::<f32>::new((group * 16) as usize);
-    if unit < group * max_lanes {
-        let g = unit / max_lanes;
-        let mut m = masked_score();
-        let mut t = unit % max_lanes;
-        while t < count {
-            m = f32::max(m, p[(g * chunk + t) as usize]);
-            t += max_lanes;
-        }
-        lane_max[unit as usize] = m;
-    }
-    sync_cube();
-    if unit < group {
-        let mut m = masked_score();
-        for l in 0..max_lanes {
-            m = f32::max(m, lane_max[(unit * max_lanes + l) as usize]);
-        }
-        head_max[unit as usize] = m;
-    }
-    sync_cube();
-    let mut pair = unit;
+    head_reduce(p, head_max, count, group, chunk, true);
+    let mut pair = UNIT_POS;
     while pair < group * count {
         let g = pair / count;
         let index = g * chunk + pair % count;
@@ -52,4 +34,66 @@ pub fn split_softmax(
         pair += CUBE_DIM;
     }
     sync_cube();
+}
+
+/// Each head's mass `l_g = Σ_t p[g * chunk + t]` over the first `count` slots (the numerators
+/// [`split_softmax`] left) into `head_sum[g]`. Every unit of the cube must call it (it
+/// synchronizes the cube), and the cube needs at least `16 · group` units.
+#[cube]
+pub fn split_masses(
+    p: &SharedMemory<f32>,
+    head_sum: &mut SharedMemory<f32>,
+    count: u32,
+    #[comptime] group: u32,
+    #[comptime] chunk: u32,
+) {
+    head_reduce(p, head_sum, count, group, chunk, false);
+}
+
+/// `out[g]` = the max (`max`) or the sum (otherwise) of `p[g * chunk + t]` over `t < count`, on
+/// [`LANES`] units per head, then one; the max of no slots is [`masked_score`], their sum 0.
+/// The caller synchronizes the cube after writing `p`; this synchronizes it before returning.
+#[cube]
+fn head_reduce(
+    p: &SharedMemory<f32>,
+    out: &mut SharedMemory<f32>,
+    count: u32,
+    #[comptime] group: u32,
+    #[comptime] chunk: u32,
+    #[comptime] max: bool,
+) {
+    let unit = UNIT_POS;
+    let mut lanes = SharedMemory::<f32>::new(comptime!((group * LANES) as usize));
+    let mut empty = 0.0f32;
+    if comptime!(max) {
+        empty = masked_score();
+    }
+    if unit < group * LANES {
+        let g = unit / LANES;
+        let mut acc = empty;
+        let mut t = unit % LANES;
+        while t < count {
+            acc = fold(acc, p[(g * chunk + t) as usize], max);
+            t += LANES;
+        }
+        lanes[unit as usize] = acc;
+    }
+    sync_cube();
+    if unit < group {
+        let mut acc = empty;
+        for l in 0..LANES {
+            acc = fold(acc, lanes[(unit * LANES + l) as usize], max);
+        }
+        out[unit as usize] = acc;
+    }
+    sync_cube();
+}
+
+#[cube]
+fn fold(acc: f32, x: f32, #[comptime] max: bool) -> f32 {
+    if comptime!(max) {
+        f32::max(acc, x)
+    } else {
+        acc + x
+    }
 }

@@ -9,14 +9,17 @@
 //!    `T[i, code_i]` for its slots (`chunk / units` of them, held in registers for all heads), in
 //!    subspace order. A recent slot scores `q · k` in f32, scaled. Masked slots (padding, sliding
 //!    window) are excluded;
-//! 2. per head, the split's max score `m`, `p = exp(s - m)` ([`split_softmax`]);
-//! 3. values. In a coded split one unit per (subspace, part) walks the part's slots, reads the
-//!    slot's value code and centroid once and adds `p · centroid` for all heads; the parts are then
-//!    summed in shared memory. A recent split sums `p · v` per (head, channel);
-//! 4. the unnormalized output, `m` and `l = Σ p` go to the log-sum-exp merge
+//! 2. per head, the split's max score `m`, `p = exp(s - m)` ([`split_softmax`]) and the mass
+//!    `l = Σ p` ([`split_masses`]);
+//! 3. values. A coded split walks the subspaces in blocks too: the block's value codebooks are
+//!    staged in shared memory, one unit per (subspace of the block, part of the slots) reads each
+//!    of its slots' codes and adds `p · centroid` for all heads from the staged codebook, and the
+//!    parts' sums are added up in shared memory (the next block's codebooks load into registers
+//!    meanwhile). A recent split sums `p · v` per (head, channel);
+//! 4. the unnormalized output, `m` and `l` go to the log-sum-exp merge
 //!    (`burn_kvcompress::kernels::merge_partials`).
 
-use burn_kvcompress::kernels::{decode_slot_visible, masked_score, split_softmax};
+use burn_kvcompress::kernels::{decode_slot_visible, masked_score, split_masses, split_softmax};
 use cubecl::prelude::*;
 
 use super::table::DecodeShape;
@@ -33,8 +36,16 @@ pub struct DecodeGeometry {
     pub units: u32,
     /// Subspaces whose table entries a cube stages at once.
     pub block_subspaces: u32,
-    /// Parts of a split whose value sums run on separate units (per subspace).
-    pub parts: u32,
+    /// Subspaces whose value codebooks a cube stages at once, a multiple of `value_span`.
+    pub value_subspaces: u32,
+    /// Consecutive subspaces of a value block one unit sums (its slots' `p` are read once for
+    /// them all).
+    pub value_span: u32,
+    /// Parts of a split whose value sums run on separate units (per span of a value block).
+    pub value_parts: u32,
+    /// Floats of the shared scratch buffer: a table block, a value block's codebooks, or the
+    /// value parts' sums of a block.
+    pub scratch_floats: u32,
 }
 
 impl DecodeGeometry {
@@ -48,27 +59,31 @@ impl DecodeGeometry {
         (self.block_subspaces * self.shape.pq.centroids * self.shape.group).div_ceil(self.units)
     }
 
-    /// Slots a value unit loads at once: 16 centroid floats in flight.
+    /// Floats of one subspace's value codebook.
+    pub fn book_floats(&self) -> u32 {
+        self.shape.pq.centroids * self.shape.pq.sub_dim
+    }
+
+    /// Floats of a value block's codebooks each unit loads.
+    pub fn value_fill(&self) -> u32 {
+        (self.value_subspaces * self.book_floats()).div_ceil(self.units)
+    }
+
+    /// Slots whose value codes a unit loads at once.
     pub fn value_batch(&self) -> u32 {
-        (16 / self.shape.pq.sub_dim).max(1)
+        (8 / self.value_span).max(2)
     }
 
-    /// Floats of the scratch buffer: the staged table block, then the parts' value sums and masses.
-    pub fn scratch_floats(&self) -> u32 {
-        let s = self.shape;
-        u32::max(self.block_subspaces * s.pq.centroids * s.group, self.parts * s.group * (s.pq.head_dim + 1))
-    }
-
-    /// Shared memory of one cube, in bytes: scratch, scores, the heads' maxima and the softmax's
-    /// 16 lane maxima per head.
+    /// Shared memory of one cube, in bytes: scratch, scores, and per head its max, its mass and
+    /// the two reductions' 16 lanes.
     pub fn shared_bytes(&self) -> u32 {
-        4 * (self.scratch_floats() + self.shape.group * (self.chunk + 17))
+        4 * (self.scratch_floats + self.shape.group * (self.chunk + 2 + 2 * 16))
     }
 }
 
 /// One split of PQ decode attention; see the module documentation.
 ///
-/// - `table`: `[batch, kv_heads, subspaces, centroids, group]`;
+/// - `table`: `[batch, kv_heads, subspaces, group, centroids]`;
 /// - `k_codes`, `v_codes`: `[batch, kv_heads, coded, words]`; `v_books`: `[groups, subspaces,
 ///   centroids, sub_dim]`; `k_recent`, `v_recent`: `[batch, kv_heads, len - coded, head_dim]`;
 /// - `q`: `[batch, kv_heads * group, head_dim]`; `key_start`: `[batch]`;
@@ -116,8 +131,9 @@ pub fn decode_kernel(
     let visible = Visibility { first, len, start, window };
 
     let mut p = SharedMemory::<f32>::new((group * chunk) as usize);
-    let mut scratch = SharedMemory::<f32>::new(geo.scratch_floats() as usize);
+    let mut scratch = SharedMemory::<f32>::new(geo.scratch_floats as usize);
     let mut head_max = SharedMemory::<f32>::new(group as usize);
+    let mut head_sum = SharedMemory::<f32>::new(group as usize);
 
     let table_base = stream * geo.shape.table_floats();
     coded_scores(table, k_codes, &mut p, &mut scratch, table_base, row, count, is_coded, &visible, geo);
@@ -126,18 +142,30 @@ pub fn decode_kernel(
     }
     sync_cube();
     split_softmax(&mut p, &mut head_max, count, group, chunk);
+    split_masses(&p, &mut head_sum, count, group, chunk);
 
     let head = stream * group;
     let slot_out = SplitOut { head, split, splits: CUBE_COUNT_X };
-    if is_coded {
-        let books = (stream % kv_heads) * per_head_books * geo.shape.pq.subspaces;
-        coded_value_parts(v_codes, v_books, &p, &mut scratch, row, count, books, geo);
-    }
-    sync_cube();
-    if is_coded {
-        sum_value_parts(&scratch, &head_max, out, out_max, out_sum, &slot_out, geo);
-    } else {
-        recent_values(v_recent, &p, &head_max, out, out_max, out_sum, row, count, &slot_out, geo);
+    let books = (stream % kv_heads) * per_head_books * geo.shape.pq.subspaces;
+    coded_values(
+        v_codes,
+        v_books,
+        &p,
+        &mut scratch,
+        &head_max,
+        &head_sum,
+        out,
+        out_max,
+        out_sum,
+        row,
+        count,
+        books,
+        is_coded,
+        &slot_out,
+        geo,
+    );
+    if !is_coded {
+        recent_values(v_recent, &p, &head_max, &head_sum, out, out_max, out_sum, row, count, &slot_out, geo);
     }
 }
 
@@ -178,17 +206,17 @@ impl SplitOut {
         out_max: &mut Array<f32>,
         out_sum: &mut Array<f32>,
         head_max: &SharedMemory<f32>,
+        head_sum: &SharedMemory<f32>,
         g: u32,
         c: u32,
         value: f32,
-        mass: f32,
         #[comptime] head_dim: u32,
     ) {
         let at = (self.head + g) * self.splits + self.split;
         out[(at * head_dim + c) as usize] = value;
         if c == 0 {
             out_max[at as usize] = head_max[g as usize];
-            out_sum[at as usize] = mass;
+            out_sum[at as usize] = head_sum[g as usize];
         }
     }
 }
@@ -236,13 +264,7 @@ fn coded_scores(
         sync_cube();
         if is_coded {
             let floats = (u32::min(lo + block, shape.pq.subspaces) - lo) * shape.pq.centroids * group;
-            #[unroll]
-            for f in 0..geo.table_fill() {
-                let e = f * geo.units + UNIT_POS;
-                if e < floats {
-                    scratch[e as usize] = next_table[f as usize];
-                }
-            }
+            stage(&next_table, scratch, floats, geo.table_fill(), geo.units, shape.pq.centroids, 1u32);
             #[unroll]
             for w in 0..held_words {
                 words[w as usize] = next_words[w as usize];
@@ -262,10 +284,10 @@ fn coded_scores(
                     if lo + ii < shape.pq.subspaces {
                         let word = words[(k * geo.block_words() + ii / per_word) as usize];
                         let code = (word >> ((first_code + ii % per_word) * shape.pq.nbits)) & mask;
-                        let at = (ii * shape.pq.centroids + code) * group;
+                        let at = ii * group * shape.pq.centroids + code;
                         #[unroll]
                         for g in 0..group {
-                            scores[(k * group + g) as usize] += scratch[(at + g) as usize];
+                            scores[(k * group + g) as usize] += scratch[(at + g * shape.pq.centroids) as usize];
                         }
                     }
                 }
@@ -311,16 +333,7 @@ fn fetch_block(
     let lo = b * geo.block_subspaces;
     let block_floats = shape.pq.centroids * shape.group;
     let floats = (u32::min(lo + geo.block_subspaces, shape.pq.subspaces) - lo) * block_floats;
-    let base = table_base + lo * block_floats;
-    #[unroll]
-    for f in 0..geo.table_fill() {
-        let e = f * geo.units + UNIT_POS;
-        let mut x = 0.0f32;
-        if e < floats {
-            x = table[(base + e) as usize];
-        }
-        next_table[f as usize] = x;
-    }
+    prefetch(table, table_base + lo * block_floats, floats, next_table, geo.table_fill(), geo.units);
     let first_word = lo / comptime!(32 / shape.pq.nbits);
     #[unroll]
     for k in 0..comptime!(geo.chunk / geo.units) {
@@ -371,132 +384,251 @@ fn recent_scores(
     }
 }
 
-/// A coded split's value sums per part into `scratch`: unit (subspace `i`, part) walks slots
-/// `part, part + parts, ...` (a batch at a time), reads each slot's value centroid of subspace
-/// `i` once and adds `p_g · centroid` for every head `g`; it writes `[parts, group, head_dim]` sums, then `[parts,
-/// group]` masses `Σ p`. `row`: the split's first code row; `books`: the first codebook row of
-/// this KV head's value codebooks.
+/// Loads this unit's `fill` of `floats` floats from `src[base..]` into `held` (element `f · units
+/// + unit` into `held[f]`; 0 past `floats`), all loads in flight at once.
+#[cube]
+fn prefetch(
+    src: &Array<f32>,
+    base: u32,
+    floats: u32,
+    held: &mut Array<f32>,
+    #[comptime] fill: u32,
+    #[comptime] units: u32,
+) {
+    #[unroll]
+    for f in 0..fill {
+        let e = f * units + UNIT_POS;
+        let mut x = 0.0f32;
+        if e < floats {
+            x = src[(base + e) as usize];
+        }
+        held[f as usize] = x;
+    }
+}
+
+/// Stores what [`prefetch`] loaded into `scratch[0..floats]`, each `[outer, inner]` matrix of it
+/// transposed to `[inner, outer]` (`inner` 1: as loaded).
+#[cube]
+fn stage(
+    held: &Array<f32>,
+    scratch: &mut SharedMemory<f32>,
+    floats: u32,
+    #[comptime] fill: u32,
+    #[comptime] units: u32,
+    #[comptime] outer: u32,
+    #[comptime] inner: u32,
+) {
+    #[unroll]
+    for f in 0..fill {
+        let e = f * units + UNIT_POS;
+        if e < floats {
+            let matrix = e / (outer * inner);
+            let o = (e / inner) % outer;
+            let n = e % inner;
+            scratch[((matrix * inner + n) * outer + o) as usize] = held[f as usize];
+        }
+    }
+}
+
+/// A coded split's values, written as its partial results: subspace block by block, the block's
+/// value codebooks are staged in `scratch` as `[subspace, sub_dim, centroid]` (lanes gathering
+/// random codes spread over the banks; the next block's loading into registers meanwhile), unit
+/// (span of `value_span` subspaces of the block, part) walks slots `part, part + value_parts, ...`
+/// (a batch of codes in flight) adding `p_g · C_V^i[code_i]` for every head `g` and subspace `i`
+/// of its span, and the parts' sums are added up in `scratch` ([`sum_parts`]). Every unit of the cube calls it (it synchronizes), and only a coded split reads or
+/// writes. `row`: the split's first code row; `books`: the first codebook row of this KV head's
+/// value codebooks.
 #[allow(clippy::too_many_arguments)]
 #[cube]
-fn coded_value_parts(
+fn coded_values(
     v_codes: &Array<u32>,
     v_books: &Array<f32>,
     p: &SharedMemory<f32>,
     scratch: &mut SharedMemory<f32>,
+    head_max: &SharedMemory<f32>,
+    head_sum: &SharedMemory<f32>,
+    out: &mut Array<f32>,
+    out_max: &mut Array<f32>,
+    out_sum: &mut Array<f32>,
     row: u32,
     count: u32,
     books: u32,
+    is_coded: bool,
+    slot_out: &SplitOut,
     #[comptime] geo: DecodeGeometry,
 ) {
     let shape = geo.shape;
     let group = shape.group;
     let ds = shape.pq.sub_dim;
-    let per_word = 32 / shape.pq.nbits;
+    let centroids = shape.pq.centroids;
+    let block = geo.value_subspaces;
+    let span = geo.value_span;
+    let parts = geo.value_parts;
+    let per_word = comptime!(32 / shape.pq.nbits);
+    // A span lies within one code word when spans tile the words.
+    let one_word = comptime!(per_word % span == 0);
     let mask = (1u32 << shape.pq.nbits) - 1;
-    if UNIT_POS < geo.parts * shape.pq.subspaces {
-        let i = UNIT_POS % shape.pq.subspaces;
-        let part = UNIT_POS / shape.pq.subspaces;
-        let shift = (i % per_word) * shape.pq.nbits;
-        let book_base = (books + i) * shape.pq.centroids;
-        let mut acc = Array::<f32>::new((group * ds) as usize);
-        let mut mass = Array::<f32>::new(group as usize);
+    let blocks = comptime!(shape.pq.subspaces.div_ceil(block));
+    let fill = comptime!(geo.value_fill());
+    let batch = comptime!(geo.value_batch());
+    let sums = comptime!(group * block * ds);
+    let spans = comptime!(block / span);
+    let first_local = (UNIT_POS % spans) * span;
+    let part = UNIT_POS / spans;
+    let mut next_books = Array::<f32>::new(comptime!(fill as usize));
+    let mut acc = Array::<f32>::new(comptime!((span * group * ds) as usize));
+    let mut codes = Array::<u32>::new(comptime!((batch * span) as usize));
+    if is_coded {
+        let floats = u32::min(block, shape.pq.subspaces) * geo.book_floats();
+        prefetch(v_books, books * geo.book_floats(), floats, &mut next_books, fill, geo.units);
+    }
+    for b in 0..blocks {
+        let lo = b * block;
+        let in_block = u32::min(block, shape.pq.subspaces - lo);
+        sync_cube();
+        if is_coded {
+            stage(&next_books, scratch, in_block * geo.book_floats(), fill, geo.units, centroids, ds);
+        }
+        sync_cube();
         #[unroll]
-        for e in 0..group * ds {
+        for e in 0..span * group * ds {
             acc[e as usize] = 0.0;
         }
-        #[unroll]
-        for g in 0..group {
-            mass[g as usize] = 0.0;
-        }
-        // Slots `batch` at a time (`part + j · parts` for `j < batch`): their codes, then their
-        // centroids, load all in flight.
-        let batch = comptime!(geo.value_batch());
-        let mut codes = Array::<u32>::new(comptime!(batch as usize));
-        let mut centroids = Array::<f32>::new(comptime!((batch * ds) as usize));
-        let mut t0 = part;
-        while t0 < count {
-            #[unroll]
-            for j in 0..batch {
-                let t = t0 + j * geo.parts;
-                let mut code = 0u32;
-                if t < count {
-                    code = (v_codes[((row + t) * shape.pq.words + i / per_word) as usize] >> shift) & mask;
-                }
-                codes[j as usize] = code;
+        if is_coded {
+            if b + 1 < blocks {
+                let next = lo + block;
+                let floats = u32::min(block, shape.pq.subspaces - next) * geo.book_floats();
+                prefetch(v_books, (books + next) * geo.book_floats(), floats, &mut next_books, fill, geo.units);
             }
-            #[unroll]
-            for j in 0..batch {
-                #[unroll]
-                for s in 0..ds {
-                    centroids[(j * ds + s) as usize] = v_books[((book_base + codes[j as usize]) * ds + s) as usize];
-                }
-            }
-            #[unroll]
-            for j in 0..batch {
-                let t = t0 + j * geo.parts;
-                if t < count {
+            if part < parts && first_local < in_block {
+                let first = lo + first_local;
+                let mut t0 = part;
+                while t0 < count {
                     #[unroll]
-                    for g in 0..group {
-                        let weight = p[(g * geo.chunk + t) as usize];
-                        mass[g as usize] += weight;
-                        #[unroll]
-                        for s in 0..ds {
-                            acc[(g * ds + s) as usize] += weight * centroids[(j * ds + s) as usize];
+                    for j in 0..batch {
+                        let t = t0 + j * parts;
+                        let code_row = (row + t) * shape.pq.words;
+                        let mut word = 0u32;
+                        if one_word && t < count {
+                            word = v_codes[(code_row + first / per_word) as usize];
                         }
+                        #[unroll]
+                        for k in 0..span {
+                            let i = first + k;
+                            if !one_word && t < count && i < shape.pq.subspaces {
+                                word = v_codes[(code_row + i / per_word) as usize];
+                            }
+                            codes[(j * span + k) as usize] = (word >> ((i % per_word) * shape.pq.nbits)) & mask;
+                        }
+                    }
+                    #[unroll]
+                    for j in 0..batch {
+                        let t = t0 + j * parts;
+                        if t < count {
+                            #[unroll]
+                            for g in 0..group {
+                                let weight = p[(g * geo.chunk + t) as usize];
+                                #[unroll]
+                                for k in 0..span {
+                                    let centroid =
+                                        (first_local + k) * geo.book_floats() + codes[(j * span + k) as usize];
+                                    #[unroll]
+                                    for s in 0..ds {
+                                        let x = scratch[(centroid + s * centroids) as usize];
+                                        acc[((k * group + g) * ds + s) as usize] += weight * x;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    t0 += batch * parts;
+                }
+            }
+        }
+        sync_cube();
+        // The parts' sums, `[part, group, block, sub_dim]`: a summing unit reads consecutive
+        // floats of each part.
+        if is_coded && part < parts {
+            #[unroll]
+            for k in 0..span {
+                #[unroll]
+                for g in 0..group {
+                    #[unroll]
+                    for s in 0..ds {
+                        let at = part * sums + (g * block + first_local + k) * ds + s;
+                        scratch[at as usize] = acc[((k * group + g) * ds + s) as usize];
                     }
                 }
             }
-            t0 += batch * geo.parts;
         }
-        #[unroll]
-        for g in 0..group {
-            #[unroll]
-            for s in 0..ds {
-                scratch[((part * group + g) * shape.pq.head_dim + i * ds + s) as usize] = acc[(g * ds + s) as usize];
-            }
-        }
-        if i == 0 {
-            let masses = geo.parts * group * shape.pq.head_dim;
-            #[unroll]
-            for g in 0..group {
-                scratch[(masses + part * group + g) as usize] = mass[g as usize];
-            }
-        }
+        sync_cube();
+        sum_parts(scratch, head_max, head_sum, out, out_max, out_sum, lo, in_block, is_coded, slot_out, geo);
     }
 }
 
-/// Sums the parts' value sums and masses (written by [`coded_value_parts`]) and writes the
-/// split's partial results.
+/// Adds up the value parts' sums of a block (`scratch[part * sums + e]`, `e` = (head, channel of
+/// the block)) and writes them as channels `lo · sub_dim ..` of the split's partial results: first
+/// `units / sums` units per `e` each add a share of the parts (written back over the first parts'
+/// rows), then one unit per `e` adds the shares. Every unit of the cube calls it (it
+/// synchronizes).
+#[allow(clippy::too_many_arguments)]
 #[cube]
-fn sum_value_parts(
-    scratch: &SharedMemory<f32>,
+fn sum_parts(
+    scratch: &mut SharedMemory<f32>,
     head_max: &SharedMemory<f32>,
+    head_sum: &SharedMemory<f32>,
     out: &mut Array<f32>,
     out_max: &mut Array<f32>,
     out_sum: &mut Array<f32>,
+    lo: u32,
+    in_block: u32,
+    is_coded: bool,
     slot_out: &SplitOut,
     #[comptime] geo: DecodeGeometry,
 ) {
-    let group = geo.shape.group;
-    let d = geo.shape.pq.head_dim;
-    let mut pair = UNIT_POS;
-    while pair < group * d {
-        let g = pair / d;
-        let c = pair % d;
-        let mut acc = 0.0f32;
-        for part in 0..geo.parts {
-            acc += scratch[((part * group + g) * d + c) as usize];
+    let ds = geo.shape.pq.sub_dim;
+    let block = geo.value_subspaces;
+    let parts = geo.value_parts;
+    let sums = comptime!(geo.shape.group * block * ds);
+    let sharers = comptime!((geo.units / sums).clamp(1, parts));
+    let share = comptime!(parts.div_ceil(sharers));
+    let e = UNIT_POS % sums;
+    let sharer = UNIT_POS / sums;
+    let mut partial = 0.0f32;
+    if is_coded && sharer < sharers {
+        for q in sharer * share..u32::min(sharer * share + share, parts) {
+            partial += scratch[(q * sums + e) as usize];
         }
-        // A head's mass goes out once, with channel 0.
-        let mut l = 0.0f32;
-        if c == 0 {
-            let masses = geo.parts * group * d;
-            for part in 0..geo.parts {
-                l += scratch[(masses + part * group + g) as usize];
+    }
+    sync_cube();
+    if is_coded && sharer < sharers {
+        scratch[(sharer * sums + e) as usize] = partial;
+    }
+    sync_cube();
+    if is_coded {
+        let mut e = UNIT_POS;
+        while e < sums {
+            let g = e / (block * ds);
+            let local_channel = e % (block * ds);
+            if local_channel < in_block * ds {
+                let mut value = 0.0f32;
+                for q in 0..sharers {
+                    value += scratch[(q * sums + e) as usize];
+                }
+                slot_out.write(
+                    out,
+                    out_max,
+                    out_sum,
+                    head_max,
+                    head_sum,
+                    g,
+                    lo * ds + local_channel,
+                    value,
+                    geo.shape.pq.head_dim,
+                );
             }
+            e += geo.units;
         }
-        slot_out.write(out, out_max, out_sum, head_max, g, c, acc, l, d);
-        pair += geo.units;
     }
 }
 
@@ -508,6 +640,7 @@ fn recent_values(
     v_recent: &Array<f32>,
     p: &SharedMemory<f32>,
     head_max: &SharedMemory<f32>,
+    head_sum: &SharedMemory<f32>,
     out: &mut Array<f32>,
     out_max: &mut Array<f32>,
     out_sum: &mut Array<f32>,
@@ -523,13 +656,10 @@ fn recent_values(
         let g = pair / d;
         let c = pair % d;
         let mut acc = 0.0f32;
-        let mut l = 0.0f32;
         for t in 0..count {
-            let weight = p[(g * geo.chunk + t) as usize];
-            l += weight;
-            acc += weight * v_recent[((row + t) * d + c) as usize];
+            acc += p[(g * geo.chunk + t) as usize] * v_recent[((row + t) * d + c) as usize];
         }
-        slot_out.write(out, out_max, out_sum, head_max, g, c, acc, l, d);
+        slot_out.write(out, out_max, out_sum, head_max, head_sum, g, c, acc, d);
         pair += geo.units;
     }
 }

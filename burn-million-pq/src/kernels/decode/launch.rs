@@ -18,19 +18,25 @@ use crate::{
 
 /// Units per cube.
 const UNITS: u32 = 256;
-/// Floats of the lookup-table block a cube stages in shared memory (16 KiB).
-const TABLE_BLOCK_FLOATS: u32 = 4096;
+/// Floats of the scratch buffer a cube stages a lookup-table block or a value block's codebooks
+/// in (16 KiB).
+const SCRATCH_FLOATS: u32 = 4096;
 /// The most subspaces of a table block (each unit's lookups of a block are unrolled).
 const MAX_BLOCK_SUBSPACES: u32 = 16;
-/// Shared memory a cube may use on every backend: 32 KiB on Mesa's software Vulkan (CUDA allows
-/// 48 KiB of static shared memory).
+/// Shared memory a cube may use on every backend: 32 KiB on Mesa's software Vulkan.
 const SHARED_BYTES: u32 = 32 * 1024;
+/// The most shared memory a cube uses where the device offers more (longer splits, fewer table
+/// and codebook stagings per slot), leaving room for three cubes on an SM of a large GPU.
+const SHARED_CAP: u32 = 64 * 1024;
 /// The longest split, in slots.
-const MAX_CHUNK: u32 = 1024;
-/// Cubes (splits × sequences × KV heads) a decode step aims for.
-const TARGET_CUBES: usize = 512;
-/// The most floats a value-summing unit holds per slot (`group · sub_dim` accumulators).
+const MAX_CHUNK: u32 = 2048;
+/// Cubes (splits × sequences × KV heads) a decode step aims for: about two per SM of a large
+/// GPU (longer splits amortize a cube's table and codebook stagings over more slots).
+const TARGET_CUBES: usize = 256;
+/// The most floats a value-summing unit holds per subspace (`group · sub_dim` accumulators).
 const MAX_VALUE_REGISTERS: u32 = 64;
+/// The accumulators a value-summing unit's span of subspaces aims for.
+const SPAN_REGISTERS: u32 = 32;
 
 /// The decode step's compile-time shapes for `group` query heads per KV head of `head_dim`
 /// channels.
@@ -38,41 +44,67 @@ pub fn pq_shape(config: &PqConfig, group: usize, head_dim: usize) -> DecodeShape
     DecodeShape { pq: PqShape::of(config, head_dim), group: group as u32 }
 }
 
-/// The decode kernel's geometry for `shape` and splits of `chunk` slots: as many subspaces per
-/// table block as fit [`TABLE_BLOCK_FLOATS`] (at most [`MAX_BLOCK_SUBSPACES`], whole code words or
-/// a divisor of one; 0 when one subspace does not fit), and as many value parts per subspace as
-/// the units allow and the same scratch holds.
+/// The decode kernel's geometry for `shape` and splits of `chunk` slots, all blocks within
+/// [`SCRATCH_FLOATS`]:
+/// - as many subspaces per table block as fit (at most [`MAX_BLOCK_SUBSPACES`], whole code words
+///   or a divisor of one; 0 when one subspace's table entries do not fit);
+/// - value spans of the subspaces of a code word (fewer where their accumulators would pass
+///   [`SPAN_REGISTERS`]), as many whole spans per value block as their codebooks fit (0 when one
+///   codebook does not fit), and as many parts per span as the units allow and the parts' sums
+///   fit.
 pub fn decode_geometry(shape: DecodeShape, chunk: u32) -> DecodeGeometry {
-    let per_word = 32 / shape.pq.nbits;
-    let fits =
-        (TABLE_BLOCK_FLOATS / (shape.pq.centroids * shape.group)).min(shape.pq.subspaces).min(MAX_BLOCK_SUBSPACES);
+    let pq = shape.pq;
+    let per_word = 32 / pq.nbits;
+    let fits = (SCRATCH_FLOATS / (pq.centroids * shape.group)).min(pq.subspaces).min(MAX_BLOCK_SUBSPACES);
     let block_subspaces = if fits >= per_word {
         fits - fits % per_word
     } else {
         (1..=fits).rev().find(|b| per_word.is_multiple_of(*b)).unwrap_or(0)
     };
-    let parts = (UNITS / shape.pq.subspaces).min(TABLE_BLOCK_FLOATS / (shape.group * (shape.pq.head_dim + 1))).max(1);
-    DecodeGeometry { shape, chunk, units: UNITS, block_subspaces, parts }
+    let book_floats = pq.centroids * pq.sub_dim;
+    let fits_books = (SCRATCH_FLOATS / book_floats).min(pq.subspaces);
+    let accumulators = shape.group * pq.sub_dim;
+    let value_span = per_word.min(fits_books).min(SPAN_REGISTERS / accumulators).max(1);
+    let value_subspaces = (fits_books - fits_books % value_span).min(value_span * UNITS);
+    let value_sums = shape.group * value_subspaces * pq.sub_dim;
+    let value_parts = match value_subspaces {
+        0 => 0,
+        v => (UNITS / (v / value_span)).min(SCRATCH_FLOATS / value_sums),
+    };
+    let scratch_floats =
+        (block_subspaces * pq.centroids * shape.group).max(value_subspaces * book_floats).max(value_parts * value_sums);
+    DecodeGeometry {
+        shape,
+        chunk,
+        units: UNITS,
+        block_subspaces,
+        value_subspaces,
+        value_span,
+        value_parts,
+        scratch_floats,
+    }
 }
 
-/// Whether the decode kernel handles `shape`: a subspace's table entries fit one block, every
-/// subspace has a value unit, the softmax's max runs on 16 units per head, a value unit's
+/// Whether the decode kernel handles `shape`: a subspace's table entries and its value codebook
+/// each fit the scratch, the softmax's reductions run on 16 units per head, a value unit's
 /// accumulators fit [`MAX_VALUE_REGISTERS`], and the shortest split fits [`SHARED_BYTES`].
 pub fn supports(shape: DecodeShape) -> bool {
     let geo = decode_geometry(shape, UNITS);
     geo.block_subspaces >= 1
-        && shape.pq.subspaces <= UNITS
+        && geo.value_parts >= 1
         && shape.group <= UNITS / 16
         && shape.group * shape.pq.sub_dim <= MAX_VALUE_REGISTERS
         && geo.shared_bytes() <= SHARED_BYTES
 }
 
-/// Slots per split for `batch` sequences of `len` slots and `kv_heads` heads: a power of two near
-/// `batch · kv_heads · len / TARGET_CUBES`, from [`UNITS`] to the longest whose cube fits
-/// [`SHARED_BYTES`] (at most [`MAX_CHUNK`]).
-pub fn split_chunk(shape: DecodeShape, batch: usize, kv_heads: usize, len: usize) -> u32 {
+/// Slots per split for `batch` sequences of `len` slots and `kv_heads` heads on a device whose
+/// cubes may use `shared_limit` bytes of shared memory: a power of two near `batch · kv_heads ·
+/// len / TARGET_CUBES`, from [`UNITS`] to the longest whose cube fits `shared_limit` (capped at
+/// [`SHARED_CAP`]) and [`MAX_CHUNK`].
+pub fn split_chunk(shape: DecodeShape, batch: usize, kv_heads: usize, len: usize, shared_limit: usize) -> u32 {
+    let limit = (shared_limit as u32).clamp(SHARED_BYTES, SHARED_CAP);
     let mut longest = UNITS;
-    while longest < MAX_CHUNK && decode_geometry(shape, longest * 2).shared_bytes() <= SHARED_BYTES {
+    while longest < MAX_CHUNK && decode_geometry(shape, longest * 2).shared_bytes() <= limit {
         longest *= 2;
     }
     ((batch * kv_heads * len / TARGET_CUBES).next_power_of_two() as u32).clamp(UNITS, longest)
@@ -90,13 +122,14 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     let device = q.device();
     let shape = pq_shape(&view.config, heads / kv_heads, d);
     let (coded, recent) = (view.coded(), view.recent_len());
-    let chunk = split_chunk(shape, batch, kv_heads, coded + recent);
+    let q = float_arg(&q);
+    let client = q.client.clone();
+    let shared_limit = client.properties().hardware.max_shared_memory_size;
+    let chunk = split_chunk(shape, batch, kv_heads, coded + recent, shared_limit);
     let geo = decode_geometry(shape, chunk);
     let chunk = chunk as usize;
     let coded_splits = coded.div_ceil(chunk);
     let splits = coded_splits + recent.div_ceil(chunk);
-    let q = float_arg(&q);
-    let client = q.client.clone();
     let streams = (batch * kv_heads) as u32;
     let table = dense_output::<R, f32>(&q, streams as usize * shape.table_floats() as usize);
     table_kernel::launch(
@@ -161,33 +194,50 @@ mod tests {
     fn splits_grow_with_the_work_within_the_shared_budget() {
         let bench = shape(64, 8, 4, 128);
         assert!(supports(bench));
-        assert_eq!(decode_geometry(bench, 256).block_subspaces, 4);
-        assert_eq!(decode_geometry(bench, 256).parts, 4);
-        assert_eq!(split_chunk(bench, 1, 8, 4096), 256);
-        assert_eq!(split_chunk(bench, 1, 8, 32768), 512);
-        // 1024 slots of 4 heads' scores do not fit beside the table block.
-        assert_eq!(split_chunk(bench, 8, 8, 32768), 512);
+        let geo = decode_geometry(bench, 256);
+        assert_eq!((geo.block_subspaces, geo.value_subspaces, geo.value_span, geo.value_parts), (4, 8, 4, 64));
+        let lavapipe = 32 * 1024;
+        assert_eq!(split_chunk(bench, 1, 8, 4096, lavapipe), 256);
+        assert_eq!(split_chunk(bench, 1, 8, 32768, lavapipe), 512);
+        // 1024 slots of 4 heads' scores do not fit beside the scratch in 32 KiB; they do where
+        // the device offers more (an H100 offers 227 KiB; the kernel takes at most 64).
+        assert_eq!(split_chunk(bench, 8, 8, 32768, lavapipe), 512);
+        assert_eq!(split_chunk(bench, 8, 8, 32768, 227 * 1024), 2048);
         let narrow = shape(8, 4, 1, 16);
-        assert_eq!(split_chunk(narrow, 4, 8, 9001), 1024);
+        assert_eq!(split_chunk(narrow, 4, 8, 9001, lavapipe), 2048);
+        // Value blocks: as many codebooks as fit the scratch, parts as the units and sums allow.
+        let gqa8 = decode_geometry(shape(32, 8, 8, 64), 256);
+        assert_eq!((gqa8.value_subspaces, gqa8.value_span, gqa8.value_parts), (8, 2, 32));
+        let wide = decode_geometry(shape(16, 8, 4, 128), 256);
+        assert_eq!((wide.value_subspaces, wide.value_span, wide.value_parts), (2, 1, 64));
+        // 6-bit codes: 5 per word, spans of 4 (32 accumulators) straddle words.
+        let six = decode_geometry(shape(32, 6, 4, 64), 256);
+        assert_eq!((six.value_subspaces, six.value_span), (32, 4));
         // Blocks are whole words (6-bit codes: 5 per word), or a divisor of one.
         assert_eq!(decode_geometry(shape(16, 6, 3, 32), 256).block_subspaces, 15);
         assert_eq!(decode_geometry(shape(32, 8, 8, 64), 256).block_subspaces, 2);
         assert_eq!(decode_geometry(shape(32, 6, 8, 64), 256).block_subspaces, 5);
         assert_eq!(decode_geometry(shape(3, 4, 1, 12), 256).block_subspaces, 2);
-        for chunk in [256, 512, 1024] {
+        for chunk in [256, 512, 1024, 2048] {
             for s in [bench, narrow, shape(32, 8, 8, 64)] {
-                let fits = decode_geometry(s, chunk).shared_bytes() <= SHARED_BYTES;
-                assert!(!fits || split_chunk(s, 64, 64, 1 << 20) >= chunk);
+                let geo = decode_geometry(s, chunk);
+                assert!(geo.scratch_floats <= SCRATCH_FLOATS);
+                assert!(geo.value_parts * geo.value_subspaces / geo.value_span <= geo.units);
+                assert_eq!(geo.value_subspaces % geo.value_span, 0);
+                let fits = geo.shared_bytes() <= SHARED_BYTES;
+                assert!(!fits || split_chunk(s, 64, 64, 1 << 20, lavapipe) >= chunk);
             }
         }
     }
 
     #[test]
     fn shapes_the_kernel_cannot_hold_are_refused() {
-        assert!(supports(shape(8, 12, 1, 16)));
-        assert!(!supports(shape(8, 12, 2, 16)), "4096 centroids × 2 heads exceed a table block");
+        assert!(!supports(shape(8, 12, 1, 16)), "4096 centroids × 2 channels exceed the scratch");
+        assert!(!supports(shape(8, 12, 2, 8)), "4096 centroids × 2 heads exceed a table block");
         assert!(!supports(shape(64, 8, 32, 128)), "the softmax needs 16 units per head");
         assert!(!supports(shape(1, 4, 4, 128)), "128 channels per subspace × 4 heads of accumulators");
-        assert!(!supports(shape(512, 1, 1, 512)), "more subspaces than units");
+        // More subspaces than units: value blocks of 256 subspaces, one part each.
+        assert!(supports(shape(512, 1, 1, 512)));
+        assert!(supports(shape(8, 10, 1, 16)));
     }
 }

@@ -1,5 +1,5 @@
 //! The lookup table of one decode step: every query head's scaled products with every key
-//! centroid, `T[i, c, g] = scale · <q_g^(i), C_K^i[c]>` (MILLION's step ①), built by one kernel.
+//! centroid, `T[i, g, c] = scale · <q_g^(i), C_K^i[c]>` (MILLION's step ①), built by one kernel.
 
 use cubecl::prelude::*;
 
@@ -26,8 +26,8 @@ impl DecodeShape {
 ///
 /// - `q`: `[batch, kv_heads * group, head_dim]`; `books`: `[groups, subspaces, centroids,
 ///   sub_dim]` (`groups` is 1, or `kv_heads` when `per_head_books` is 1);
-/// - `table`: `[batch, kv_heads, subspaces, centroids, group]` (a code's entries for the group's
-///   heads are adjacent, so one lookup serves them all).
+/// - `table`: `[batch, kv_heads, subspaces, group, centroids]` (a head's entries of a subspace are
+///   adjacent: lanes looking up random codes spread over all shared-memory banks).
 #[cube(launch)]
 pub fn table_kernel(
     q: &Array<f32>,
@@ -45,15 +45,15 @@ pub fn table_kernel(
     let book = (stream % kv_heads) * per_head_books;
     let mut pair = UNIT_POS;
     while pair < shape.pq.centroids * group {
-        let c = pair / group;
-        let g = pair % group;
+        let g = pair / shape.pq.centroids;
+        let c = pair % shape.pq.centroids;
         let q_base = (stream * group + g) * shape.pq.head_dim + i * ds;
         let c_base = ((book * shape.pq.subspaces + i) * shape.pq.centroids + c) * ds;
         let mut dot = 0.0f32;
         for s in 0..ds {
             dot += q[(q_base + s) as usize] * books[(c_base + s) as usize];
         }
-        table[(((stream * shape.pq.subspaces + i) * shape.pq.centroids + c) * group + g) as usize] = dot * scale;
+        table[(((stream * shape.pq.subspaces + i) * group + g) * shape.pq.centroids + c) as usize] = dot * scale;
         pair += CUBE_DIM;
     }
 }
