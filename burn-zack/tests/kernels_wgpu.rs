@@ -4,7 +4,7 @@
 
 mod common;
 
-use burn::tensor::{backend::Backend, Tensor, TensorData};
+use burn::tensor::{backend::Backend, f16, FloatDType, Tensor, TensorData};
 use burn_kvcompress::cache::AttendOptions;
 use burn_zack::{cache::HeadLayout, kernels::ZackBackend};
 use common::{host, uniform};
@@ -49,13 +49,22 @@ impl Case {
         }
     }
 
-    fn run<B: ZackBackend>(&self) -> Vec<f32> {
+    /// The same case with keys and values rounded to f16 (what f16 storage holds).
+    fn rounded_to_f16(mut self) -> Self {
+        for x in self.keys.iter_mut().chain(&mut self.values) {
+            *x = f16::from_f32(*x).to_f32();
+        }
+        self
+    }
+
+    /// Attention on backend `B`, with the keys and values held as `dtype`.
+    fn run<B: ZackBackend>(&self, dtype: FloatDType) -> Vec<f32> {
         let (d, kw, vw) = (self.layout.head_dim, self.layout.key_width(), self.layout.value_width());
         let out = B::zack_attention(
             on(&self.q, [self.batch, self.heads, 1, d]),
             on(&self.basis, [d, kw]),
-            on(&self.keys, [self.batch, self.len, kw]),
-            on(&self.values, [self.batch, self.len, vw]),
+            on(&self.keys, [self.batch, self.len, kw]).cast(dtype),
+            on(&self.values, [self.batch, self.len, vw]).cast(dtype),
             &self.layout,
             &self.options,
         );
@@ -121,18 +130,27 @@ fn decode_kernel_equals_the_reference_on_uneven_heads() {
     ];
     for (i, (layout, group, batch, len, window)) in cases.into_iter().enumerate() {
         let case = Case::new(layout, group, batch, len, window, 100 * i as u64);
-        let (kernel, reference) = (case.run::<Gpu>(), case.run::<Cpu>());
-        let tolerance = case.bound();
-        let diff = kernel.iter().zip(&reference).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
-        assert!(diff <= tolerance, "case {i}: kernel differs by {diff} > bound {tolerance}");
-        // Zero past each head's value rank, exactly.
-        let d = case.layout.head_dim;
-        for (index, x) in kernel.iter().enumerate() {
-            let head = (index / d) % case.heads;
-            if index % d >= case.layout.vo_ranks[head / group] {
-                assert_eq!(*x, 0.0, "case {i}: padding at {index}");
-            }
+        check(&case, FloatDType::F32, &format!("case {i}"));
+        // f16 storage: the kernel stages f16 elements; the reference sees the same rounded values.
+        if i % 2 == 1 {
+            check(&case.rounded_to_f16(), FloatDType::F16, &format!("case {i}, f16"));
         }
-        eprintln!("case {i}: max diff {diff:.2e} (bound {tolerance:.2e})");
     }
+}
+
+/// The kernel on wgpu with keys and values as `dtype` against the reference on ndarray (f32).
+fn check(case: &Case, dtype: FloatDType, name: &str) {
+    let (kernel, reference) = (case.run::<Gpu>(dtype), case.run::<Cpu>(FloatDType::F32));
+    let tolerance = case.bound();
+    let diff = kernel.iter().zip(&reference).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    assert!(diff <= tolerance, "{name}: kernel differs by {diff} > bound {tolerance}");
+    // Zero past each head's value rank, exactly.
+    let (d, group) = (case.layout.head_dim, case.heads / case.layout.kv_heads());
+    for (index, x) in kernel.iter().enumerate() {
+        let head = (index / d) % case.heads;
+        if index % d >= case.layout.vo_ranks[head / group] {
+            assert_eq!(*x, 0.0, "{name}: padding at {index}");
+        }
+    }
+    eprintln!("{name}: max diff {diff:.2e} (bound {tolerance:.2e})");
 }

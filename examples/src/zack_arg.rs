@@ -1,11 +1,16 @@
 //! The `zack:` parameters of `--kv`: `zack:rotations=FILE,rate=0.5` (or `eps=0.05` instead of
-//! `rate`), with optional `min_rank=N` and `multiple=N` ([`RankRule`]).
+//! `rate`), with optional `min_rank=N` and `multiple=N` ([`RankRule`]) and `storage=f16`
+//! ([`ReducedStorage`]).
 
 use std::{path::PathBuf, str::FromStr, sync::Arc};
 
 use anyhow::Context;
 use burn_kvcompress::{fingerprint::ModelFingerprint, model::ModelConfig};
-use burn_zack::{cache::ZackScheme, rotation::Rotations, RankRule, Ranks};
+use burn_zack::{
+    cache::{ReducedStorage, ZackScheme},
+    rotation::Rotations,
+    RankRule, Ranks,
+};
 
 /// How the per-head ranks are chosen.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -25,6 +30,8 @@ pub struct ZackArg {
     pub target: RankTarget,
     /// Minimum rank and rounding.
     pub rule: RankRule,
+    /// Element type of the cached reduced keys and values (default f32).
+    pub storage: ReducedStorage,
 }
 
 impl ZackArg {
@@ -46,7 +53,7 @@ impl ZackArg {
             RankTarget::Rate(rate) => Ranks::for_compression_rate(&rotations, rate, self.rule)?.0,
             RankTarget::Epsilon(epsilon) => Ranks::from_removal_rate(&rotations, epsilon, self.rule)?,
         };
-        Ok(ZackScheme::new(Arc::new(rotations), ranks)?)
+        Ok(ZackScheme::new(Arc::new(rotations), ranks)?.with_storage(self.storage))
     }
 }
 
@@ -57,9 +64,10 @@ fn number<T: FromStr>(key: &str, value: &str) -> Result<T, String> {
 impl FromStr for ZackArg {
     type Err = String;
 
-    /// `rotations=PATH[,rate=R|eps=E][,min_rank=N][,multiple=N]`, in any order.
+    /// `rotations=PATH[,rate=R|eps=E][,min_rank=N][,multiple=N][,storage=f32|f16]`, in any order.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let (mut rotations, mut target, mut rule) = (None, None, RankRule::default());
+        let mut storage = ReducedStorage::default();
         for pair in s.split(',').filter(|p| !p.is_empty()) {
             let (key, value) = pair.split_once('=').ok_or_else(|| format!("`{pair}` is not key=value"))?;
             let set_target = |target: &mut Option<RankTarget>, new: RankTarget| match target.replace(new) {
@@ -73,11 +81,16 @@ impl FromStr for ZackArg {
                 "eps" => set_target(&mut target, RankTarget::Epsilon(number(key, value)?))?,
                 "min_rank" => rule.min_rank = number(key, value)?,
                 "multiple" => rule.multiple = number(key, value)?,
-                other => return Err(format!("unknown zack key `{other}` (rotations, rate, eps, min_rank, multiple)")),
+                "storage" => storage = value.parse()?,
+                other => {
+                    return Err(format!(
+                        "unknown zack key `{other}` (rotations, rate, eps, min_rank, multiple, storage)"
+                    ))
+                }
             }
         }
         let rotations = rotations.ok_or("zack needs `rotations=PATH` (a file written by `calibrate --scheme zack`)")?;
-        Ok(Self { rotations, target: target.unwrap_or(RankTarget::Rate(Self::DEFAULT_RATE)), rule })
+        Ok(Self { rotations, target: target.unwrap_or(RankTarget::Rate(Self::DEFAULT_RATE)), rule, storage })
     }
 }
 
@@ -93,8 +106,10 @@ mod tests {
             (arg.rotations, arg.target, arg.rule),
             (PathBuf::from("r.safetensors"), RankTarget::Rate(0.5), RankRule::default())
         );
-        let arg = parse("eps=0.05,rotations=r,min_rank=4,multiple=8").unwrap();
+        let arg = parse("eps=0.05,rotations=r,min_rank=4,multiple=8,storage=f16").unwrap();
         assert_eq!((arg.target, arg.rule), (RankTarget::Epsilon(0.05), RankRule { min_rank: 4, multiple: 8 }));
+        assert_eq!((arg.storage, parse("rotations=r").unwrap().storage), (ReducedStorage::F16, ReducedStorage::F32));
+        assert!(parse("rotations=r,storage=f8").unwrap_err().contains("unknown storage"));
         assert_eq!(parse("rotations=r,rate=0.25").unwrap().target, RankTarget::Rate(0.25));
         assert!(parse("rate=0.25").unwrap_err().contains("rotations=PATH"));
         assert!(parse("rotations=r,rate=0.2,eps=0.1").unwrap_err().contains("one of"));

@@ -8,8 +8,9 @@
 //! shapes, sizes) before any device allocation. The bytes are a shared [`Bytes`] buffer: cloning a
 //! state, holding it for transfer and slicing a received buffer into tensors copy nothing.
 
-use burn::tensor::{backend::Backend, Int, Tensor, TensorData};
+use burn::tensor::{backend::Backend, DType, Int, Tensor, TensorData};
 pub use bytes::Bytes;
+use half::f16;
 
 use super::{CacheGeometry, KvCache, KvScheme};
 use crate::error::CacheError;
@@ -21,12 +22,17 @@ pub enum StateDType {
     F32,
     /// 32-bit integer (also packed codes: 32-bit words holding bit patterns).
     I32,
+    /// IEEE 754 half-precision float (a cache that stores 16-bit floats sends them as they are).
+    F16,
 }
 
 impl StateDType {
     /// Bytes per element.
     pub fn size(self) -> usize {
-        4
+        match self {
+            Self::F32 | Self::I32 => 4,
+            Self::F16 => 2,
+        }
     }
 
     /// Stable wire id of the dtype.
@@ -34,6 +40,7 @@ impl StateDType {
         match self {
             Self::F32 => 0,
             Self::I32 => 1,
+            Self::F16 => 2,
         }
     }
 
@@ -42,6 +49,7 @@ impl StateDType {
         match id {
             0 => Some(Self::F32),
             1 => Some(Self::I32),
+            2 => Some(Self::F16),
             _ => None,
         }
     }
@@ -63,7 +71,7 @@ pub struct StateTensor {
 // The host tensors' memory is taken as the little-endian wire bytes as it is.
 const _: () = assert!(cfg!(target_endian = "little"), "StateTensor assumes a little-endian host");
 
-/// A host vector of 4-byte plain values seen as its bytes, so it becomes a [`Bytes`] without a copy.
+/// A host vector of plain values seen as its bytes, so it becomes a [`Bytes`] without a copy.
 struct PodBytes<T>(Vec<T>);
 
 impl<T: bytemuck::Pod> AsRef<[u8]> for PodBytes<T> {
@@ -73,11 +81,17 @@ impl<T: bytemuck::Pod> AsRef<[u8]> for PodBytes<T> {
 }
 
 impl StateTensor {
-    /// Copies a float tensor to the host (the host vector becomes the bytes, not copied again).
+    /// Copies a float tensor to the host (the host vector becomes the bytes, not copied again): an
+    /// f16 tensor as [`StateDType::F16`], any other float tensor as [`StateDType::F32`].
     pub fn from_float<B: Backend, const D: usize>(name: &str, tensor: &Tensor<B, D>) -> Self {
         let shape = tensor.dims().to_vec();
-        let values = tensor.to_data().convert::<f32>().into_vec::<f32>().expect("f32 data");
-        Self { name: name.into(), dtype: StateDType::F32, shape, bytes: Bytes::from_owner(PodBytes(values)) }
+        let data = tensor.to_data();
+        let (dtype, bytes) = if tensor.dtype() == DType::F16 {
+            (StateDType::F16, Bytes::from_owner(PodBytes(data.convert::<f16>().into_vec::<f16>().expect("f16 data"))))
+        } else {
+            (StateDType::F32, Bytes::from_owner(PodBytes(data.convert::<f32>().into_vec::<f32>().expect("f32 data"))))
+        };
+        Self { name: name.into(), dtype, shape, bytes }
     }
 
     /// Copies an integer tensor to the host (the host vector becomes the bytes, not copied again).
@@ -107,27 +121,36 @@ impl StateTensor {
         Ok(())
     }
 
-    fn check<const D: usize>(&self, dtype: StateDType) -> Result<[usize; D], CacheError> {
+    fn check<const D: usize>(&self, dtypes: &[StateDType]) -> Result<[usize; D], CacheError> {
         self.validate()?;
         let shape: [usize; D] = self.shape.clone().try_into().map_err(|_| {
             CacheError::State(format!("tensor `{}` has rank {}, expected {D}", self.name, self.shape.len()))
         })?;
-        if self.dtype != dtype {
-            return Err(CacheError::State(format!("tensor `{}` is {:?}, expected {dtype:?}", self.name, self.dtype)));
+        if !dtypes.contains(&self.dtype) {
+            return Err(CacheError::State(format!("tensor `{}` is {:?}, expected {dtypes:?}", self.name, self.dtype)));
         }
         Ok(shape)
     }
 
-    /// The tensor as a float tensor of rank `D` on `device`.
+    /// The tensor as an f32 tensor of rank `D` on `device` (an [`StateDType::F16`] tensor's values
+    /// are exact in f32; the cache that imports it casts it to its own storage).
     pub fn to_float<B: Backend, const D: usize>(&self, device: &B::Device) -> Result<Tensor<B, D>, CacheError> {
-        let shape = self.check::<D>(StateDType::F32)?;
-        let values: Vec<f32> = bytemuck::pod_collect_to_vec(&self.bytes[..]);
-        Ok(Tensor::from_data(TensorData::new(values, shape), device))
+        let shape = self.check::<D>(&[StateDType::F32, StateDType::F16])?;
+        Ok(match self.dtype {
+            StateDType::F16 => {
+                let values: Vec<f16> = bytemuck::pod_collect_to_vec(&self.bytes[..]);
+                Tensor::from_data(TensorData::new(values, shape).convert::<f32>(), device)
+            }
+            _ => Tensor::from_data(
+                TensorData::new(bytemuck::pod_collect_to_vec::<u8, f32>(&self.bytes[..]), shape),
+                device,
+            ),
+        })
     }
 
     /// The tensor as an integer tensor of rank `D` on `device`.
     pub fn to_int<B: Backend, const D: usize>(&self, device: &B::Device) -> Result<Tensor<B, D, Int>, CacheError> {
-        let shape = self.check::<D>(StateDType::I32)?;
+        let shape = self.check::<D>(&[StateDType::I32])?;
         let values: Vec<i32> = bytemuck::pod_collect_to_vec(&self.bytes[..]);
         Ok(Tensor::from_data(TensorData::new(values, shape), device))
     }

@@ -4,8 +4,10 @@
 mod layout;
 mod scheme;
 mod state;
+mod storage;
 mod zack_cache;
 
 pub use layout::HeadLayout;
 pub use scheme::ZackScheme;
+pub use storage::ReducedStorage;
 pub use zack_cache::ZackCache;

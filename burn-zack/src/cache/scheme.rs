@@ -8,7 +8,7 @@ use burn_kvcompress::{
     model::CausalLm,
 };
 
-use super::{HeadLayout, ZackCache};
+use super::{HeadLayout, ReducedStorage, ZackCache};
 use crate::kernels::ZackBackend;
 use crate::{
     fold::fold_value_rotations,
@@ -23,13 +23,24 @@ use crate::{
 pub struct ZackScheme {
     rotations: Arc<Rotations>,
     ranks: Arc<Ranks>,
+    storage: ReducedStorage,
 }
 
 impl ZackScheme {
     /// The scheme of `rotations` at `ranks` (which must fit the rotations' geometry).
     pub fn new(rotations: Arc<Rotations>, ranks: Ranks) -> Result<Self, ZackError> {
         ranks.check(rotations.geometry)?;
-        Ok(Self { rotations, ranks: Arc::new(ranks) })
+        Ok(Self { rotations, ranks: Arc::new(ranks), storage: ReducedStorage::default() })
+    }
+
+    /// The same scheme keeping its reduced keys and values as `storage` (f32 by default).
+    pub fn with_storage(self, storage: ReducedStorage) -> Self {
+        Self { storage, ..self }
+    }
+
+    /// The element type of the cached reduced keys and values.
+    pub fn storage(&self) -> ReducedStorage {
+        self.storage
     }
 
     /// The rotations.
@@ -87,6 +98,12 @@ impl ZackScheme {
         }
         None
     }
+
+    /// Why backend `B` cannot hold this scheme's storage, if it cannot.
+    fn unsupported_storage<B: ZackBackend>(&self) -> Option<String> {
+        (self.storage == ReducedStorage::F16 && !B::HALF_STORAGE)
+            .then(|| "ZACK storage f16 needs a backend with f16 tensors (wgpu, cuda); use f32 here".to_string())
+    }
 }
 
 fn short_hex(digest: [u8; 32]) -> String {
@@ -97,21 +114,26 @@ impl<B: ZackBackend> KvScheme<B> for ZackScheme {
     type Cache = ZackCache<B>;
 
     fn new_cache(&self, layer: usize, geometry: CacheGeometry, device: &B::Device) -> ZackCache<B> {
-        match self.mismatch(layer, geometry) {
+        match self.mismatch(layer, geometry).or_else(|| self.unsupported_storage::<B>()) {
             Some(problem) => ZackCache::unusable(geometry, problem, device),
             None => {
                 let layout = self.layout(layer);
                 let basis = self.packed_basis(layer, &layout, device);
-                ZackCache::new(geometry, layout, basis)
+                ZackCache::new(geometry, layout, basis, self.storage)
             }
         }
     }
 
-    /// `zack:rate=R,rot=<sha8>,ranks=<sha8>`: the compression rate and digests of the rotations
-    /// and ranks, so that a transfer handshake refuses caches of other rotations or ranks.
+    /// `zack:rate=R,rot=<sha8>,ranks=<sha8>[,store=f16]`: the compression rate, digests of the
+    /// rotations and ranks, and the storage if not f32, so that a transfer handshake refuses
+    /// caches of other rotations, ranks or storage.
     fn name(&self) -> String {
+        let store = match self.storage {
+            ReducedStorage::F32 => String::new(),
+            other => format!(",store={other}"),
+        };
         format!(
-            "zack:rate={:.4},rot={},ranks={}",
+            "zack:rate={:.4},rot={},ranks={}{store}",
             self.ranks.compression_rate(),
             short_hex(self.rotations.digest()),
             short_hex(self.ranks.digest())

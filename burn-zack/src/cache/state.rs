@@ -1,5 +1,5 @@
 //! A ZACK cache as a [`LayerState`] and back: `keys` `[batch, slots, Σ k_qk]` and `values`
-//! `[batch, slots, Σ k_vo]`, f32. Rotations and ranks do not travel: both sides load the same
+//! `[batch, slots, Σ k_vo]`, in the cache's storage (f32 or f16). Rotations and ranks do not travel: both sides load the same
 //! rotation file and pick the same ranks, which the scheme's name (with both digests) makes the
 //! transfer handshake check.
 
@@ -49,8 +49,9 @@ impl<B: ZackBackend> TransferableScheme<B> for ZackScheme {
                 v.dims()
             )));
         }
-        cache.keys = Some(k);
-        cache.values = Some(v);
+        let dtype = cache.storage.dtype();
+        cache.keys = Some(k.cast(dtype));
+        cache.values = Some(v.cast(dtype));
         Ok(cache)
     }
 }

@@ -6,12 +6,13 @@ use burn_kvcompress::{
     error::CacheError,
 };
 
-use super::HeadLayout;
+use super::{HeadLayout, ReducedStorage};
 use crate::kernels::ZackBackend;
 
 /// One layer's ZACK cache: keys `[batch, slots, Σ k_qk]` (post-RoPE keys times each head's
 /// truncated basis) and values `[batch, slots, Σ k_vo]` (each head's leading coordinates of the
-/// values the folded `W_V` produced), heads packed side by side as [`HeadLayout`] says.
+/// values the folded `W_V` produced), heads packed side by side as [`HeadLayout`] says, held as
+/// the scheme's [`ReducedStorage`].
 #[derive(Debug)]
 pub struct ZackCache<B: Backend> {
     pub(super) geometry: CacheGeometry,
@@ -20,13 +21,19 @@ pub struct ZackCache<B: Backend> {
     pub(super) basis: Tensor<B, 2>,
     pub(super) keys: Option<Tensor<B, 3>>,
     pub(super) values: Option<Tensor<B, 3>>,
+    pub(super) storage: ReducedStorage,
     /// Set when the scheme cannot serve this geometry; every call then fails with it.
     problem: Option<String>,
 }
 
 impl<B: Backend> ZackCache<B> {
-    pub(super) fn new(geometry: CacheGeometry, layout: HeadLayout, basis: Tensor<B, 2>) -> Self {
-        Self { geometry, layout, basis, keys: None, values: None, problem: None }
+    pub(super) fn new(
+        geometry: CacheGeometry,
+        layout: HeadLayout,
+        basis: Tensor<B, 2>,
+        storage: ReducedStorage,
+    ) -> Self {
+        Self { geometry, layout, basis, keys: None, values: None, storage, problem: None }
     }
 
     pub(super) fn unusable(geometry: CacheGeometry, problem: String, device: &B::Device) -> Self {
@@ -37,6 +44,7 @@ impl<B: Backend> ZackCache<B> {
             basis: Tensor::zeros([geometry.head_dim, 0], device),
             keys: None,
             values: None,
+            storage: ReducedStorage::F32,
             problem: Some(problem),
         }
     }
@@ -50,7 +58,13 @@ impl<B: Backend> ZackCache<B> {
         &self.layout
     }
 
-    /// The cached keys and values, `[batch, slots, Σ k_qk]` and `[batch, slots, Σ k_vo]`.
+    /// The element type the keys and values are held in.
+    pub fn storage(&self) -> ReducedStorage {
+        self.storage
+    }
+
+    /// The cached keys and values, `[batch, slots, Σ k_qk]` and `[batch, slots, Σ k_vo]`, in the
+    /// dtype of [`ZackCache::storage`].
     pub fn keys_values(&self) -> Option<(Tensor<B, 3>, Tensor<B, 3>)> {
         Some((self.keys.clone()?, self.values.clone()?))
     }
@@ -87,7 +101,8 @@ impl<B: ZackBackend> KvCache<B> for ZackCache<B> {
     fn append(&mut self, k: Tensor<B, 4>, v: Tensor<B, 4>) -> Result<(), CacheError> {
         self.check_usable()?;
         self.geometry.check_append(k.dims(), v.dims())?;
-        let (k, v) = (self.reduce_keys(k), self.reduce_values(v));
+        let dtype = self.storage.dtype();
+        let (k, v) = (self.reduce_keys(k).cast(dtype), self.reduce_values(v).cast(dtype));
         self.keys = Some(append_slots(self.keys.take(), k));
         self.values = Some(append_slots(self.values.take(), v));
         Ok(())
@@ -103,9 +118,9 @@ impl<B: ZackBackend> KvCache<B> for ZackCache<B> {
         self.keys.as_ref().map_or(0, |k| k.dims()[1])
     }
 
-    /// The cached keys and values (4-byte elements); the basis is per-layer model state, like the
-    /// weights, and is not counted.
+    /// The cached keys and values (elements of [`ZackCache::storage`]); the basis is per-layer
+    /// model state, like the weights, and is not counted.
     fn memory_bytes(&self) -> usize {
-        self.geometry.batch * self.len() * (self.layout.key_width() + self.layout.value_width()) * 4
+        self.geometry.batch * self.len() * (self.layout.key_width() + self.layout.value_width()) * self.storage.bytes()
     }
 }

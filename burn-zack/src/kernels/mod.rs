@@ -15,6 +15,9 @@ use crate::cache::HeadLayout;
 /// A backend that runs ZACK attention. The provided method is the plain-tensor reference;
 /// CubeCL backends override it with the decode kernel.
 pub trait ZackBackend: Backend {
+    /// Whether the backend holds f16 tensors, as [`ReducedStorage::F16`](crate::cache::ReducedStorage) needs.
+    const HALF_STORAGE: bool = false;
+
     /// Attention of full post-RoPE `q: [batch, heads, q_len, head_dim]` over reduced `keys:
     /// [batch, slots, Σ k_qk]` and `values: [batch, slots, Σ k_vo]` with the packed query/key
     /// `basis: [head_dim, Σ k_qk]`; returns `[batch, heads, q_len, head_dim]` (see
@@ -42,6 +45,8 @@ where
     R: burn_cubecl::CubeRuntime,
     BT: burn_cubecl::BoolElement,
 {
+    const HALF_STORAGE: bool = true;
+
     /// The fused decode kernel for one query slot (in the shapes it
     /// [`supports`](attention::supports)); other shapes and several query slots run the reference.
     fn zack_attention(

@@ -16,7 +16,7 @@ use burn_kvcompress::{
     fingerprint::ModelFingerprint,
 };
 use burn_zack::{
-    cache::{ZackCache, ZackScheme},
+    cache::{ReducedStorage, ZackCache, ZackScheme},
     kernels::ZackBackend,
     rotation::{HeadRotation, RotationConfig, RotationGeometry, Rotations},
     symmetric_eigen, Ranks,
@@ -42,6 +42,9 @@ struct Args {
     /// Give every KV head the mean rank instead of spreading ranks from 0.5x to 1.5x the mean.
     #[arg(long)]
     even: bool,
+    /// Element type of the cached reduced keys and values: f32 or f16 (half the bytes).
+    #[arg(long, default_value = "f32")]
+    storage: ReducedStorage,
     /// The grid of shapes and how often to time each.
     #[command(flatten)]
     grid: AttentionGrid,
@@ -87,20 +90,22 @@ fn ranks(geometry: RotationGeometry, fraction: f64, even: bool) -> Ranks {
     Ranks { head_dim: geometry.head_dim, query_key: vec![layer.clone()], value_output: vec![layer] }
 }
 
-/// The decode kernel and the prefill path on this backend against ndarray, on SmolLM2's geometry
-/// (9 query / 3 KV heads of 64 channels) with uneven ranks.
-fn check_against_cpu<B: ZackBackend>(device: &B::Device) -> anyhow::Result<()> {
+/// The decode kernel and the prefill path on this backend, keys and values held as `storage`,
+/// against ndarray (f32), on SmolLM2's geometry (9 query / 3 KV heads of 64 channels) with uneven
+/// ranks.
+fn check_against_cpu<B: ZackBackend>(device: &B::Device, storage: ReducedStorage) -> anyhow::Result<()> {
     let rotations = Arc::new(random_rotations(9, 3, 64));
     let mut ranks = ranks(rotations.geometry, 0.5, false);
     ranks.value_output[0] = vec![64, 5, 30];
     let scheme = ZackScheme::new(rotations, ranks)?;
+    let gpu_scheme = scheme.clone().with_storage(storage);
     let geometry = CacheGeometry { batch: 2, kv_heads: 3, heads: 9, head_dim: 64 };
     let cpu_device = Default::default();
     let random = |shape| Tensor::<NdArray, 4>::random(shape, Distribution::Normal(0.0, 1.0), &cpu_device);
     let to_backend = |t: &Tensor<NdArray, 4>| Tensor::<B, 4>::from_data(t.to_data(), device);
     let (k, v, q) = (random([2, 3, 700, 64]), random([2, 3, 700, 64]), random([2, 9, 40, 64]));
     let mut cpu: ZackCache<NdArray> = scheme.new_cache(0, geometry, &cpu_device);
-    let mut gpu: ZackCache<B> = scheme.new_cache(0, geometry, device);
+    let mut gpu: ZackCache<B> = gpu_scheme.new_cache(0, geometry, device);
     cpu.append(k.clone(), v.clone())?;
     gpu.append(to_backend(&k), to_backend(&v))?;
     let options = AttendOptions { scale: 0.125, key_start: vec![0, 90], window: None };
@@ -108,30 +113,32 @@ fn check_against_cpu<B: ZackBackend>(device: &B::Device) -> anyhow::Result<()> {
     let q1 = q.narrow(2, 39, 1);
     let decode = diffs_from_cpu(gpu.attend(to_backend(&q1), &options)?, cpu.attend(q1, &options)?);
     println!(
-        "check vs ndarray (uneven ranks): prefill max {:.2e} mean {:.2e}; decode max {:.2e} mean {:.2e}",
+        "check vs ndarray (uneven ranks, {storage} storage): prefill max {:.2e} mean {:.2e}; decode max {:.2e} mean {:.2e}",
         prefill.0, prefill.1, decode.0, decode.1
     );
-    // On CUDA the reference's f32 matmuls run in TF32 (10-bit mantissa): ~1e-3 differences.
+    // On CUDA the reference's f32 matmuls run in TF32 (10-bit mantissa): ~1e-3 differences; f16
+    // storage rounds keys and values to 11-bit mantissas, the same order.
     ensure!(prefill.0 < 1e-2 && decode.0 < 1e-2, "attention differs from the ndarray reference");
     Ok(())
 }
 
-/// Bytes decode attention must read: the reduced keys and values (f32) and the queries.
-fn device_bytes(grid: &AttentionGrid, ranks: &Ranks, batch: usize, len: usize) -> f64 {
+/// Bytes decode attention must read: the reduced keys and values (`storage`) and the queries (f32).
+fn device_bytes(grid: &AttentionGrid, ranks: &Ranks, storage: ReducedStorage, batch: usize, len: usize) -> f64 {
     let kept: usize = ranks.query_key[0].iter().chain(&ranks.value_output[0]).sum();
-    (batch * len * kept * 4 + batch * grid.heads * grid.head_dim * 4) as f64
+    (batch * len * kept * storage.bytes() + batch * grid.heads * grid.head_dim * 4) as f64
 }
 
 fn run<B: ZackBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
-    check_against_cpu::<B>(&device)?;
+    check_against_cpu::<B>(&device, args.storage)?;
     let grid = &args.grid;
     let rotations = Arc::new(random_rotations(grid.heads, grid.kv_heads, grid.head_dim));
     let scale = 1.0 / (grid.head_dim as f32).sqrt();
+    println!("\nreduced keys and values held as {}", args.storage);
     println!("\n| rank fraction | ranks per KV head | batch | context | median µs | min µs | MB read | GB/s |");
     println!("|---:|---|---:|---:|---:|---:|---:|---:|");
     for &fraction in &args.rank_fractions {
         let ranks = ranks(rotations.geometry, fraction, args.even);
-        let scheme = ZackScheme::new(rotations.clone(), ranks.clone())?;
+        let scheme = ZackScheme::new(rotations.clone(), ranks.clone())?.with_storage(args.storage);
         for &batch in &grid.batches {
             for &len in &grid.contexts {
                 let cache = filled_cache::<B, _>(&scheme, grid.geometry(batch), len, &device)?;
@@ -144,7 +151,7 @@ fn run<B: ZackBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
                 let (median, min) = time::<B>(&device, grid.runs, || {
                     let _ = cache.attend(q.clone(), &options).expect("attend");
                 });
-                let bytes = device_bytes(grid, &ranks, batch, len);
+                let bytes = device_bytes(grid, &ranks, args.storage, batch, len);
                 println!(
                     "| {:.3} | {:?} | {batch} | {len} | {median:.1} | {min:.1} | {:.1} | {:.0} |",
                     1.0 - ranks.compression_rate(),
@@ -158,7 +165,8 @@ fn run<B: ZackBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
     println!("\n| rank fraction | prefill context | median ms |");
     println!("|---:|---:|---:|");
     for &fraction in &args.rank_fractions {
-        let scheme = ZackScheme::new(rotations.clone(), ranks(rotations.geometry, fraction, args.even))?;
+        let scheme = ZackScheme::new(rotations.clone(), ranks(rotations.geometry, fraction, args.even))?
+            .with_storage(args.storage);
         for &len in &grid.prefill_contexts {
             let cache = filled_cache::<B, _>(&scheme, grid.geometry(1), len, &device)?;
             let q =

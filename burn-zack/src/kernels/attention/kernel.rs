@@ -57,17 +57,18 @@ fn odd_stride(width: u32) -> u32 {
 ///
 /// - `reduced_q`: `[batch, kv_heads * group, key_width]`, scaled reduced queries in each head's
 ///   key columns;
-/// - `keys`: `[batch, len, key_width]`; `values`: `[batch, len, value_width]`;
+/// - `keys`: `[batch, len, key_width]`; `values`: `[batch, len, value_width]`, elements `E`
+///   (f32 or f16; staged as f32);
 /// - `meta`, uploaded once per step: per KV head `[key_offset, key_rank, value_offset,
 ///   value_rank]` (`4 · kv_heads` words), then `key_start` (`batch` words), then per task
 ///   `[kv_head, split, first, count]`;
 /// - outputs per (query head, split): `out` (`head_dim` each), `out_max`, `out_sum`.
 #[allow(clippy::too_many_arguments)]
 #[cube(launch)]
-pub fn decode_kernel(
+pub fn decode_kernel<E: Float>(
     reduced_q: &Array<f32>,
-    keys: &Array<f32>,
-    values: &Array<f32>,
+    keys: &Array<E>,
+    values: &Array<E>,
     meta: &Array<u32>,
     out: &mut Array<f32>,
     out_max: &mut Array<f32>,

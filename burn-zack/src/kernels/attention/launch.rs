@@ -1,6 +1,6 @@
 //! Launching the ZACK decode kernel, its query rotation and its merge on a CubeCL backend.
 
-use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive};
+use burn::tensor::{f16, DType, Int, Tensor, TensorData, TensorPrimitive};
 use burn_cubecl::{cubecl::prelude::*, BoolElement, CubeRuntime};
 use burn_kvcompress::{
     cache::AttendOptions,
@@ -58,8 +58,9 @@ pub fn supports(group: usize, head_dim: usize) -> bool {
 }
 
 /// ZACK decode attention of `q: [batch, heads, 1, head_dim]` (the last slot) over `keys: [batch,
-/// len, Σ k_qk]` and `values: [batch, len, Σ k_vo]`, shapes already checked and within what the
-/// kernel [`supports`]; returns `[batch, heads, 1, head_dim]`, zero past each head's value rank.
+/// len, Σ k_qk]` and `values: [batch, len, Σ k_vo]` (both f32 or both f16), shapes already
+/// checked and within what the kernel [`supports`]; returns `[batch, heads, 1, head_dim]`, zero
+/// past each head's value rank.
 pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     q: Tensor<CubeF32<R, BT>, 4>,
     basis: Tensor<CubeF32<R, BT>, 2>,
@@ -102,7 +103,11 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
         geo.head_dim,
     );
     let partials = SplitPartials::allocate(&reduced_q, batch * heads, schedule.splits, d);
-    decode_kernel::launch(
+    let launch = match keys.dtype() {
+        DType::F16 => decode_kernel::launch::<f16, R>,
+        _ => decode_kernel::launch::<f32, R>,
+    };
+    launch(
         &client,
         CubeCount::Static(schedule.tasks.len() as u32, batch as u32, 1),
         CubeDim::new_1d(UNITS),

@@ -1,7 +1,7 @@
 //! Attention on reduced, per-head dimensions, in plain tensor ops: the cache's implementation on
 //! every backend without a kernel, and the reference kernels are tested against.
 
-use burn::tensor::{backend::Backend, Tensor};
+use burn::tensor::{backend::Backend, FloatDType, Tensor};
 use burn_kvcompress::{
     cache::{attention_reference, check_attend_shapes, AttendOptions},
     error::CacheError,
@@ -15,7 +15,8 @@ use crate::cache::HeadLayout;
 /// - `basis`: `[head_dim, Σ k_qk]`, each KV head's truncated query/key rotation `R̃_g` in its
 ///   key columns;
 /// - `keys`: `[batch, slots, Σ k_qk]`, `k R̃_g` per head; `values`: `[batch, slots, Σ k_vo]`,
-///   the leading `k_vo` coordinates of the (already rotated) values per head;
+///   the leading `k_vo` coordinates of the (already rotated) values per head; either dtype of
+///   [`ReducedStorage`](crate::cache::ReducedStorage) (attention computes in f32);
 /// - returns `[batch, heads, q_len, head_dim]`: per head `softmax(q̃ k̃ᵀ · scale) ṽ` in its
 ///   first `k_vo` coordinates, zeros after (the folded `W_O` ignores them).
 ///
@@ -34,6 +35,7 @@ pub fn zack_attention_reference<B: Backend>(
     let (_, heads, q_len, head_dim) =
         check_attend_shapes(q.dims(), [batch, kv_heads, slots, layout.head_dim], options)?;
     let group = heads / kv_heads;
+    let (keys, values) = (keys.cast(FloatDType::F32), values.cast(FloatDType::F32));
     let mut per_head = Vec::with_capacity(kv_heads);
     for head in 0..kv_heads {
         let (kc, vc) = (layout.key_columns(head), layout.value_columns(head));

@@ -4,8 +4,8 @@ use cubecl::prelude::*;
 
 use super::kernel::DecodeGeometry;
 
-/// Copies rows `0..rows` of `width` floats, row `r` starting at `src[start + r * row_stride]`,
-/// into `tile[r * tile_stride + c]`; `rows * tile_stride` must fit `geo.tile_floats`.
+/// Copies rows `0..rows` of `width` elements, row `r` starting at `src[start + r * row_stride]`,
+/// into `tile[r * tile_stride + c]` as f32; `rows * tile_stride` must fit `geo.tile_floats`.
 ///
 /// The tile's elements are dealt to the units in row-major order (consecutive units read
 /// consecutive floats of a row: coalesced, whatever the width), `tile_floats / units` each, and
@@ -14,8 +14,8 @@ use super::kernel::DecodeGeometry;
 /// reading the tile.
 #[allow(clippy::too_many_arguments)]
 #[cube]
-pub fn stage_rows(
-    src: &Array<f32>,
+pub fn stage_rows<E: Float>(
+    src: &Array<E>,
     start: u32,
     row_stride: u32,
     rows: u32,
@@ -29,12 +29,12 @@ pub fn stage_rows(
     // carried over the row end as it goes.
     let step_rows = geo.units / width;
     let step_cols = geo.units % width;
-    let mut held = Array::<f32>::new(comptime!(per_unit as usize));
+    let mut held = Array::<E>::new(comptime!(per_unit as usize));
     let mut r = UNIT_POS / width;
     let mut c = UNIT_POS % width;
     #[unroll]
     for i in 0..per_unit {
-        let mut x = 0.0f32;
+        let mut x = E::from_int(0);
         if r < rows {
             x = src[(start + r * row_stride + c) as usize];
         }
@@ -51,7 +51,7 @@ pub fn stage_rows(
     #[unroll]
     for i in 0..per_unit {
         if r < rows {
-            tile[(r * tile_stride + c) as usize] = held[i as usize];
+            tile[(r * tile_stride + c) as usize] = f32::cast_from(held[i as usize]);
         }
         r += step_rows;
         c += step_cols;
