@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 
 /// Element type of the cached reduced keys and values.
 ///
-/// `F16` halves the cache and what decode attention reads. Each stored element is rounded to
+/// `F16` halves the cache, the state a transfer sends and what decode attention reads; on an
+/// H100 the decode kernel is nevertheless slower with it than with f32 for now (see
+/// `results/zack-bench-h100.md`). Each stored element is rounded to
 /// nearest f16: a relative error of at most `2^-11` (`u_h`) for values within f16's normal range
 /// (`|x| ≥ 6.1e-5`; smaller values lose at most `2^-25` absolute). Attention still computes in
 /// f32. A score `s = Σ_j q̃_j k̃_j` then moves by at most `δ = u_h Σ_j |q̃_j k̃_j|` (plus
