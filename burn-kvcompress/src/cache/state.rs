@@ -80,16 +80,20 @@ impl<T: bytemuck::Pod> AsRef<[u8]> for PodBytes<T> {
     }
 }
 
+/// `data` converted to `T` on the host, its vector becoming the bytes without another copy.
+fn host_bytes<T: burn::tensor::Element + bytemuck::Pod>(data: TensorData) -> Bytes {
+    Bytes::from_owner(PodBytes(data.convert::<T>().into_vec::<T>().expect("host data of the converted type")))
+}
+
 impl StateTensor {
     /// Copies a float tensor to the host (the host vector becomes the bytes, not copied again): an
     /// f16 tensor as [`StateDType::F16`], any other float tensor as [`StateDType::F32`].
     pub fn from_float<B: Backend, const D: usize>(name: &str, tensor: &Tensor<B, D>) -> Self {
         let shape = tensor.dims().to_vec();
         let data = tensor.to_data();
-        let (dtype, bytes) = if tensor.dtype() == DType::F16 {
-            (StateDType::F16, Bytes::from_owner(PodBytes(data.convert::<f16>().into_vec::<f16>().expect("f16 data"))))
-        } else {
-            (StateDType::F32, Bytes::from_owner(PodBytes(data.convert::<f32>().into_vec::<f32>().expect("f32 data"))))
+        let (dtype, bytes) = match tensor.dtype() {
+            DType::F16 => (StateDType::F16, host_bytes::<f16>(data)),
+            _ => (StateDType::F32, host_bytes::<f32>(data)),
         };
         Self { name: name.into(), dtype, shape, bytes }
     }
@@ -97,8 +101,7 @@ impl StateTensor {
     /// Copies an integer tensor to the host (the host vector becomes the bytes, not copied again).
     pub fn from_int<B: Backend, const D: usize>(name: &str, tensor: &Tensor<B, D, Int>) -> Self {
         let shape = tensor.dims().to_vec();
-        let values = tensor.to_data().convert::<i32>().into_vec::<i32>().expect("i32 data");
-        Self { name: name.into(), dtype: StateDType::I32, shape, bytes: Bytes::from_owner(PodBytes(values)) }
+        Self { name: name.into(), dtype: StateDType::I32, shape, bytes: host_bytes::<i32>(tensor.to_data()) }
     }
 
     /// Number of elements the shape implies.

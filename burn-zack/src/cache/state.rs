@@ -1,7 +1,7 @@
 //! A ZACK cache as a [`LayerState`] and back: `keys` `[batch, slots, Σ k_qk]` and `values`
-//! `[batch, slots, Σ k_vo]`, in the cache's storage (f32 or f16). Rotations and ranks do not travel: both sides load the same
-//! rotation file and pick the same ranks, which the scheme's name (with both digests) makes the
-//! transfer handshake check.
+//! `[batch, slots, Σ k_vo]`, in the cache's storage (f32 or f16). Rotations and ranks do not
+//! travel: both sides load the same rotation file and pick the same ranks, which the scheme's
+//! name (with both digests) makes the transfer handshake check.
 
 use crate::kernels::ZackBackend;
 use burn_kvcompress::{

@@ -2,7 +2,7 @@
 
 use std::{fmt, str::FromStr};
 
-use burn::tensor::FloatDType;
+use burn::tensor::{DType, FloatDType};
 use serde::{Deserialize, Serialize};
 
 /// Element type of the cached reduced keys and values.
@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 /// (`|x| ≥ 6.1e-5`; smaller values lose at most `2^-25` absolute). Attention still computes in
 /// f32. A score `s = Σ_j q̃_j k̃_j` then moves by at most `δ = u_h Σ_j |q̃_j k̃_j|` (plus
 /// `2^-25 Σ_j |q̃_j|`), which moves the softmax weights by a factor within `e^(±2δ)`; the output
-/// moves by at most `(e^(2δ) − 1 + u_h) · max|ṽ|` (tested in `tests/cache.rs`).
+/// moves by at most `(e^(2δ) − 1 + u_h) · max|ṽ|` (tested in `tests/storage_wgpu.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub enum ReducedStorage {
     /// 32-bit floats, exact.
@@ -27,10 +27,7 @@ pub enum ReducedStorage {
 impl ReducedStorage {
     /// Bytes per cached element.
     pub fn bytes(self) -> usize {
-        match self {
-            Self::F32 => 4,
-            Self::F16 => 2,
-        }
+        DType::from(self.dtype()).size()
     }
 
     /// The tensor dtype the cache holds.
@@ -68,10 +65,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_round_trip_and_sizes_match_the_dtypes() {
-        for storage in [ReducedStorage::F32, ReducedStorage::F16] {
+    fn names_round_trip_and_elements_have_their_sizes() {
+        for (storage, bytes) in [(ReducedStorage::F32, 4), (ReducedStorage::F16, 2)] {
             assert_eq!(storage.to_string().parse::<ReducedStorage>(), Ok(storage));
-            assert_eq!(storage.bytes(), burn::tensor::DType::from(storage.dtype()).size());
+            assert_eq!(storage.bytes(), bytes);
         }
         assert!("bf16".parse::<ReducedStorage>().is_err());
     }
