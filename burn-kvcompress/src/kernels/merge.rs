@@ -26,7 +26,7 @@ const MERGE_UNITS: u32 = 512;
 /// `(c, part)` sums `o_s e^(m_s − M)` and `l_s e^(m_s − M)` over splits `part, part + parts, …`,
 /// and the parts' sums are added in shared memory. A head's splits are thus read by all its units
 /// at once rather than walked by one unit per channel.
-#[cube(launch)]
+#[cube(launch_unchecked)]
 pub fn merge_kernel(
     partial: &Array<f32>,
     partial_max: &Array<f32>,
@@ -127,24 +127,30 @@ impl<R: CubeRuntime> SplitPartials<R> {
 }
 
 /// Merges `partials` with [`merge_kernel`]; returns the flat `[heads, head_dim]` output.
+#[allow(unsafe_code)] // Unchecked kernel launches; each states why it is in bounds.
 pub fn merge_partials<R: CubeRuntime>(partials: SplitPartials<R>) -> CubeTensor<R> {
     let SplitPartials { output, max, sum, heads, splits, head_dim } = partials;
     let out = dense_output::<R, f32>(&output, heads * head_dim);
     let client = output.client.clone();
     let parts = (MERGE_UNITS / head_dim as u32).max(1);
     let units = parts * head_dim as u32;
-    merge_kernel::launch(
-        &client,
-        CubeCount::Static(heads as u32, 1, 1),
-        CubeDim::new_1d(units),
-        output.into_array_arg(),
-        max.into_array_arg(),
-        sum.into_array_arg(),
-        out.clone().into_array_arg(),
-        splits as u32,
-        units.next_power_of_two() / 2,
-        head_dim as u32,
-        parts,
-    );
+    // SAFETY: one cube per head `< heads`; its units read parts `< splits` and channels
+    // `< head_dim` of buffers `SplitPartials::allocate` sized `heads · splits (· head_dim)`, and
+    // write `out`, sized `heads · head_dim` above. Bounds validated on CUDA: the module docs.
+    unsafe {
+        merge_kernel::launch_unchecked(
+            &client,
+            CubeCount::Static(heads as u32, 1, 1),
+            CubeDim::new_1d(units),
+            output.into_array_arg(),
+            max.into_array_arg(),
+            sum.into_array_arg(),
+            out.clone().into_array_arg(),
+            splits as u32,
+            units.next_power_of_two() / 2,
+            head_dim as u32,
+            parts,
+        )
+    };
     out
 }

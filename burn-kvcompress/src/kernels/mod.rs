@@ -1,6 +1,24 @@
 //! CubeCL building blocks shared by the schemes' kernels (wgpu and cuda features): dense output
 //! buffers, contiguous kernel arguments from tensors, the in-cube softmax of a split's scores, and
 //! the log-sum-exp merge of split-sequence (flash-decoding) partial results.
+//!
+//! # Bounds
+//!
+//! Every kernel of the workspace launches unchecked (`launch_unchecked`): CubeCL's checked
+//! launch clamps every array index and selects 0 past the end, a min and a select on each access
+//! of the hot loops. Each launch site states, in a `SAFETY` comment, why its indices stay within
+//! the buffers it passes. That claim is tested: with a `cubecl.toml` holding
+//!
+//! ```toml
+//! [compilation]
+//! check_mode = "validate"
+//! ```
+//!
+//! in the working directory, CubeCL compiles unchecked launches with bounds checks that print
+//! `[VALIDATION <kernel>]: Encountered OOB ...` on the device. `examples/bench/validate_bounds.sh`
+//! runs the kernel tests built for CUDA that way and fails on any such line. (wgpu clamps out
+//! of bounds accesses itself and cannot print, so CI on lavapipe checks the results, not the
+//! bounds.)
 
 mod buffers;
 // `#[cube]` expands each function into undocumented helper items.

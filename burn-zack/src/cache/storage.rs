@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 /// (`|x| ≥ 6.1e-5`; smaller values lose at most `2^-25` absolute). Attention still computes in
 /// f32. A score `s = Σ_j q̃_j k̃_j` then moves by at most `δ = u_h Σ_j |q̃_j k̃_j|` (plus
 /// `2^-25 Σ_j |q̃_j|`), which moves the softmax weights by a factor within `e^(±2δ)`; the output
-/// moves by at most `(e^(2δ) − 1 + u_h) · max|ṽ|` (tested in `tests/storage_wgpu.rs`).
+/// moves by at most `(e^(2δ) − 1 + u_h) · max|ṽ|` (tested in `tests/storage_gpu.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub enum ReducedStorage {
     /// 32-bit floats, exact.

@@ -79,7 +79,7 @@ fn quantize8_in_place(
 
 /// One chunk of HACK decode attention; see the module documentation.
 #[allow(clippy::too_many_arguments)]
-#[cube(launch)]
+#[cube(launch_unchecked)]
 pub fn decode_kernel(
     q: &Array<f32>,
     k_words: &Array<u32>,

@@ -17,6 +17,7 @@ pub fn decode_chunk(partition: usize) -> usize {
 
 /// HACK decode attention of `q: [batch, heads, 1, head_dim]` (the last slot) over `cache`, shapes
 /// already checked; returns `[batch, heads, 1, head_dim]`.
+#[allow(unsafe_code)] // Unchecked kernel launches; each states why it is in bounds.
 pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     q: Tensor<Backend<R, BT>, 4>,
     cache: &CacheView<'_, Backend<R, BT>>,
@@ -50,30 +51,37 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     let key_start = Tensor::<Backend<R, BT>, 1, Int>::from_data(TensorData::new(key_start, [batch]), &device);
     let partials = SplitPartials::allocate(&q, batch * heads, splits, d);
     let units = (group * d).clamp(32, 256) as u32;
-    decode_kernel::launch(
-        &client,
-        CubeCount::Static(splits as u32, (batch * kv_heads) as u32, 1),
-        CubeDim::new_1d(units),
-        q.into_array_arg(),
-        int(&keys.words).into_array_arg(),
-        float(&keys.min).into_array_arg(),
-        float(&keys.scale).into_array_arg(),
-        int(&keys.sums).into_array_arg(),
-        v_words.into_array_arg(),
-        v_min.into_array_arg(),
-        v_scale.into_array_arg(),
-        v_sums.into_array_arg(),
-        tail.into_array_arg(),
-        int(&key_start).into_array_arg(),
-        partials.output.clone().into_array_arg(),
-        partials.max.clone().into_array_arg(),
-        partials.sum.clone().into_array_arg(),
-        len as u32,
-        blocks as u32,
-        options.window.unwrap_or(0) as u32,
-        options.scale,
-        geo,
-    );
+    // SAFETY: slots read are `< len` (the guard before every key and tail read) and `len` is the
+    // caches' own length; closed blocks are `< blocks`, the cache's block count; shared-memory
+    // indices are `< group · chunk` or `< group · head_dim` by the loops' bounds; `key_start` has
+    // `batch` entries and the grid has `batch · kv_heads` rows. Bounds validated on CUDA:
+    // `burn_kvcompress::kernels`.
+    unsafe {
+        decode_kernel::launch_unchecked(
+            &client,
+            CubeCount::Static(splits as u32, (batch * kv_heads) as u32, 1),
+            CubeDim::new_1d(units),
+            q.into_array_arg(),
+            int(&keys.words).into_array_arg(),
+            float(&keys.min).into_array_arg(),
+            float(&keys.scale).into_array_arg(),
+            int(&keys.sums).into_array_arg(),
+            v_words.into_array_arg(),
+            v_min.into_array_arg(),
+            v_scale.into_array_arg(),
+            v_sums.into_array_arg(),
+            tail.into_array_arg(),
+            int(&key_start).into_array_arg(),
+            partials.output.clone().into_array_arg(),
+            partials.max.clone().into_array_arg(),
+            partials.sum.clone().into_array_arg(),
+            len as u32,
+            blocks as u32,
+            options.window.unwrap_or(0) as u32,
+            options.scale,
+            geo,
+        )
+    };
     let out = merge_partials(partials);
     Tensor::<Backend<R, BT>, 1>::from_primitive(TensorPrimitive::Float(out)).reshape([batch, heads, 1, d])
 }

@@ -30,7 +30,7 @@ pub struct QuantizeGeometry {
 /// `x`: `[streams * rows * parts * group]` (contiguous `[batch, kv_heads, rows, z]`); outputs per
 /// partition: `group * bits / 32` words, min, scale, sum.
 #[allow(clippy::too_many_arguments)]
-#[cube(launch)]
+#[cube(launch_unchecked)]
 pub fn quantize_kernel(
     x: &Array<f32>,
     words: &mut Array<u32>,

@@ -89,7 +89,7 @@ impl DecodeGeometry {
 /// - `q`: `[batch, kv_heads * group, head_dim]`; `key_start`: `[batch]`;
 /// - outputs per (query head, split): `out` (`head_dim` each), `out_max`, `out_sum`.
 #[allow(clippy::too_many_arguments)]
-#[cube(launch)]
+#[cube(launch_unchecked)]
 pub fn decode_kernel(
     q: &Array<f32>,
     table: &Array<f32>,

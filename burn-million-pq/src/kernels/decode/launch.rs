@@ -112,6 +112,7 @@ pub fn split_chunk(shape: DecodeShape, batch: usize, kv_heads: usize, len: usize
 
 /// PQ decode attention of `q: [batch, heads, 1, head_dim]` (the last slot) over `view`, shapes
 /// already checked and within what the kernel [`supports`]; returns `[batch, heads, 1, head_dim]`.
+#[allow(unsafe_code)] // Unchecked kernel launches; each states why it is in bounds.
 pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     q: Tensor<CubeF32<R, BT>, 4>,
     view: &PqView<'_, CubeF32<R, BT>>,
@@ -132,18 +133,24 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     let splits = coded_splits + recent.div_ceil(chunk);
     let streams = (batch * kv_heads) as u32;
     let table = dense_output::<R, f32>(&q, streams as usize * shape.table_floats() as usize);
-    table_kernel::launch(
-        &client,
-        CubeCount::Static(shape.pq.subspaces, streams, 1),
-        CubeDim::new_1d(UNITS),
-        q.clone().into_array_arg(),
-        float_arg(view.key_books).into_array_arg(),
-        table.clone().into_array_arg(),
-        kv_heads as u32,
-        options.scale,
-        u32::from(view.key_books.dims()[0] > 1),
-        shape,
-    );
+    // SAFETY: one cube per (subspace, stream), sized from `shape` and `streams`, as is `table`;
+    // `q` has `streams · group · head_dim` floats (the caller's shape check) and the books
+    // `groups · subspaces · centroids · sub_dim`, `groups` being 1 or `kv_heads`. Bounds
+    // validated on CUDA: `burn_kvcompress::kernels`.
+    unsafe {
+        table_kernel::launch_unchecked(
+            &client,
+            CubeCount::Static(shape.pq.subspaces, streams, 1),
+            CubeDim::new_1d(UNITS),
+            q.clone().into_array_arg(),
+            float_arg(view.key_books).into_array_arg(),
+            table.clone().into_array_arg(),
+            kv_heads as u32,
+            options.scale,
+            u32::from(view.key_books.dims()[0] > 1),
+            shape,
+        )
+    };
     let placeholder_int = || int_arg(&Tensor::<CubeF32<R, BT>, 1, Int>::zeros([1], &device));
     let (k_codes, v_codes) =
         view.codes.map_or_else(|| (placeholder_int(), placeholder_int()), |(k, v)| (int_arg(k), int_arg(v)));
@@ -154,29 +161,36 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     let key_start: Vec<i32> = options.key_start.iter().map(|&s| s as i32).collect();
     let key_start = Tensor::<CubeF32<R, BT>, 1, Int>::from_data(TensorData::new(key_start, [batch]), &device);
     let partials = SplitPartials::allocate(&q, batch * heads, splits, d);
-    decode_kernel::launch(
-        &client,
-        CubeCount::Static(splits as u32, streams, 1),
-        CubeDim::new_1d(UNITS),
-        q.into_array_arg(),
-        table.into_array_arg(),
-        k_codes.into_array_arg(),
-        v_codes.into_array_arg(),
-        float_arg(view.value_books).into_array_arg(),
-        k_recent.into_array_arg(),
-        v_recent.into_array_arg(),
-        int_arg(&key_start).into_array_arg(),
-        partials.output.clone().into_array_arg(),
-        partials.max.clone().into_array_arg(),
-        partials.sum.clone().into_array_arg(),
-        (coded + recent) as u32,
-        coded as u32,
-        coded_splits as u32,
-        options.window.unwrap_or(0) as u32,
-        options.scale,
-        u32::from(view.value_books.dims()[0] > 1),
-        geo,
-    );
+    // SAFETY: splits `< coded_splits` read code rows `< coded` of each stream (guard `t < count`)
+    // and splits past it recent rows `< len - coded`; every code, masked to `nbits`, is `<
+    // centroids`; shared and register arrays are indexed by comptime-bounded loops; the
+    // placeholders (1 element) stand in only for a range that is empty, so no split reads them.
+    // Bounds validated on CUDA: `burn_kvcompress::kernels`.
+    unsafe {
+        decode_kernel::launch_unchecked(
+            &client,
+            CubeCount::Static(splits as u32, streams, 1),
+            CubeDim::new_1d(UNITS),
+            q.into_array_arg(),
+            table.into_array_arg(),
+            k_codes.into_array_arg(),
+            v_codes.into_array_arg(),
+            float_arg(view.value_books).into_array_arg(),
+            k_recent.into_array_arg(),
+            v_recent.into_array_arg(),
+            int_arg(&key_start).into_array_arg(),
+            partials.output.clone().into_array_arg(),
+            partials.max.clone().into_array_arg(),
+            partials.sum.clone().into_array_arg(),
+            (coded + recent) as u32,
+            coded as u32,
+            coded_splits as u32,
+            options.window.unwrap_or(0) as u32,
+            options.scale,
+            u32::from(view.value_books.dims()[0] > 1),
+            geo,
+        )
+    };
     let out = merge_partials(partials);
     Tensor::<CubeF32<R, BT>, 1>::from_primitive(TensorPrimitive::Float(out)).reshape([batch, heads, 1, d])
 }

@@ -28,7 +28,7 @@ impl DecodeShape {
 ///   sub_dim]` (`groups` is 1, or `kv_heads` when `per_head_books` is 1);
 /// - `table`: `[batch, kv_heads, subspaces, group, centroids]` (a head's entries of a subspace are
 ///   adjacent: lanes looking up random codes spread over all shared-memory banks).
-#[cube(launch)]
+#[cube(launch_unchecked)]
 pub fn table_kernel(
     q: &Array<f32>,
     books: &Array<f32>,

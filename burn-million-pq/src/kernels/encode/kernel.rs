@@ -21,7 +21,7 @@ fn distance(x: &Array<f32>, x_base: u32, book: &Array<f32>, c_base: u32, #[compt
 
 /// Encodes `x` (`[rows, head_dim]`, rows ordered `[batch, kv_heads, tokens]`) with `books`
 /// (`[groups, subspaces, centroids, sub_dim]`) into `words` (`[rows, words]`).
-#[cube(launch)]
+#[cube(launch_unchecked)]
 pub fn encode_kernel(
     x: &Array<f32>,
     books: &Array<f32>,

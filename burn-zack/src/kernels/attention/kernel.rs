@@ -64,7 +64,7 @@ fn odd_stride(width: u32) -> u32 {
 ///   `[kv_head, split, first, count]`;
 /// - outputs per (query head, split): `out` (`head_dim` each), `out_max`, `out_sum`.
 #[allow(clippy::too_many_arguments)]
-#[cube(launch)]
+#[cube(launch_unchecked)]
 pub fn decode_kernel<E: Float>(
     reduced_q: &Array<f32>,
     keys: &Array<E>,

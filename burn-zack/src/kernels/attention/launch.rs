@@ -61,6 +61,7 @@ pub fn supports(group: usize, head_dim: usize) -> bool {
 /// len, Σ k_qk]` and `values: [batch, len, Σ k_vo]` (both f32 or both f16), shapes already
 /// checked and within what the kernel [`supports`]; returns `[batch, heads, 1, head_dim]`, zero
 /// past each head's value rank.
+#[allow(unsafe_code)] // Unchecked kernel launches; each states why it is in bounds.
 pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     q: Tensor<CubeF32<R, BT>, 4>,
     basis: Tensor<CubeF32<R, BT>, 2>,
@@ -90,40 +91,53 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     let q = float_arg(&q);
     let client = q.client.clone();
     let reduced_q = dense_output::<R, f32>(&q, batch * heads * layout.key_width());
-    rotate_queries_kernel::launch(
-        &client,
-        CubeCount::Static(kv_heads as u32, batch as u32, 1),
-        CubeDim::new_1d(UNITS),
-        q.into_array_arg(),
-        float_arg(&basis).into_array_arg(),
-        meta.clone().into_array_arg(),
-        reduced_q.clone().into_array_arg(),
-        options.scale,
-        geo.group,
-        geo.head_dim,
-    );
+    // SAFETY: one cube per (KV head, sequence) of the grid; it reads the group's `head_dim`
+    // channels of `q` and the head's key columns (`offset + j`, `j < rank`, within `key_width`)
+    // of `basis`, and writes those of `reduced_q`, sized `batch · heads · key_width` above.
+    // Bounds validated on CUDA: `burn_kvcompress::kernels`.
+    unsafe {
+        rotate_queries_kernel::launch_unchecked(
+            &client,
+            CubeCount::Static(kv_heads as u32, batch as u32, 1),
+            CubeDim::new_1d(UNITS),
+            q.into_array_arg(),
+            float_arg(&basis).into_array_arg(),
+            meta.clone().into_array_arg(),
+            reduced_q.clone().into_array_arg(),
+            options.scale,
+            geo.group,
+            geo.head_dim,
+        )
+    };
     let partials = SplitPartials::allocate(&reduced_q, batch * heads, schedule.splits, d);
     let launch = match keys.dtype() {
-        DType::F16 => decode_kernel::launch::<f16, R>,
-        _ => decode_kernel::launch::<f32, R>,
+        DType::F16 => decode_kernel::launch_unchecked::<f16, R>,
+        _ => decode_kernel::launch_unchecked::<f32, R>,
     };
-    launch(
-        &client,
-        CubeCount::Static(schedule.tasks.len() as u32, batch as u32, 1),
-        CubeDim::new_1d(UNITS),
-        reduced_q.into_array_arg(),
-        float_arg(&keys).into_array_arg(),
-        float_arg(&values).into_array_arg(),
-        meta.into_array_arg(),
-        partials.output.clone().into_array_arg(),
-        partials.max.clone().into_array_arg(),
-        partials.sum.clone().into_array_arg(),
-        kv_heads as u32,
-        len as u32,
-        schedule.splits as u32,
-        options.window.unwrap_or(0) as u32,
-        geo,
-    );
+    // SAFETY: every task of the schedule covers slots `first..first + count` within `len` (the
+    // schedule's invariant, tested in `schedule.rs`) of one head whose columns lie within the
+    // caches' widths (`HeadLayout`); staged rows and the score buffer fit `tile_floats` and
+    // `group · max_chunk` (`DecodeGeometry`), and the partials hold `heads · splits` entries.
+    // Bounds validated on CUDA: `burn_kvcompress::kernels`.
+    unsafe {
+        launch(
+            &client,
+            CubeCount::Static(schedule.tasks.len() as u32, batch as u32, 1),
+            CubeDim::new_1d(UNITS),
+            reduced_q.into_array_arg(),
+            float_arg(&keys).into_array_arg(),
+            float_arg(&values).into_array_arg(),
+            meta.into_array_arg(),
+            partials.output.clone().into_array_arg(),
+            partials.max.clone().into_array_arg(),
+            partials.sum.clone().into_array_arg(),
+            kv_heads as u32,
+            len as u32,
+            schedule.splits as u32,
+            options.window.unwrap_or(0) as u32,
+            geo,
+        )
+    };
     let out = merge_partials(partials);
     Tensor::<CubeF32<R, BT>, 1>::from_primitive(TensorPrimitive::Float(out)).reshape([batch, heads, 1, d])
 }

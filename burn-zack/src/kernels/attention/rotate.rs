@@ -14,7 +14,7 @@ const LOADS: u32 = 32;
 /// - `layout`: per KV head `[key_offset, key_rank, value_offset, value_rank]` (more words may
 ///   follow: the decode kernel's step metadata);
 /// - `reduced`: `[batch, kv_heads * group, key_width]`, written in the head's own key columns only.
-#[cube(launch)]
+#[cube(launch_unchecked)]
 pub fn rotate_queries_kernel(
     q: &Array<f32>,
     basis: &Array<f32>,

@@ -1,6 +1,6 @@
-//! CubeCL kernels against their references on wgpu (lavapipe in CI): codes, metadata and sums
+//! CubeCL kernels against their references on wgpu (lavapipe in CI) or CUDA: codes, metadata and sums
 //! bit-exact.
-#![cfg(feature = "wgpu")]
+#![cfg(any(feature = "wgpu", feature = "cuda"))]
 
 use burn::tensor::{Int, Tensor, TensorData};
 use burn_hack_attn::{
@@ -12,6 +12,11 @@ use burn_hack_attn::{
 use burn_kvcompress::cache::{AttendOptions, CacheGeometry, KvCache, KvScheme};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
+/// The kernels' backend: CUDA when built with the `cuda` feature (on a GPU machine, where
+/// `examples/bench/validate_bounds.sh` runs these tests), wgpu otherwise (lavapipe in CI).
+#[cfg(feature = "cuda")]
+type Gpu = burn::backend::Cuda<f32, i32>;
+#[cfg(not(feature = "cuda"))]
 type Gpu = burn::backend::Wgpu<f32, i32>;
 type Cpu = burn::backend::NdArray<f32>;
 

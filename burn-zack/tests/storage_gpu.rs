@@ -1,7 +1,7 @@
-//! The ZACK cache with f16 storage on wgpu: half the bytes, attention within the storage's
+//! The ZACK cache with f16 storage on wgpu or CUDA: half the bytes, attention within the storage's
 //! stated bound of the f32 cache (decode through the kernel, prefill through the reference), the
 //! state sent as f16, and a clear error where the backend has no f16 tensors.
-#![cfg(feature = "wgpu")]
+#![cfg(any(feature = "wgpu", feature = "cuda"))]
 
 mod common;
 
@@ -18,6 +18,11 @@ use burn_zack::{
 };
 use common::*;
 
+/// The kernels' backend: CUDA when built with the `cuda` feature (on a GPU machine, where
+/// `examples/bench/validate_bounds.sh` runs these tests), wgpu otherwise (lavapipe in CI).
+#[cfg(feature = "cuda")]
+type Gpu = burn::backend::Cuda<f32, i32>;
+#[cfg(not(feature = "cuda"))]
 type Gpu = burn::backend::Wgpu<f32, i32>;
 
 fn gpu<const D: usize>(values: Vec<f32>, shape: [usize; D]) -> Tensor<Gpu, D> {

@@ -1,6 +1,6 @@
-//! CubeCL kernels against their references on wgpu (lavapipe in CI): encoding bit-exact, the
+//! CubeCL kernels against their references on wgpu (lavapipe in CI) or CUDA: encoding bit-exact, the
 //! fused decode kernel within the derived bound of attention over host-reconstructed K/V.
-#![cfg(feature = "wgpu")]
+#![cfg(any(feature = "wgpu", feature = "cuda"))]
 
 mod common;
 
@@ -17,6 +17,11 @@ use common::{
     random_books, random_values, scheme,
 };
 
+/// The kernels' backend: CUDA when built with the `cuda` feature (on a GPU machine, where
+/// `examples/bench/validate_bounds.sh` runs these tests), wgpu otherwise (lavapipe in CI).
+#[cfg(feature = "cuda")]
+type Gpu = burn::backend::Cuda<f32, i32>;
+#[cfg(not(feature = "cuda"))]
 type Gpu = burn::backend::Wgpu<f32, i32>;
 type Cpu = burn::backend::NdArray<f32>;
 

@@ -1,6 +1,6 @@
-//! The ZACK decode kernel against the plain-tensor reference on wgpu (lavapipe in CI), with
+//! The ZACK decode kernel against the plain-tensor reference on wgpu (lavapipe in CI) or CUDA, with
 //! uneven per-head ranks, GQA, batch, padding and sliding windows, across the schedule's splits.
-#![cfg(feature = "wgpu")]
+#![cfg(any(feature = "wgpu", feature = "cuda"))]
 
 mod common;
 
@@ -9,6 +9,11 @@ use burn_kvcompress::cache::AttendOptions;
 use burn_zack::{cache::HeadLayout, kernels::ZackBackend};
 use common::{host, uniform};
 
+/// The kernels' backend: CUDA when built with the `cuda` feature (on a GPU machine, where
+/// `examples/bench/validate_bounds.sh` runs these tests), wgpu otherwise (lavapipe in CI).
+#[cfg(feature = "cuda")]
+type Gpu = burn::backend::Cuda<f32, i32>;
+#[cfg(not(feature = "cuda"))]
 type Gpu = burn::backend::Wgpu<f32, i32>;
 type Cpu = burn::backend::NdArray<f32>;
 

@@ -1,10 +1,15 @@
-//! The log-sum-exp merge kernel against a plain f64 merge on wgpu (lavapipe in CI): many splits,
+//! The log-sum-exp merge kernel against a plain f64 merge on wgpu (lavapipe in CI) or CUDA: many splits,
 //! head widths that do and do not divide the cube, and fully masked splits.
-#![cfg(feature = "wgpu")]
+#![cfg(any(feature = "wgpu", feature = "cuda"))]
 
 use burn::tensor::{Tensor, TensorData, TensorPrimitive};
 use burn_kvcompress::kernels::{float_arg, merge_partials, SplitPartials};
 
+/// The kernels' backend: CUDA when built with the `cuda` feature (on a GPU machine, where
+/// `examples/bench/validate_bounds.sh` runs these tests), wgpu otherwise (lavapipe in CI).
+#[cfg(feature = "cuda")]
+type Gpu = burn::backend::Cuda<f32, i32>;
+#[cfg(not(feature = "cuda"))]
 type Gpu = burn::backend::Wgpu<f32, i32>;
 
 /// The score of a masked slot, as the kernels write it.
@@ -76,4 +81,28 @@ fn merge_equals_a_plain_log_sum_exp_merge() {
             }
         }
     }
+}
+
+/// The negative control of `examples/bench/validate_bounds.sh`: partials that claim more splits
+/// than their buffers hold make the merge read past them, which bounds validation must report.
+/// Ignored (reading out of bounds is undefined behaviour in an unchecked launch); it refuses to
+/// run unless the working directory's `cubecl.toml` turns validation on.
+#[test]
+#[ignore = "run by examples/bench/validate_bounds.sh under check_mode = \"validate\""]
+fn bounds_validation_reports_a_merge_reading_past_its_buffers() {
+    let config = std::fs::read_to_string("cubecl.toml").unwrap_or_default();
+    assert!(config.contains("check_mode = \"validate\""), "needs a cubecl.toml with check_mode = \"validate\"");
+    let (heads, splits, head_dim) = (1, 4, 16);
+    let upload = |n: usize| float_arg(&Tensor::<Gpu, 1>::zeros([n], &Default::default()));
+    let partials = SplitPartials {
+        output: upload(heads * splits * head_dim),
+        max: upload(heads * splits),
+        sum: upload(heads * splits),
+        heads,
+        splits: 2 * splits,
+        head_dim,
+    };
+    let out = Tensor::<Gpu, 1>::from_primitive(TensorPrimitive::Float(merge_partials(partials)));
+    // Reading the result waits for the kernel, so its device prints are out.
+    let _ = out.into_data();
 }

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Runs the kernel tests built for CUDA under CubeCL's bounds validation, on a GPU machine.
+#
+#   validate_bounds.sh LOG_DIR TEST_BINARY...
+#
+# Every kernel of the workspace launches unchecked (see `burn_kvcompress::kernels`). With
+# `check_mode = "validate"`, CubeCL compiles those launches with bounds checks that print
+# `[VALIDATION <kernel>]: Encountered OOB ...` from the device. The script first runs the negative
+# control (a merge told to read past its buffers) and requires such a line, then runs each test
+# binary and fails if a test fails or any out-of-bounds access is printed. Build the binaries with
+# `cargo test --release -p <crate> --features cuda --test <kernels_gpu|merge_gpu|storage_gpu>
+# --no-run`.
+set -uo pipefail
+logs=$1
+shift
+mkdir -p "$logs"
+work=$(mktemp -d)
+printf '[compilation]\ncheck_mode = "validate"\n' > "$work/cubecl.toml"
+cd "$work" || exit 1
+status=0
+for binary in "$@"; do
+    name=$(basename "$binary")
+    if [[ $name == merge_gpu* ]]; then
+        "$binary" --ignored --exact bounds_validation_reports_a_merge_reading_past_its_buffers --nocapture \
+            > "$logs/control.log" 2>&1
+        if grep -q "VALIDATION" "$logs/control.log"; then
+            echo "control: validation reports the planted out-of-bounds read"
+        else
+            echo "control: FAILED, no out-of-bounds report from the planted read (validation is off?)"
+            status=1
+        fi
+    fi
+    "$binary" --test-threads=1 --nocapture > "$logs/$name.log" 2>&1
+    result=$?
+    reports=$(grep -c "VALIDATION" "$logs/$name.log")
+    summary=$(grep "^test result" "$logs/$name.log" | tail -1)
+    echo "$name: exit $result, $reports out-of-bounds reports; $summary"
+    if [[ $result -ne 0 || $reports -ne 0 ]]; then status=1; fi
+done
+exit $status
