@@ -3,8 +3,9 @@
 //! One cube per (sequence, KV head, chunk of `chunk` slots); it serves all `group` query heads of
 //! its KV head, so each packed key and value is read once per cube:
 //! 1. quantize the queries to 8 bits per key channel group (shared memory);
-//! 2. per (slot, head): integer dot products of Q codes with the unpacked K codes per channel
-//!    group, plus Eq. 4's corrections with the cached K sums, scaled; masked slots excluded;
+//! 2. per slot, for every head: integer dot products of Q codes with the K codes per channel
+//!    group (each packed word read once), plus Eq. 4's corrections with the cached K sums,
+//!    scaled; masked slots excluded;
 //! 3. per head: the chunk's max score `m` and `p = exp(s - m)`, and `l = Σ p`;
 //! 4. per (head, Π-block of the chunk): P quantized to 8 bits (min/max of the unnormalized `p`:
 //!    the same codes as quantizing the normalized P, up to float rounding), with its code sum;
@@ -34,13 +35,6 @@ pub struct DecodeGeometry {
     pub bits: u32,
     /// Slots per cube (a multiple of Π).
     pub chunk: u32,
-}
-
-/// Unpacked code `i` of a row of packed words starting at `base`.
-#[cube]
-fn code(words: &Array<u32>, base: u32, i: u32, #[comptime] bits: u32) -> u32 {
-    let per_word = 32 / bits;
-    (words[(base + i / per_word) as usize] >> ((i % per_word) * bits)) & ((1u32 << bits) - 1)
 }
 
 /// Quantizes `buf[start..start + n]` in place to 8-bit codes (asymmetric min/max, round to
@@ -152,39 +146,66 @@ pub fn decode_kernel(
     }
     sync_cube();
 
-    // 2. Scores per (head, slot) of the chunk.
+    // 2. Scores, one unit per slot of the chunk for all the group's heads: each packed key word is
+    //    read once, and its codes are dotted with every head's Q codes.
     let words_per_key = d * geo.bits / 32;
-    let mut pair = unit;
-    while pair < group * chunk {
-        let g = pair % group;
-        let t = pair / group;
+    let per_word = comptime!(32 / geo.bits);
+    let words_per_part = comptime!(geo.key_group * geo.bits / 32);
+    let mask = (1u32 << geo.bits) - 1;
+    let mut t = unit;
+    while t < chunk {
         let slot = first + t;
-        let mut score = masked();
-        if slot < len {
-            let allowed = decode_slot_visible(slot, len, key_start[batch_row as usize], window);
-            if allowed {
-                let row = stream * len + slot;
-                let mut acc = 0.0f32;
-                for part in 0..parts {
-                    let mut dot = 0u32;
-                    for i in 0..geo.key_group {
-                        let c = part * geo.key_group + i;
-                        dot += u32::cast_from(q_codes[(g * d + c) as usize])
-                            * code(k_words, row * words_per_key, c, geo.bits);
+        let mut score = Array::<f32>::new(geo.group as usize);
+        #[unroll]
+        for g in 0..geo.group {
+            score[g as usize] = masked();
+        }
+        if slot < len && decode_slot_visible(slot, len, key_start[batch_row as usize], window) {
+            let row = stream * len + slot;
+            let mut acc = Array::<f32>::new(geo.group as usize);
+            #[unroll]
+            for g in 0..geo.group {
+                acc[g as usize] = 0.0;
+            }
+            for part in 0..parts {
+                let mut dot = Array::<u32>::new(geo.group as usize);
+                #[unroll]
+                for g in 0..geo.group {
+                    dot[g as usize] = 0;
+                }
+                for w in 0..words_per_part {
+                    let word = k_words[(row * words_per_key + part * words_per_part + w) as usize];
+                    let c0 = part * geo.key_group + w * per_word;
+                    #[unroll]
+                    for j in 0..per_word {
+                        let code = (word >> (j * geo.bits)) & mask;
+                        #[unroll]
+                        for g in 0..geo.group {
+                            dot[g as usize] += u32::cast_from(q_codes[(g * d + c0 + j) as usize]) * code;
+                        }
                     }
-                    let meta = (row * parts + part) as usize;
+                }
+                let meta = (row * parts + part) as usize;
+                let (ks, km, k_sum) = (k_scale[meta], k_min[meta], f32::cast_from(k_sums[meta]));
+                #[unroll]
+                for g in 0..geo.group {
                     let qm = (g * parts + part) as usize;
-                    let (ks, km) = (k_scale[meta], k_min[meta]);
-                    acc += q_scale[qm] * ks * f32::cast_from(dot)
+                    acc[g as usize] += q_scale[qm] * ks * f32::cast_from(dot[g as usize])
                         + q_scale[qm] * q_sum[qm] * km
-                        + q_min[qm] * ks * f32::cast_from(k_sums[meta])
+                        + q_min[qm] * ks * k_sum
                         + f32::cast_from(geo.key_group) * q_min[qm] * km;
                 }
-                score = acc * scale;
+            }
+            #[unroll]
+            for g in 0..geo.group {
+                score[g as usize] = acc[g as usize] * scale;
             }
         }
-        p[(g * chunk + t) as usize] = score;
-        pair += units;
+        #[unroll]
+        for g in 0..geo.group {
+            p[(g * chunk + t) as usize] = score[g as usize];
+        }
+        t += units;
     }
     sync_cube();
 
@@ -241,8 +262,13 @@ pub fn decode_kernel(
             if block_first < quantized_len {
                 let row = (stream * blocks + block_first / pi) * d + c;
                 let mut dot = 0u32;
-                for i in 0..pi {
-                    dot += u32::cast_from(p[(p_base + i) as usize]) * code(v_words, row * words_per_value, i, geo.bits);
+                for w in 0..words_per_value {
+                    let word = v_words[(row * words_per_value + w) as usize];
+                    #[unroll]
+                    for j in 0..per_word {
+                        let code = (word >> (j * geo.bits)) & mask;
+                        dot += u32::cast_from(p[(p_base + w * per_word + j) as usize]) * code;
+                    }
                 }
                 let (vs, vm) = (v_scale[row as usize], v_min[row as usize]);
                 acc += p_scale[pb] * vs * f32::cast_from(dot)
