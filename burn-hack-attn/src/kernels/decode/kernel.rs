@@ -27,7 +27,8 @@ pub struct DecodeGeometry {
     pub group: u32,
     /// Channels per head.
     pub head_dim: u32,
-    /// Channels per key group.
+    /// Channels per key group: a multiple of 16 (`HackCache::check_supported`), so whole packed
+    /// words.
     pub key_group: u32,
     /// Π.
     pub partition: u32,
