@@ -11,23 +11,57 @@ use burn_kvcompress::{
 };
 use clap::Args;
 
-/// Median and minimum of `runs` device-synchronized calls of `f` (after 10 warm-up calls), in
-/// microseconds.
-pub fn time<B: Backend>(device: &B::Device, runs: usize, mut f: impl FnMut()) -> (f64, f64) {
+/// Timings of one operation, in microseconds.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    /// Median of `runs` calls, each followed by a device sync: what one step costs when nothing
+    /// else is queued.
+    pub median: f64,
+    /// Fastest of those calls.
+    pub min: f64,
+    /// Median host time of those calls before their sync: the enqueueing (argument checks,
+    /// allocations, uploads, launches) that the device may wait on.
+    pub host: f64,
+    /// Mean per call of `runs` calls queued back to back with one sync at the end: the cost per
+    /// step once host work overlaps device work.
+    pub pipelined: f64,
+}
+
+/// [`Timing`] of `f` over `runs` calls (after 10 warm-up calls).
+pub fn time<B: Backend>(device: &B::Device, runs: usize, mut f: impl FnMut()) -> Timing {
+    let runs = runs.max(1);
     for _ in 0..10 {
         f();
     }
     B::sync(device).expect("sync");
-    let mut times: Vec<f64> = (0..runs.max(1))
+    let (mut totals, mut hosts): (Vec<f64>, Vec<f64>) = (0..runs)
         .map(|_| {
             let start = Instant::now();
             f();
+            let host = start.elapsed().as_secs_f64() * 1e6;
             B::sync(device).expect("sync");
-            start.elapsed().as_secs_f64() * 1e6
+            (start.elapsed().as_secs_f64() * 1e6, host)
         })
-        .collect();
-    times.sort_by(f64::total_cmp);
-    (times[times.len() / 2], times[0])
+        .unzip();
+    let start = Instant::now();
+    for _ in 0..runs {
+        f();
+    }
+    B::sync(device).expect("sync");
+    let pipelined = start.elapsed().as_secs_f64() * 1e6 / runs as f64;
+    totals.sort_by(f64::total_cmp);
+    hosts.sort_by(f64::total_cmp);
+    Timing { median: totals[runs / 2], min: totals[0], host: hosts[runs / 2], pipelined }
+}
+
+/// The columns of a decode timing row after its shape columns: [`DECODE_COLUMNS`] heads them.
+pub const DECODE_COLUMNS: &str = "median µs | min µs | host µs | pipelined µs | MB read | GB/s";
+
+/// A decode timing's cells under [`DECODE_COLUMNS`], for a step that reads `bytes` (GB/s from
+/// the median).
+pub fn decode_cells(timing: Timing, bytes: f64) -> String {
+    let Timing { median, min, host, pipelined } = timing;
+    format!("{median:.1} | {min:.1} | {host:.1} | {pipelined:.1} | {:.1} | {:.0}", bytes / 1e6, bytes / median / 1e3)
 }
 
 /// Max and mean absolute difference of two tensors.

@@ -16,16 +16,23 @@ pub fn masked_score() -> f32 {
     f32::new(-3.0e38)
 }
 
-/// Units per merge cube (at most): `parts = max(1, MERGE_UNITS / head_dim)` units per channel.
+/// Channels per merge cube (at most): a head's channels are spread over `⌈head_dim / 32⌉` cubes,
+/// so a batch-1 decode of 32 heads still fills a GPU's multiprocessors.
+const MERGE_TILE: u32 = 32;
+
+/// Units per merge cube: `MERGE_UNITS / tile` units per channel, each walking every
+/// `parts`-th split.
 const MERGE_UNITS: u32 = 512;
 
-/// One cube per query head, `parts` units per channel; see the module documentation.
-/// `tree_width` is half the units rounded up to a power of two (the max's first tree level).
+/// One cube per (query head, tile of `tile` channels), `parts` units per channel; see the module
+/// documentation. `tree_width` is half the units rounded up to a power of two (the max's first
+/// tree level).
 ///
 /// Every unit takes part in the head's max `M` (a shared-memory tree over the units), then unit
 /// `(c, part)` sums `o_s e^(m_s − M)` and `l_s e^(m_s − M)` over splits `part, part + parts, …`,
 /// and the parts' sums are added in shared memory. A head's splits are thus read by all its units
-/// at once rather than walked by one unit per channel.
+/// at once rather than walked by one unit per channel. Units of a last, partial tile past
+/// `head_dim` take part in the trees but read and write nothing else.
 #[cube(launch_unchecked)]
 pub fn merge_kernel(
     partial: &Array<f32>,
@@ -35,11 +42,12 @@ pub fn merge_kernel(
     splits: u32,
     tree_width: u32,
     #[comptime] head_dim: u32,
+    #[comptime] tile: u32,
     #[comptime] parts: u32,
 ) {
     let head = CUBE_POS_X;
     let unit = UNIT_POS;
-    let units = comptime!(head_dim * parts);
+    let units = comptime!(tile * parts);
     let mut shared = SharedMemory::<f32>::new(comptime!(units as usize));
     let mut m = masked_score();
     let mut s = unit;
@@ -60,16 +68,19 @@ pub fn merge_kernel(
     let m = shared[0];
     sync_cube();
 
-    let c = unit % head_dim;
-    let part = unit / head_dim;
+    let lane = unit % tile;
+    let c = CUBE_POS_Y * tile + lane;
+    let part = unit / tile;
     let mut l = 0.0f32;
     let mut o = 0.0f32;
-    let mut s = part;
-    while s < splits {
-        let w = f32::exp(partial_max[(head * splits + s) as usize] - m);
-        l += partial_sum[(head * splits + s) as usize] * w;
-        o += partial[((head * splits + s) * head_dim + c) as usize] * w;
-        s += parts;
+    if c < head_dim {
+        let mut s = part;
+        while s < splits {
+            let w = f32::exp(partial_max[(head * splits + s) as usize] - m);
+            l += partial_sum[(head * splits + s) as usize] * w;
+            o += partial[((head * splits + s) * head_dim + c) as usize] * w;
+            s += parts;
+        }
     }
     shared[unit as usize] = o;
     sync_cube();
@@ -78,17 +89,17 @@ pub fn merge_kernel(
     if part == 0 {
         #[unroll]
         for q in 0..parts {
-            total += shared[(q * head_dim + c) as usize];
+            total += shared[(q * tile + lane) as usize];
         }
     }
     sync_cube();
     shared[unit as usize] = l;
     sync_cube();
-    if part == 0 {
+    if part == 0 && c < head_dim {
         let mut mass = 0.0f32;
         #[unroll]
         for q in 0..parts {
-            mass += shared[(q * head_dim + c) as usize];
+            mass += shared[(q * tile + lane) as usize];
         }
         out[(head * head_dim + c) as usize] = total / mass;
     }
@@ -132,15 +143,16 @@ pub fn merge_partials<R: CubeRuntime>(partials: SplitPartials<R>) -> CubeTensor<
     let SplitPartials { output, max, sum, heads, splits, head_dim } = partials;
     let out = dense_output::<R, f32>(&output, heads * head_dim);
     let client = output.client.clone();
-    let parts = (MERGE_UNITS / head_dim as u32).max(1);
-    let units = parts * head_dim as u32;
-    // SAFETY: one cube per head `< heads`; its units read parts `< splits` and channels
-    // `< head_dim` of buffers `SplitPartials::allocate` sized `heads · splits (· head_dim)`, and
+    let tile = MERGE_TILE.min(head_dim as u32);
+    let parts = MERGE_UNITS / tile;
+    let units = parts * tile;
+    // SAFETY: one cube per (head `< heads`, tile of channels); its units read parts `< splits`
+    // and channels `< head_dim` (the guard) of buffers `SplitPartials::allocate` sized `heads · splits (· head_dim)`, and
     // write `out`, sized `heads · head_dim` above. Bounds validated on CUDA: the module docs.
     unsafe {
         merge_kernel::launch_unchecked(
             &client,
-            CubeCount::Static(heads as u32, 1, 1),
+            CubeCount::Static(heads as u32, (head_dim as u32).div_ceil(tile), 1),
             CubeDim::new_1d(units),
             output.into_array_arg(),
             max.into_array_arg(),
@@ -149,6 +161,7 @@ pub fn merge_partials<R: CubeRuntime>(partials: SplitPartials<R>) -> CubeTensor<
             splits as u32,
             units.next_power_of_two() / 2,
             head_dim as u32,
+            tile,
             parts,
         )
     };

@@ -17,7 +17,7 @@ use burn_kvcompress::{
 use clap::Parser;
 use examples::{
     backend_choice::BackendChoice,
-    bench::{self, diffs, diffs_from_cpu, time, AttentionGrid},
+    bench::{self, decode_cells, diffs, diffs_from_cpu, time, AttentionGrid, DECODE_COLUMNS},
     with_backend,
 };
 
@@ -115,8 +115,8 @@ fn run<B: HackBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
     }
 
     // 2. Decode attention timing.
-    println!("\n| batch | context | median µs | min µs | MB read | GB/s |");
-    println!("|---:|---:|---:|---:|---:|---:|");
+    println!("\n| batch | context | {DECODE_COLUMNS} |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
     for &batch in &args.grid.batches {
         for &len in &args.grid.contexts {
             let cache = filled_cache::<B>(args, batch, len, &device)?;
@@ -130,11 +130,11 @@ fn run<B: HackBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
                 key_start: vec![0; batch],
                 window: None,
             };
-            let (median, min) = time::<B>(&device, args.grid.runs, || {
+            let timing = time::<B>(&device, args.grid.runs, || {
                 let _ = cache.attend(q.clone(), &options).expect("attend");
             });
             let bytes = device_bytes(args, batch, len);
-            println!("| {batch} | {len} | {median:.1} | {min:.1} | {:.1} | {:.0} |", bytes / 1e6, bytes / median / 1e3);
+            println!("| {batch} | {len} | {} |", decode_cells(timing, bytes));
         }
     }
 
@@ -150,9 +150,10 @@ fn run<B: HackBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
         );
         let options =
             AttendOptions { scale: 1.0 / (args.grid.head_dim as f32).sqrt(), key_start: vec![0], window: None };
-        let (median, _) = time::<B>(&device, 5.max(args.grid.runs / 20), || {
+        let median = time::<B>(&device, 5.max(args.grid.runs / 20), || {
             let _ = cache.attend(q.clone(), &options).expect("attend");
-        });
+        })
+        .median;
         println!("| {len} | {:.2} |", median / 1e3);
     }
     Ok(())

@@ -22,7 +22,7 @@ use burn_million_pq::{
 use clap::Parser;
 use examples::{
     backend_choice::BackendChoice,
-    bench::{diffs, diffs_from_cpu, filled_cache, time, AttentionGrid},
+    bench::{decode_cells, diffs, diffs_from_cpu, filled_cache, time, AttentionGrid, DECODE_COLUMNS},
     with_backend,
 };
 
@@ -158,8 +158,8 @@ fn run<B: PqBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
         args.config.code_bits_per_element(args.grid.head_dim),
         args.window
     );
-    println!("| batch | context | median µs | min µs | MB read | GB/s |");
-    println!("|---:|---:|---:|---:|---:|---:|");
+    println!("| batch | context | {DECODE_COLUMNS} |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
     for &batch in &args.grid.batches {
         for &len in &args.grid.contexts {
             let cache = decode_cache::<B>(&scheme, geometry(batch), len, &device)?;
@@ -169,11 +169,11 @@ fn run<B: PqBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
                 &device,
             );
             let options = AttendOptions { scale, key_start: vec![0; batch], window: None };
-            let (median, min) = time::<B>(&device, args.grid.runs, || {
+            let timing = time::<B>(&device, args.grid.runs, || {
                 let _ = cache.attend(q.clone(), &options).expect("attend");
             });
             let bytes = device_bytes(args, batch, len);
-            println!("| {batch} | {len} | {median:.1} | {min:.1} | {:.1} | {:.0} |", bytes / 1e6, bytes / median / 1e3);
+            println!("| {batch} | {len} | {} |", decode_cells(timing, bytes));
         }
     }
 
@@ -192,12 +192,13 @@ fn run<B: PqBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
             &device,
         );
         let options = AttendOptions { scale, key_start: vec![0], window: None };
-        let (median, _) = time::<B>(&device, 5.max(args.grid.runs / 20), || {
+        let median = time::<B>(&device, 5.max(args.grid.runs / 20), || {
             let mut cache: PqCache<B> = scheme.new_cache(0, geometry(1), &device);
             cache.append(k.clone(), v.clone()).expect("append");
             let _ = cache.attend(q.clone(), &options).expect("attend");
             cache.append(k1.clone(), v1.clone()).expect("append");
-        });
+        })
+        .median;
         println!("| {len} | {:.2} |", median / 1e3);
     }
     Ok(())

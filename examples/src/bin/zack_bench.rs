@@ -24,7 +24,7 @@ use burn_zack::{
 use clap::Parser;
 use examples::{
     backend_choice::BackendChoice,
-    bench::{diffs_from_cpu, filled_cache, time, AttentionGrid},
+    bench::{decode_cells, diffs_from_cpu, filled_cache, time, AttentionGrid, DECODE_COLUMNS},
     with_backend,
 };
 
@@ -134,8 +134,8 @@ fn run<B: ZackBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
     let rotations = Arc::new(random_rotations(grid.heads, grid.kv_heads, grid.head_dim));
     let scale = 1.0 / (grid.head_dim as f32).sqrt();
     println!("\nreduced keys and values held as {}", args.storage);
-    println!("\n| rank fraction | ranks per KV head | batch | context | median µs | min µs | MB read | GB/s |");
-    println!("|---:|---|---:|---:|---:|---:|---:|---:|");
+    println!("\n| rank fraction | ranks per KV head | batch | context | {DECODE_COLUMNS} |");
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for &fraction in &args.rank_fractions {
         let ranks = ranks(rotations.geometry, fraction, args.even);
         let scheme = ZackScheme::new(rotations.clone(), ranks.clone())?.with_storage(args.storage);
@@ -148,16 +148,15 @@ fn run<B: ZackBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
                     &device,
                 );
                 let options = AttendOptions { scale, key_start: vec![0; batch], window: None };
-                let (median, min) = time::<B>(&device, grid.runs, || {
+                let timing = time::<B>(&device, grid.runs, || {
                     let _ = cache.attend(q.clone(), &options).expect("attend");
                 });
                 let bytes = device_bytes(grid, &ranks, args.storage, batch, len);
                 println!(
-                    "| {:.3} | {:?} | {batch} | {len} | {median:.1} | {min:.1} | {:.1} | {:.0} |",
+                    "| {:.3} | {:?} | {batch} | {len} | {} |",
                     1.0 - ranks.compression_rate(),
                     ranks.query_key[0],
-                    bytes / 1e6,
-                    bytes / median / 1e3
+                    decode_cells(timing, bytes)
                 );
             }
         }
@@ -172,9 +171,10 @@ fn run<B: ZackBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
             let q =
                 Tensor::<B, 4>::random([1, grid.heads, len, grid.head_dim], Distribution::Normal(0.0, 1.0), &device);
             let options = AttendOptions { scale, key_start: vec![0], window: None };
-            let (median, _) = time::<B>(&device, 5.max(grid.runs / 20), || {
+            let median = time::<B>(&device, 5.max(grid.runs / 20), || {
                 let _ = cache.attend(q.clone(), &options).expect("attend");
-            });
+            })
+            .median;
             println!("| {:.3} | {len} | {:.2} |", 1.0 - scheme.ranks().compression_rate(), median / 1e3);
         }
     }
