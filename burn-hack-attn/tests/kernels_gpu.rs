@@ -5,7 +5,7 @@
 use burn::tensor::{Int, Tensor, TensorData};
 use burn_hack_attn::{
     cache::Codes,
-    kernels::{attention_reference, quantize_reference, HackBackend, QuantizeSpec, RowLayout},
+    kernels::{attention_reference, decode::DecodeGeometry, quantize_reference, HackBackend, QuantizeSpec, RowLayout},
     quant::Rounder,
     HackConfig, Rounding,
 };
@@ -96,6 +96,13 @@ struct DecodeCase {
 }
 
 #[test]
+fn decode_kernel_takes_groups_up_to_eight_at_128_channels() {
+    let geometry = |group| DecodeGeometry { group, head_dim: 128, key_group: 64, partition: 64, bits: 2, chunk: 256 };
+    assert!(geometry(8).fits(), "{} bytes", geometry(8).shared_bytes());
+    assert!(!geometry(16).fits(), "{} bytes", geometry(16).shared_bytes());
+}
+
+#[test]
 fn decode_kernel_equals_reference() {
     let cases = [
         DecodeCase {
@@ -150,6 +157,16 @@ fn decode_kernel_equals_reference() {
             group: 4,
             head_dim: 128,
             len: 1000,
+            window: None,
+        },
+        // The largest group the kernel takes (`DecodeGeometry::fits`), 4 bits.
+        DecodeCase {
+            config: "bits=4,pi=64,round=nearest",
+            batch: 1,
+            kv_heads: 1,
+            group: 8,
+            head_dim: 128,
+            len: 600,
             window: None,
         },
     ];

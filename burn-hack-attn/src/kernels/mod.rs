@@ -53,8 +53,9 @@ where
         Ok(quantize::quantize_launch(x, spec))
     }
 
-    /// The fused decode kernel for one query slot; prefill (several query slots) runs the
-    /// reference.
+    /// The fused decode kernel for one query slot where its shared memory fits (up to 8 query
+    /// heads per KV head at 128 channels); prefill (several query slots) and larger groups run
+    /// the reference.
     fn hack_attention(
         q: Tensor<Self, 4>,
         cache: &CacheView<'_, Self>,
@@ -63,8 +64,9 @@ where
         let [batch, kv_heads, len, _] = cache.keys.min.dims();
         let (_, _, q_len, _) =
             burn_kvcompress::cache::check_attend_shapes(q.dims(), [batch, kv_heads, len, cache.head_dim], options)?;
+        let geo = decode::decode_geometry(q.dims()[1] / kv_heads, cache);
         match q_len {
-            1 => Ok(decode::decode_launch(q, cache, options)),
+            1 if geo.fits() => Ok(decode::decode_launch(q, cache, geo, options)),
             _ => attention_reference(q, cache, options),
         }
     }

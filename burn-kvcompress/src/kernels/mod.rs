@@ -1,5 +1,6 @@
 //! CubeCL building blocks shared by the schemes' kernels (wgpu and cuda features): dense output
-//! buffers, contiguous kernel arguments from tensors, the in-cube softmax of a split's scores, and
+//! buffers, contiguous kernel arguments from tensors, the in-cube softmax of a split's scores, tree
+//! reductions over runs of shared memory, and
 //! the log-sum-exp merge of split-sequence (flash-decoding) partial results.
 //!
 //! # Bounds
@@ -29,9 +30,13 @@ mod mask;
 mod merge;
 // `#[cube]` expands each function into undocumented helper items.
 #[allow(missing_docs)]
+mod runs;
+// `#[cube]` expands each function into undocumented helper items.
+#[allow(missing_docs)]
 mod softmax;
 
 pub use buffers::{dense_output, float_arg, int_arg, CubeF32};
 pub use mask::decode_slot_visible;
 pub use merge::{masked_score, merge_partials, SplitPartials};
+pub use runs::{min_max_runs, sum_runs};
 pub use softmax::{split_masses, split_softmax};

@@ -1,23 +1,32 @@
 //! The fused HACK decode attention kernel (one query slot per sequence), flash-decoding style.
 //!
-//! One cube per (sequence, KV head, chunk of `chunk` slots); it serves all `group` query heads of
-//! its KV head, so each packed key and value is read once per cube:
-//! 1. quantize the queries to 8 bits per key channel group (shared memory);
-//! 2. per slot, for every head: integer dot products of Q codes with the K codes per channel
-//!    group (each packed word read once), plus Eq. 4's corrections with the cached K sums,
-//!    scaled; masked slots excluded;
-//! 3. per head: the chunk's max score `m` and `p = exp(s - m)`, and `l = Σ p`;
-//! 4. per (head, Π-block of the chunk): P quantized to 8 bits (min/max of the unnormalized `p`:
-//!    the same codes as quantizing the normalized P, up to float rounding), with its code sum;
-//! 5. per (head, channel): Σ over closed blocks of Eq. 4 on P codes and unpacked V codes with the
-//!    cached V sums, plus `p · v` in f32 over the tail's slots;
-//! 6. write the unnormalized output, `m` and `l` of the chunk; `burn_kvcompress::kernels::merge_kernel` combines the
-//!    chunks with a log-sum-exp.
+//! One cube per (sequence, KV head, chunk of `chunk` slots), one unit per slot of the chunk; it
+//! serves all `group` query heads of its KV head, so each packed key and value word is read and
+//! unpacked once per cube:
+//! 1. quantize the queries to 8 bits per (head, key channel group): min/max and code-sum trees
+//!    in shared memory;
+//! 2. each unit scores its slot for every head: integer dot products of Q codes with the K codes
+//!    per channel group, plus Eq. 4's corrections with the cached K sums, scaled; masked slots
+//!    excluded;
+//! 3. per (head, Π-block of the chunk): min/max score trees give the head's max `m` and the
+//!    block's min/max of `p = exp(s − m)`; each unit quantizes its own `p` to 8 bits (the block's
+//!    min/max of the unnormalized `p`: the same codes as quantizing the normalized P, up to float
+//!    rounding); sum trees give each block's mass and P code sum;
+//! 4. per channel, for every head: Σ over closed blocks of Eq. 4 on P codes and unpacked V codes
+//!    with the cached V sums, plus `p · v` in f32 over the tail's slots; the chunk's blocks are
+//!    split over `chunk / head_dim` units per channel and their sums added in shared memory;
+//! 5. write the unnormalized output, `m` and `l = Σ p` of the chunk;
+//!    `burn_kvcompress::kernels::merge_kernel` combines the chunks with a log-sum-exp.
+//!
+//! The integer products pack two heads' 8-bit codes into one `u32` (16-bit lanes): one multiply by
+//! a K or V code serves both heads. A lane's sum over one packed word stays below 2^16
+//! (16 codes · 255 · 3 at 2 bits, 8 · 255 · 15 at 4), and it is added to the heads' `u32` dot
+//! products after every word.
 //!
 //! Chunks start at multiples of Π (`chunk` is a multiple of Π), so each of a chunk's blocks is
 //! either a closed block or lies in the tail.
 
-use burn_kvcompress::kernels::{decode_slot_visible, masked_score as masked};
+use burn_kvcompress::kernels::{decode_slot_visible, masked_score as masked, min_max_runs, sum_runs};
 use cubecl::prelude::*;
 
 /// Shapes fixed at compile time (one compiled kernel per model geometry and configuration).
@@ -34,42 +43,77 @@ pub struct DecodeGeometry {
     pub partition: u32,
     /// K/V code width.
     pub bits: u32,
-    /// Slots per cube (a multiple of Π).
+    /// Slots per cube (a multiple of Π), and units per cube.
     pub chunk: u32,
 }
 
-/// Quantizes `buf[start..start + n]` in place to 8-bit codes (asymmetric min/max, round to
-/// nearest, scale 1 for a constant run) and stores its min, scale and code sum at `meta`.
-#[cube]
-fn quantize8_in_place(
-    buf: &mut SharedMemory<f32>,
-    start: u32,
-    n: u32,
-    mins: &mut SharedMemory<f32>,
-    scales: &mut SharedMemory<f32>,
-    sums: &mut SharedMemory<f32>,
-    meta: u32,
-) {
-    let mut lo = buf[start as usize];
-    let mut hi = lo;
-    for i in 1..n {
-        let v = buf[(start + i) as usize];
-        lo = f32::min(lo, v);
-        hi = f32::max(hi, v);
+/// Static shared memory a CUDA kernel may declare.
+const MAX_SHARED_BYTES: u32 = 48 * 1024;
+
+impl DecodeGeometry {
+    /// Bytes of shared memory the kernel declares: two tree scratch arrays, the f32 numerators,
+    /// the packed Q and P codes and the per-run metadata.
+    pub fn shared_bytes(&self) -> u32 {
+        let metadata = self.group * (3 * self.head_dim / self.key_group + 4 * self.chunk / self.partition);
+        4 * (2 * self.scratch() + self.group * self.chunk + self.head_pairs() * (self.head_dim + self.chunk) + metadata)
     }
+
+    /// Whether the kernel's shared memory fits what every backend allows (it grows with the
+    /// group: 16 query heads per KV head at 128 channels do not fit).
+    pub fn fits(&self) -> bool {
+        self.shared_bytes() <= MAX_SHARED_BYTES
+    }
+
+    /// Pairs of heads whose codes share a packed word (the last one half empty for an odd group).
+    pub fn head_pairs(&self) -> u32 {
+        self.group.div_ceil(2)
+    }
+
+    /// Units per channel in the value phase: each takes every `value_splits`-th block of the
+    /// chunk.
+    pub fn value_splits(&self) -> u32 {
+        (self.chunk / self.head_dim).clamp(1, self.chunk / self.partition)
+    }
+
+    /// Length of the two tree scratch arrays: a score per (head, slot) or a query value per
+    /// (head, channel).
+    fn scratch(&self) -> u32 {
+        self.group * self.chunk.max(self.head_dim)
+    }
+}
+
+/// Adds the two 16-bit lanes of `packed`, two heads' sums over one word, to `dot[2 · pair]` and
+/// `dot[2 · pair + 1]`.
+#[cube]
+fn add_lanes(dot: &mut Array<u32>, pair: u32, packed: u32) {
+    dot[(2 * pair) as usize] += packed & 0xFFFF;
+    dot[(2 * pair + 1) as usize] += packed >> 16;
+}
+
+/// The softmax numerator `exp(s − m)` of score `s` under max `m`, 0 for a masked slot.
+#[cube]
+fn numerator(s: f32, m: f32) -> f32 {
+    let mut x = 0.0f32;
+    if s > masked() {
+        x = f32::exp(s - m);
+    }
+    x
+}
+
+/// The 8-bit scale of a run of min `lo` and max `hi` (1 for a constant run).
+#[cube]
+fn scale8(lo: f32, hi: f32) -> f32 {
     let mut s = (hi - lo) / 255.0;
     if hi <= lo {
         s = 1.0;
     }
-    let mut total = 0.0f32;
-    for i in 0..n {
-        let c = f32::floor((buf[(start + i) as usize] - lo) / s + 0.5).clamp(0.0, 255.0);
-        buf[(start + i) as usize] = c;
-        total += c;
-    }
-    mins[meta as usize] = lo;
-    scales[meta as usize] = s;
-    sums[meta as usize] = total;
+    s
+}
+
+/// The 8-bit code of `x` in a run of min `lo` and scale `s` (asymmetric, round to nearest).
+#[cube]
+fn code8(x: f32, lo: f32, s: f32) -> f32 {
+    f32::floor((x - lo) / s + 0.5).clamp(0.0, 255.0)
 }
 
 /// One chunk of HACK decode attention; see the module documentation.
@@ -101,201 +145,296 @@ pub fn decode_kernel(
     let stream = CUBE_POS_Y; // batch row * kv_heads + kv head
     let kv_heads = CUBE_COUNT_Y / key_start.len() as u32;
     let batch_row = stream / kv_heads;
-    let unit = UNIT_POS;
+    let t = UNIT_POS; // this unit's slot in the chunk
     let units = CUBE_DIM;
     let group = geo.group;
+    let pairs = comptime!(geo.head_pairs());
     let d = geo.head_dim;
-    let parts = d / geo.key_group;
+    let kg = geo.key_group;
+    let parts = d / kg;
     let chunk = geo.chunk;
     let pi = geo.partition;
-    let chunk_blocks = chunk / pi;
+    let chunk_blocks = comptime!(geo.chunk / geo.partition);
     let first = split * chunk;
     let quantized_len = blocks * pi;
     let tail_len = len - quantized_len;
+    let per_word = comptime!(32 / geo.bits);
+    let mask = (1u32 << geo.bits) - 1;
 
-    let mut q_codes = SharedMemory::<f32>::new((geo.group * geo.head_dim) as usize);
-    let mut q_min = SharedMemory::<f32>::new((geo.group * geo.head_dim / geo.key_group) as usize);
-    let mut q_scale = SharedMemory::<f32>::new((geo.group * geo.head_dim / geo.key_group) as usize);
-    let mut q_sum = SharedMemory::<f32>::new((geo.group * geo.head_dim / geo.key_group) as usize);
-    let mut p = SharedMemory::<f32>::new((geo.group * geo.chunk) as usize);
-    let mut p_min = SharedMemory::<f32>::new((geo.group * geo.chunk / geo.partition) as usize);
-    let mut p_scale = SharedMemory::<f32>::new((geo.group * geo.chunk / geo.partition) as usize);
-    let mut p_sum = SharedMemory::<f32>::new((geo.group * geo.chunk / geo.partition) as usize);
-    let mut head_max = SharedMemory::<f32>::new(geo.group as usize);
-    let mut block_mass = SharedMemory::<f32>::new((geo.group * geo.chunk / geo.partition) as usize);
+    let mut lo = SharedMemory::<f32>::new(comptime!(geo.scratch() as usize));
+    let mut hi = SharedMemory::<f32>::new(comptime!(geo.scratch() as usize));
+    let mut q_pairs = SharedMemory::<u32>::new(comptime!((geo.head_pairs() * geo.head_dim) as usize));
+    let mut q_min = SharedMemory::<f32>::new(comptime!((geo.group * geo.head_dim / geo.key_group) as usize));
+    let mut q_scale = SharedMemory::<f32>::new(comptime!((geo.group * geo.head_dim / geo.key_group) as usize));
+    let mut q_sum = SharedMemory::<f32>::new(comptime!((geo.group * geo.head_dim / geo.key_group) as usize));
+    let mut p = SharedMemory::<f32>::new(comptime!((geo.group * geo.chunk) as usize));
+    let mut p_pairs = SharedMemory::<u32>::new(comptime!((geo.head_pairs() * geo.chunk) as usize));
+    let mut p_min = SharedMemory::<f32>::new(comptime!((geo.group * geo.chunk / geo.partition) as usize));
+    let mut p_scale = SharedMemory::<f32>::new(comptime!((geo.group * geo.chunk / geo.partition) as usize));
+    let mut p_sum = SharedMemory::<f32>::new(comptime!((geo.group * geo.chunk / geo.partition) as usize));
+    let mut block_mass = SharedMemory::<f32>::new(comptime!((geo.group * geo.chunk / geo.partition) as usize));
 
-    // 1. Q to 8 bits per (head, key group), in shared memory.
+    // 1. Q to 8 bits per (head, key group) = run `g · parts + part` of `g · d + c`.
     let q_base = stream * group * d;
-    let mut i = unit;
+    let mut i = t;
     while i < group * d {
-        q_codes[i as usize] = q[(q_base + i) as usize];
+        let v = q[(q_base + i) as usize];
+        lo[i as usize] = v;
+        hi[i as usize] = v;
         i += units;
     }
     sync_cube();
-    let mut pair = unit;
-    while pair < group * parts {
-        quantize8_in_place(
-            &mut q_codes,
-            pair * geo.key_group,
-            geo.key_group,
-            &mut q_min,
-            &mut q_scale,
-            &mut q_sum,
-            pair,
-        );
-        pair += units;
+    min_max_runs(&mut lo, &mut hi, group * parts, kg);
+    let mut run = t;
+    while run < group * parts {
+        let mn = lo[(run * kg) as usize];
+        q_min[run as usize] = mn;
+        q_scale[run as usize] = scale8(mn, hi[(run * kg) as usize]);
+        run += units;
+    }
+    sync_cube();
+    let mut item = t;
+    while item < pairs * d {
+        let (pair, c) = (item / d, item % d);
+        let mut packed = 0u32;
+        #[unroll]
+        for half in 0..2u32 {
+            let g = 2 * pair + half;
+            if g < group {
+                let run = (g * d + c) / kg;
+                let code = code8(q[(q_base + g * d + c) as usize], q_min[run as usize], q_scale[run as usize]);
+                packed |= u32::cast_from(code) << (16 * half);
+                lo[(g * d + c) as usize] = code;
+                hi[(g * d + c) as usize] = 0.0;
+            }
+        }
+        q_pairs[item as usize] = packed;
+        item += units;
+    }
+    sync_cube();
+    sum_runs(&mut lo, &mut hi, group * parts, kg);
+    let mut run = t;
+    while run < group * parts {
+        q_sum[run as usize] = lo[(run * kg) as usize];
+        run += units;
     }
     sync_cube();
 
-    // 2. Scores, one unit per slot of the chunk for all the group's heads: each packed key word is
-    //    read once, and its codes are dotted with every head's Q codes.
+    // 2. This unit's slot, scored for every head: each packed key word is read and unpacked once,
+    //    each code multiplied into both heads of a pair at once.
+    let slot = first + t;
     let words_per_key = d * geo.bits / 32;
-    let per_word = comptime!(32 / geo.bits);
     let words_per_part = comptime!(geo.key_group * geo.bits / 32);
-    let mask = (1u32 << geo.bits) - 1;
-    let mut t = unit;
-    while t < chunk {
-        let slot = first + t;
-        let mut score = Array::<f32>::new(geo.group as usize);
+    let mut score = Array::<f32>::new(comptime!(geo.group as usize));
+    #[unroll]
+    for g in 0..group {
+        score[g as usize] = masked();
+    }
+    if slot < len && decode_slot_visible(slot, len, key_start[batch_row as usize], window) {
+        let row = stream * len + slot;
+        let mut acc = Array::<f32>::new(comptime!(geo.group as usize));
         #[unroll]
-        for g in 0..geo.group {
-            score[g as usize] = masked();
+        for g in 0..group {
+            acc[g as usize] = 0.0;
         }
-        if slot < len && decode_slot_visible(slot, len, key_start[batch_row as usize], window) {
-            let row = stream * len + slot;
-            let mut acc = Array::<f32>::new(geo.group as usize);
+        for part in 0..parts {
+            let mut dot = Array::<u32>::new(comptime!(2 * geo.head_pairs() as usize));
             #[unroll]
-            for g in 0..geo.group {
-                acc[g as usize] = 0.0;
+            for g in 0..2 * pairs {
+                dot[g as usize] = 0;
             }
-            for part in 0..parts {
-                let mut dot = Array::<u32>::new(geo.group as usize);
+            for w in 0..words_per_part {
+                let word = k_words[(row * words_per_key + part * words_per_part + w) as usize];
+                let c0 = part * kg + w * per_word;
+                let mut packed = Array::<u32>::new(comptime!(geo.head_pairs() as usize));
                 #[unroll]
-                for g in 0..geo.group {
+                for pair in 0..pairs {
+                    packed[pair as usize] = 0;
+                }
+                #[unroll]
+                for j in 0..per_word {
+                    let code = (word >> (j * geo.bits)) & mask;
+                    #[unroll]
+                    for pair in 0..pairs {
+                        packed[pair as usize] += q_pairs[(pair * d + c0 + j) as usize] * code;
+                    }
+                }
+                #[unroll]
+                for pair in 0..pairs {
+                    add_lanes(&mut dot, pair, packed[pair as usize]);
+                }
+            }
+            let meta = (row * parts + part) as usize;
+            let (ks, km, k_sum) = (k_scale[meta], k_min[meta], f32::cast_from(k_sums[meta]));
+            #[unroll]
+            for g in 0..group {
+                let qm = (g * parts + part) as usize;
+                acc[g as usize] += q_scale[qm] * ks * f32::cast_from(dot[g as usize])
+                    + q_scale[qm] * q_sum[qm] * km
+                    + q_min[qm] * ks * k_sum
+                    + f32::cast_from(kg) * q_min[qm] * km;
+            }
+        }
+        #[unroll]
+        for g in 0..group {
+            score[g as usize] = acc[g as usize] * scale;
+        }
+    }
+
+    // 3. Softmax numerators and P to 8 bits per (head, block): run `g · chunk_blocks + b` of
+    //    `g · chunk + t`, with `b = t / Π`.
+    #[unroll]
+    for g in 0..group {
+        lo[(g * chunk + t) as usize] = score[g as usize];
+        hi[(g * chunk + t) as usize] = score[g as usize];
+    }
+    sync_cube();
+    min_max_runs(&mut lo, &mut hi, group * chunk_blocks, pi);
+    let own_block = t / pi;
+    let closed = first + own_block * pi < quantized_len;
+    let mut head_max = Array::<f32>::new(comptime!(geo.group as usize));
+    let mut codes = Array::<u32>::new(comptime!(2 * geo.head_pairs() as usize));
+    let mut e = Array::<f32>::new(comptime!(geo.group as usize));
+    #[unroll]
+    for g in 0..2 * pairs {
+        codes[g as usize] = 0;
+    }
+    #[unroll]
+    for g in 0..group {
+        let mut m = masked();
+        for bb in 0..chunk_blocks {
+            m = f32::max(m, hi[((g * chunk_blocks + bb) * pi) as usize]);
+        }
+        head_max[g as usize] = m;
+        let root = ((g * chunk_blocks + own_block) * pi) as usize;
+        let (s_min, s_max) = (lo[root], hi[root]);
+        e[g as usize] = numerator(score[g as usize], m);
+        if closed {
+            let p_lo = numerator(s_min, m);
+            let s = scale8(p_lo, numerator(s_max, m));
+            codes[g as usize] = u32::cast_from(code8(e[g as usize], p_lo, s));
+            if t % pi == 0 {
+                p_min[(g * chunk_blocks + own_block) as usize] = p_lo;
+                p_scale[(g * chunk_blocks + own_block) as usize] = s;
+            }
+        }
+    }
+    sync_cube();
+    #[unroll]
+    for g in 0..group {
+        p[(g * chunk + t) as usize] = e[g as usize];
+        lo[(g * chunk + t) as usize] = e[g as usize];
+        hi[(g * chunk + t) as usize] = f32::cast_from(codes[g as usize]);
+    }
+    #[unroll]
+    for pair in 0..pairs {
+        p_pairs[(pair * chunk + t) as usize] = codes[(2 * pair) as usize] | (codes[(2 * pair + 1) as usize] << 16);
+    }
+    sync_cube();
+    sum_runs(&mut lo, &mut hi, group * chunk_blocks, pi);
+    let mut run = t;
+    while run < group * chunk_blocks {
+        block_mass[run as usize] = lo[(run * pi) as usize];
+        p_sum[run as usize] = hi[(run * pi) as usize];
+        run += units;
+    }
+    sync_cube();
+
+    // 4. Per channel, for every head: Eq. 4 over the closed blocks, f32 over the tail; unit
+    //    `(part, c)` takes blocks `part, part + value_splits, …` and leaves its sums in `lo`.
+    let value_splits = comptime!(geo.value_splits());
+    let words_per_value = comptime!(geo.partition * geo.bits / 32);
+    let mut item = t;
+    while item < value_splits * d {
+        let (part, c) = (item / d, item % d);
+        let mut acc = Array::<f32>::new(comptime!(geo.group as usize));
+        #[unroll]
+        for g in 0..group {
+            acc[g as usize] = 0.0;
+        }
+        let mut b = part;
+        while b < chunk_blocks {
+            let block_first = first + b * pi;
+            if block_first < quantized_len {
+                let row = (stream * blocks + block_first / pi) * d + c;
+                let mut dot = Array::<u32>::new(comptime!(2 * geo.head_pairs() as usize));
+                #[unroll]
+                for g in 0..2 * pairs {
                     dot[g as usize] = 0;
                 }
-                for w in 0..words_per_part {
-                    let word = k_words[(row * words_per_key + part * words_per_part + w) as usize];
-                    let c0 = part * geo.key_group + w * per_word;
+                for w in 0..words_per_value {
+                    let word = v_words[(row * words_per_value + w) as usize];
+                    let t0 = b * pi + w * per_word;
+                    let mut packed = Array::<u32>::new(comptime!(geo.head_pairs() as usize));
+                    #[unroll]
+                    for pair in 0..pairs {
+                        packed[pair as usize] = 0;
+                    }
                     #[unroll]
                     for j in 0..per_word {
                         let code = (word >> (j * geo.bits)) & mask;
                         #[unroll]
-                        for g in 0..geo.group {
-                            dot[g as usize] += u32::cast_from(q_codes[(g * d + c0 + j) as usize]) * code;
+                        for pair in 0..pairs {
+                            packed[pair as usize] += p_pairs[(pair * chunk + t0 + j) as usize] * code;
                         }
                     }
-                }
-                let meta = (row * parts + part) as usize;
-                let (ks, km, k_sum) = (k_scale[meta], k_min[meta], f32::cast_from(k_sums[meta]));
-                #[unroll]
-                for g in 0..geo.group {
-                    let qm = (g * parts + part) as usize;
-                    acc[g as usize] += q_scale[qm] * ks * f32::cast_from(dot[g as usize])
-                        + q_scale[qm] * q_sum[qm] * km
-                        + q_min[qm] * ks * k_sum
-                        + f32::cast_from(geo.key_group) * q_min[qm] * km;
-                }
-            }
-            #[unroll]
-            for g in 0..geo.group {
-                score[g as usize] = acc[g as usize] * scale;
-            }
-        }
-        #[unroll]
-        for g in 0..geo.group {
-            p[(g * chunk + t) as usize] = score[g as usize];
-        }
-        t += units;
-    }
-    sync_cube();
-
-    // 3. Per head: the chunk's max score, then p = exp(s - m) (0 where masked).
-    if unit < group {
-        let mut m = masked();
-        for t in 0..chunk {
-            m = f32::max(m, p[(unit * chunk + t) as usize]);
-        }
-        head_max[unit as usize] = m;
-    }
-    sync_cube();
-    let mut pair = unit;
-    while pair < group * chunk {
-        let g = pair % group;
-        let s = p[(g * chunk + pair / group) as usize];
-        let mut e = 0.0f32;
-        if s > masked() {
-            e = f32::exp(s - head_max[g as usize]);
-        }
-        p[(g * chunk + pair / group) as usize] = e;
-        pair += units;
-    }
-    sync_cube();
-
-    // 4. Per (head, block of the chunk): its exact mass (for the softmax denominator) and, for a
-    //    closed block, P to 8 bits in place.
-    let mut pair = unit;
-    while pair < group * chunk_blocks {
-        let start = (pair / chunk_blocks) * chunk + (pair % chunk_blocks) * pi;
-        let mut mass = 0.0f32;
-        for i in 0..pi {
-            mass += p[(start + i) as usize];
-        }
-        block_mass[pair as usize] = mass;
-        if first + (pair % chunk_blocks) * pi < quantized_len {
-            quantize8_in_place(&mut p, start, pi, &mut p_min, &mut p_scale, &mut p_sum, pair);
-        }
-        pair += units;
-    }
-    sync_cube();
-
-    // 5. Per (head, channel): Eq. 4 over the closed blocks, f32 over the tail.
-    let words_per_value = pi * geo.bits / 32;
-    let mut pair = unit;
-    while pair < group * d {
-        let g = pair / d;
-        let c = pair % d;
-        let mut acc = 0.0f32;
-        for b in 0..chunk_blocks {
-            let block_first = first + b * pi;
-            let pb = (g * chunk_blocks + b) as usize;
-            let p_base = g * chunk + b * pi;
-            if block_first < quantized_len {
-                let row = (stream * blocks + block_first / pi) * d + c;
-                let mut dot = 0u32;
-                for w in 0..words_per_value {
-                    let word = v_words[(row * words_per_value + w) as usize];
                     #[unroll]
-                    for j in 0..per_word {
-                        let code = (word >> (j * geo.bits)) & mask;
-                        dot += u32::cast_from(p[(p_base + w * per_word + j) as usize]) * code;
+                    for pair in 0..pairs {
+                        add_lanes(&mut dot, pair, packed[pair as usize]);
                     }
                 }
-                let (vs, vm) = (v_scale[row as usize], v_min[row as usize]);
-                acc += p_scale[pb] * vs * f32::cast_from(dot)
-                    + p_scale[pb] * p_sum[pb] * vm
-                    + p_min[pb] * vs * f32::cast_from(v_sums[row as usize])
-                    + f32::cast_from(pi) * p_min[pb] * vm;
+                let (vs, vm, v_sum) =
+                    (v_scale[row as usize], v_min[row as usize], f32::cast_from(v_sums[row as usize]));
+                #[unroll]
+                for g in 0..group {
+                    let pb = (g * chunk_blocks + b) as usize;
+                    acc[g as usize] += p_scale[pb] * vs * f32::cast_from(dot[g as usize])
+                        + p_scale[pb] * p_sum[pb] * vm
+                        + p_min[pb] * vs * v_sum
+                        + f32::cast_from(pi) * p_min[pb] * vm;
+                }
             } else {
                 for i in 0..pi {
                     let slot = block_first + i;
                     if slot < len {
                         let tail_row = stream * tail_len + (slot - quantized_len);
-                        acc += p[(p_base + i) as usize] * tail[(tail_row * d + c) as usize];
+                        let v = tail[(tail_row * d + c) as usize];
+                        #[unroll]
+                        for g in 0..group {
+                            acc[g as usize] += p[(g * chunk + b * pi + i) as usize] * v;
+                        }
                     }
                 }
             }
+            b += value_splits;
+        }
+        #[unroll]
+        for g in 0..group {
+            lo[((part * group + g) * d + c) as usize] = acc[g as usize];
+        }
+        item += units;
+    }
+    sync_cube();
+
+    // 5. The chunk's unnormalized output, max and mass per head.
+    let mut item = t;
+    while item < group * d {
+        let (g, c) = (item / d, item % d);
+        let mut total = 0.0f32;
+        #[unroll]
+        for part in 0..value_splits {
+            total += lo[((part * group + g) * d + c) as usize];
         }
         let head = stream * group + g;
-        out[((head * splits + split) * d + c) as usize] = acc;
+        out[((head * splits + split) * d + c) as usize] = total;
         if c == 0 {
             let mut l = 0.0f32;
-            for b in 0..chunk_blocks {
-                l += block_mass[(g * chunk_blocks + b) as usize];
+            for bb in 0..chunk_blocks {
+                l += block_mass[(g * chunk_blocks + bb) as usize];
             }
             out_max[(head * splits + split) as usize] = head_max[g as usize];
             out_sum[(head * splits + split) as usize] = l;
         }
-        pair += units;
+        item += units;
     }
 }

@@ -1,6 +1,6 @@
 //! Launching the fused decode kernel and its merge on a CubeCL backend.
 
-use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive};
+use burn::tensor::{backend::Backend as BurnBackend, Int, Tensor, TensorData, TensorPrimitive};
 use burn_cubecl::{cubecl::prelude::*, kernel::into_contiguous, BoolElement, CubeRuntime};
 use burn_kvcompress::{
     cache::AttendOptions,
@@ -10,33 +10,39 @@ use burn_kvcompress::{
 use super::kernel::{decode_kernel, DecodeGeometry};
 use crate::{cache::key_group, kernels::CacheView};
 
-/// Slots per cube: the smallest multiple of Π that is at least 256.
+/// Slots per cube (and units: one per slot): the smallest multiple of Π that is at least 256.
 pub fn decode_chunk(partition: usize) -> usize {
     256usize.div_ceil(partition) * partition
 }
 
-/// HACK decode attention of `q: [batch, heads, 1, head_dim]` (the last slot) over `cache`, shapes
-/// already checked; returns `[batch, heads, 1, head_dim]`.
-#[allow(unsafe_code)] // Unchecked kernel launches; each states why it is in bounds.
-pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
-    q: Tensor<Backend<R, BT>, 4>,
-    cache: &CacheView<'_, Backend<R, BT>>,
-    options: &AttendOptions,
-) -> Tensor<Backend<R, BT>, 4> {
-    let [batch, heads, _, d] = q.dims();
-    let [_, kv_heads, len, _] = cache.keys.min.dims();
-    let group = heads / kv_heads;
-    let device = q.device();
-    let chunk = decode_chunk(cache.partition);
-    let splits = len.div_ceil(chunk);
-    let geo = DecodeGeometry {
+/// The decode kernel's compile-time shape for `group` query heads per KV head over `cache`.
+pub fn decode_geometry<B: BurnBackend>(group: usize, cache: &CacheView<'_, B>) -> DecodeGeometry {
+    let d = cache.head_dim;
+    DecodeGeometry {
         group: group as u32,
         head_dim: d as u32,
         key_group: key_group(d, cache.partition) as u32,
         partition: cache.partition as u32,
         bits: cache.bits as u32,
-        chunk: chunk as u32,
-    };
+        chunk: decode_chunk(cache.partition) as u32,
+    }
+}
+
+/// HACK decode attention of `q: [batch, heads, 1, head_dim]` (the last slot) over `cache`, shapes
+/// already checked, with `geo` from [`decode_geometry`] (and [`DecodeGeometry::fits`]); returns
+/// `[batch, heads, 1, head_dim]`.
+#[allow(unsafe_code)] // Unchecked kernel launches; each states why it is in bounds.
+pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
+    q: Tensor<Backend<R, BT>, 4>,
+    cache: &CacheView<'_, Backend<R, BT>>,
+    geo: DecodeGeometry,
+    options: &AttendOptions,
+) -> Tensor<Backend<R, BT>, 4> {
+    let [batch, heads, _, d] = q.dims();
+    let [_, kv_heads, len, _] = cache.keys.min.dims();
+    let device = q.device();
+    let chunk = geo.chunk as usize;
+    let splits = len.div_ceil(chunk);
     let q = float(&q);
     let client = q.client.clone();
     let empty = |n: usize| dense_output::<R, f32>(&q, n);
@@ -50,7 +56,6 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     let key_start: Vec<i32> = options.key_start.iter().map(|&s| s as i32).collect();
     let key_start = Tensor::<Backend<R, BT>, 1, Int>::from_data(TensorData::new(key_start, [batch]), &device);
     let partials = SplitPartials::allocate(&q, batch * heads, splits, d);
-    let units = (group * d).clamp(32, 256) as u32;
     // SAFETY: slots read are `< len` (the guard before every key and tail read) and `len` is the
     // caches' own length; closed blocks are `< blocks`, the cache's block count; shared-memory
     // indices are `< group · chunk` or `< group · head_dim` by the loops' bounds; `key_start` has
@@ -60,7 +65,7 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
         decode_kernel::launch_unchecked(
             &client,
             CubeCount::Static(splits as u32, (batch * kv_heads) as u32, 1),
-            CubeDim::new_1d(units),
+            CubeDim::new_1d(geo.chunk),
             q.into_array_arg(),
             int(&keys.words).into_array_arg(),
             float(&keys.min).into_array_arg(),

@@ -4,4 +4,5 @@
 mod kernel;
 mod launch;
 
-pub use launch::{decode_chunk, decode_launch};
+pub use kernel::DecodeGeometry;
+pub use launch::{decode_chunk, decode_geometry, decode_launch};
