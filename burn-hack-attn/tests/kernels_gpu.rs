@@ -159,9 +159,10 @@ fn decode_kernel_equals_reference() {
             len: 1000,
             window: None,
         },
-        // The largest group the kernel takes (`DecodeGeometry::fits`), 4 bits.
+        // The largest group the kernel takes (`DecodeGeometry::fits`): four pairs of heads per
+        // packed word.
         DecodeCase {
-            config: "bits=4,pi=64,round=nearest",
+            config: "bits=2,pi=64,round=nearest",
             batch: 1,
             kv_heads: 1,
             group: 8,

@@ -63,7 +63,21 @@ fn test() -> anyhow::Result<()> {
     shell::run("cargo", &["test", "--release", "--workspace"])?;
     // The CubeCL kernels against their references on wgpu (lavapipe on a machine without a GPU):
     // the shared merge, then each scheme's kernels.
-    shell::run("cargo", &["test", "--release", "-p", "burn-kvcompress", "--features", "wgpu", "--test", "merge_gpu"])?;
+    shell::run(
+        "cargo",
+        &[
+            "test",
+            "--release",
+            "-p",
+            "burn-kvcompress",
+            "--features",
+            "wgpu",
+            "--test",
+            "merge_gpu",
+            "--test",
+            "buffers_gpu",
+        ],
+    )?;
     for crate_name in ["burn-hack-attn", "burn-million-pq", "burn-zack"] {
         shell::run("cargo", &["test", "--release", "-p", crate_name, "--features", "wgpu"])?;
     }

@@ -25,3 +25,21 @@ pub fn float_arg<R: CubeRuntime, BT: BoolElement, const D: usize>(t: &Tensor<Cub
 pub fn int_arg<R: CubeRuntime, BT: BoolElement, const D: usize>(t: &Tensor<CubeF32<R, BT>, D, Int>) -> CubeTensor<R> {
     into_contiguous(t.clone().into_primitive())
 }
+
+/// A tensor as a kernel argument whose rows (its last dimension; the leading dimensions
+/// flattened) start every `pitch` elements, with that pitch: the tensor as it is when its rows
+/// are only padded, else a contiguous copy (pitch = the last dimension). CUDA's optimized
+/// allocations pad narrow rows (two f32 take 16 bytes), so a kernel that takes the pitch reads
+/// such a tensor in place instead of copying it at every call.
+pub fn pitched_rows_arg<R: CubeRuntime>(tensor: CubeTensor<R>) -> (CubeTensor<R>, usize) {
+    let (shape, strides) = (tensor.meta.shape().to_vec(), tensor.meta.strides().to_vec());
+    let rank = shape.len();
+    let width = shape.last().copied().unwrap_or(1);
+    let pitch = if rank >= 2 { strides[rank - 2] } else { width };
+    let leading_dense = (0..rank.saturating_sub(2)).all(|i| strides[i] == strides[i + 1] * shape[i + 1]);
+    if rank >= 2 && strides[rank - 1] == 1 && pitch >= width && leading_dense {
+        (tensor, pitch)
+    } else {
+        (into_contiguous(tensor), width)
+    }
+}

@@ -35,7 +35,7 @@ mod runs;
 #[allow(missing_docs)]
 mod softmax;
 
-pub use buffers::{dense_output, float_arg, int_arg, CubeF32};
+pub use buffers::{dense_output, float_arg, int_arg, pitched_rows_arg, CubeF32};
 pub use mask::decode_slot_visible;
 pub use merge::{masked_score, merge_partials, SplitPartials};
 pub use runs::{min_max_runs, sum_runs};

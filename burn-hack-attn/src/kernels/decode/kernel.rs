@@ -134,6 +134,7 @@ pub fn decode_kernel(
     out: &mut Array<f32>,
     out_max: &mut Array<f32>,
     out_sum: &mut Array<f32>,
+    key_meta_pitch: u32,
     len: u32,
     blocks: u32,
     window: u32,
@@ -264,7 +265,7 @@ pub fn decode_kernel(
                     add_lanes(&mut dot, pair, packed[pair as usize]);
                 }
             }
-            let meta = (row * parts + part) as usize;
+            let meta = (row * key_meta_pitch + part) as usize;
             let (ks, km, k_sum) = (k_scale[meta], k_min[meta], f32::cast_from(k_sums[meta]));
             #[unroll]
             for g in 0..group {

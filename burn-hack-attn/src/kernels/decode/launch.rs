@@ -4,7 +4,10 @@ use burn::tensor::{backend::Backend as BurnBackend, Int, Tensor, TensorData, Ten
 use burn_cubecl::{cubecl::prelude::*, kernel::into_contiguous, BoolElement, CubeRuntime};
 use burn_kvcompress::{
     cache::AttendOptions,
-    kernels::{dense_output, float_arg as float, int_arg as int, merge_partials, CubeF32 as Backend, SplitPartials},
+    kernels::{
+        dense_output, float_arg as float, int_arg as int, merge_partials, pitched_rows_arg, CubeF32 as Backend,
+        SplitPartials,
+    },
 };
 
 use super::kernel::{decode_kernel, DecodeGeometry};
@@ -48,6 +51,15 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     let empty = |n: usize| dense_output::<R, f32>(&q, n);
     let dummy_int = || into_contiguous(Tensor::<Backend<R, BT>, 1, Int>::zeros([1], &device).into_primitive());
     let keys = cache.keys;
+    // Key metadata rows (`parts` values per slot) are padded on CUDA: read them in place, with
+    // their pitch, unless the three differ.
+    let key_meta = [float(&keys.min), float(&keys.scale), int(&keys.sums)].map(pitched_rows_arg);
+    let first_pitch = key_meta[0].1;
+    let ([k_min, k_scale, k_sums], key_meta_pitch) = if key_meta.iter().all(|(_, pitch)| *pitch == first_pitch) {
+        (key_meta.map(|(t, _)| t), first_pitch)
+    } else {
+        (key_meta.map(|(t, _)| into_contiguous(t)), geo.head_dim as usize / geo.key_group as usize)
+    };
     let (blocks, v_words, v_min, v_scale, v_sums) = match cache.values {
         Some(v) => (cache.blocks(), int(&v.words), float(&v.min), float(&v.scale), int(&v.sums)),
         None => (0, dummy_int(), empty(1), empty(1), dummy_int()),
@@ -57,7 +69,8 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     let key_start = Tensor::<Backend<R, BT>, 1, Int>::from_data(TensorData::new(key_start, [batch]), &device);
     let partials = SplitPartials::allocate(&q, batch * heads, splits, d);
     // SAFETY: slots read are `< len` (the guard before every key and tail read) and `len` is the
-    // caches' own length; closed blocks are `< blocks`, the cache's block count; shared-memory
+    // caches' own length; a slot's key metadata is `part < parts ≤ key_meta_pitch` into its row
+    // of `key_meta_pitch` elements (the tensors' own row pitch, or `parts` once contiguous); closed blocks are `< blocks`, the cache's block count; shared-memory
     // indices are `< group · chunk` or `< group · head_dim` by the loops' bounds; `key_start` has
     // `batch` entries and the grid has `batch · kv_heads` rows. Bounds validated on CUDA:
     // `burn_kvcompress::kernels`.
@@ -68,9 +81,9 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
             CubeDim::new_1d(geo.chunk),
             q.into_array_arg(),
             int(&keys.words).into_array_arg(),
-            float(&keys.min).into_array_arg(),
-            float(&keys.scale).into_array_arg(),
-            int(&keys.sums).into_array_arg(),
+            k_min.into_array_arg(),
+            k_scale.into_array_arg(),
+            k_sums.into_array_arg(),
             v_words.into_array_arg(),
             v_min.into_array_arg(),
             v_scale.into_array_arg(),
@@ -80,6 +93,7 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
             partials.output.clone().into_array_arg(),
             partials.max.clone().into_array_arg(),
             partials.sum.clone().into_array_arg(),
+            key_meta_pitch as u32,
             len as u32,
             blocks as u32,
             options.window.unwrap_or(0) as u32,
