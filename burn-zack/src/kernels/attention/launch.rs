@@ -9,7 +9,7 @@ use burn_kvcompress::{
 
 use super::{
     kernel::{decode_kernel, DecodeGeometry},
-    rotate::rotate_queries_kernel,
+    rotate::{rotate_queries_kernel, ROTATE_COLUMNS},
 };
 use crate::{cache::HeadLayout, kernels::DecodeSchedule};
 
@@ -91,14 +91,15 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     let q = float_arg(&q);
     let client = q.client.clone();
     let reduced_q = dense_output::<R, f32>(&q, batch * heads * layout.key_width());
-    // SAFETY: one cube per (KV head, sequence) of the grid; it reads the group's `head_dim`
-    // channels of `q` and the head's key columns (`offset + j`, `j < rank`, within `key_width`)
-    // of `basis`, and writes those of `reduced_q`, sized `batch · heads · key_width` above.
+    let widest_rank = (0..kv_heads).map(|h| layout.key_columns(h).len()).max().unwrap_or(0).max(1) as u32;
+    // SAFETY: one cube per (KV head, sequence, column tile) of the grid; it reads the group's
+    // `head_dim` channels of `q` and the head's key columns (`offset + j`, `j < rank`, within
+    // `key_width`) of `basis`, and writes those of `reduced_q`, sized `batch · heads · key_width` above.
     // Bounds validated on CUDA: `burn_kvcompress::kernels`.
     unsafe {
         rotate_queries_kernel::launch_unchecked(
             &client,
-            CubeCount::Static(kv_heads as u32, batch as u32, 1),
+            CubeCount::Static(kv_heads as u32, batch as u32, widest_rank.div_ceil(ROTATE_COLUMNS)),
             CubeDim::new_1d(UNITS),
             q.into_array_arg(),
             float_arg(&basis).into_array_arg(),
@@ -107,6 +108,7 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
             options.scale,
             geo.group,
             geo.head_dim,
+            UNITS,
         )
     };
     let partials = SplitPartials::allocate(&reduced_q, batch * heads, schedule.splits, d);

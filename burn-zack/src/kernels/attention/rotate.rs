@@ -6,9 +6,15 @@ use cubecl::prelude::*;
 /// Rows of the basis one unit loads at once (all in flight before the first product).
 const LOADS: u32 = 32;
 
-/// One cube per (KV head, sequence); the group's queries go to shared memory, then one unit per
-/// (query head, kept coordinate `j`) forms `scale · Σ_c q_c R̃[c, j]`, reading the basis column
-/// in blocks of [`LOADS`] rows (consecutive units read consecutive columns: coalesced).
+/// Kept coordinates one cube forms per query head.
+pub const ROTATE_COLUMNS: u32 = 16;
+
+/// One cube per (KV head, sequence, tile of [`ROTATE_COLUMNS`] kept coordinates); the group's
+/// queries go to shared memory, then unit `(part, g, j)` sums `q_c R̃[c, j]` over its part of the
+/// channels, reading the basis column in blocks of [`LOADS`] rows (consecutive units read
+/// consecutive columns: coalesced), and the parts' sums are added in shared memory:
+/// `q̃_g[j] = scale · Σ_c q_c R̃[c, j]`. Spreading a head's columns over cubes and its channels
+/// over units keeps a batch-1 step from waiting on a few cubes' long loops.
 ///
 /// - `q`: `[batch, kv_heads * group, head_dim]`; `basis`: `[head_dim, key_width]`;
 /// - `layout`: per KV head `[key_offset, key_rank, value_offset, value_rank]` (more words may
@@ -23,6 +29,7 @@ pub fn rotate_queries_kernel(
     scale: f32,
     #[comptime] group: u32,
     #[comptime] head_dim: u32,
+    #[comptime] units: u32,
 ) {
     let kv_head = CUBE_POS_X;
     let batch_row = CUBE_POS_Y;
@@ -32,40 +39,52 @@ pub fn rotate_queries_kernel(
     let key_width = basis.len() as u32 / head_dim;
     let first_head = (batch_row * kv_heads + kv_head) * group;
     let mut queries = SharedMemory::<f32>::new(comptime!((group * head_dim) as usize));
+    let mut sums = SharedMemory::<f32>::new(comptime!(units as usize));
     let mut i = UNIT_POS;
     while i < group * head_dim {
         queries[i as usize] = q[(first_head * head_dim + i) as usize];
         i += CUBE_DIM;
     }
     sync_cube();
-    let block = comptime!(LOADS.min(head_dim));
-    let blocks = comptime!(head_dim.div_ceil(block));
-    let mut pair = UNIT_POS;
-    while pair < group * key_rank {
-        let g = pair / key_rank;
-        let j = pair % key_rank;
-        let mut acc = 0.0f32;
+    let parts = comptime!(units / (ROTATE_COLUMNS * group));
+    let span = comptime!(head_dim.div_ceil(parts));
+    let block = comptime!(LOADS.min(span));
+    let blocks = comptime!(span.div_ceil(block));
+    let lane = UNIT_POS % ROTATE_COLUMNS;
+    let g = (UNIT_POS / ROTATE_COLUMNS) % group;
+    let part = UNIT_POS / (ROTATE_COLUMNS * group);
+    let j = CUBE_POS_Z * ROTATE_COLUMNS + lane;
+    let mut acc = 0.0f32;
+    if part < parts && j < key_rank {
         #[unroll]
         for b in 0..blocks {
             let mut held = Array::<f32>::new(comptime!(block as usize));
             #[unroll]
             for i in 0..block {
-                let c = b * block + i;
+                let c = part * span + b * block + i;
                 let mut x = 0.0f32;
-                if c < head_dim {
+                if c < head_dim && b * block + i < span {
                     x = basis[(c * key_width + key_offset + j) as usize];
                 }
                 held[i as usize] = x;
             }
             #[unroll]
             for i in 0..block {
-                let c = b * block + i;
-                if c < head_dim {
+                let c = part * span + b * block + i;
+                if c < head_dim && b * block + i < span {
                     acc += queries[(g * head_dim + c) as usize] * held[i as usize];
                 }
             }
         }
-        reduced[((first_head + g) * key_width + key_offset + j) as usize] = acc * scale;
-        pair += CUBE_DIM;
+    }
+    sums[UNIT_POS as usize] = acc;
+    sync_cube();
+    if part == 0 && j < key_rank {
+        let mut total = 0.0f32;
+        #[unroll]
+        for p in 0..parts {
+            total += sums[(UNIT_POS + p * ROTATE_COLUMNS * group) as usize];
+        }
+        reduced[((first_head + g) * key_width + key_offset + j) as usize] = total * scale;
     }
 }
