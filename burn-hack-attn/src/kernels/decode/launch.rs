@@ -53,7 +53,12 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     let keys = cache.keys;
     // Key metadata rows (`parts` values per slot) are padded on CUDA: read them in place, with
     // their pitch, unless the three differ.
-    let key_meta = [float(&keys.min), float(&keys.scale), int(&keys.sums)].map(pitched_rows_arg);
+    let key_meta = [
+        keys.min.clone().into_primitive().tensor(),
+        keys.scale.clone().into_primitive().tensor(),
+        keys.sums.clone().into_primitive(),
+    ]
+    .map(pitched_rows_arg);
     let first_pitch = key_meta[0].1;
     let ([k_min, k_scale, k_sums], key_meta_pitch) = if key_meta.iter().all(|(_, pitch)| *pitch == first_pitch) {
         (key_meta.map(|(t, _)| t), first_pitch)
