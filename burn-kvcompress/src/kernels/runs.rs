@@ -21,28 +21,26 @@ fn tree_shape(len: u32) -> (u32, u32) {
 /// ends with a barrier.
 #[cube]
 pub fn min_max_runs(lo: &mut SharedMemory<f32>, hi: &mut SharedMemory<f32>, runs: u32, #[comptime] len: u32) {
-    let (levels, top) = comptime!(tree_shape(len));
-    #[unroll]
-    for level in 0..levels {
-        let width = top >> level;
-        let mut item = UNIT_POS;
-        while item < runs * width {
-            let i = item % width;
-            if i + width < len {
-                let a = (item / width) * len + i;
-                lo[a as usize] = f32::min(lo[a as usize], lo[(a + width) as usize]);
-                hi[a as usize] = f32::max(hi[a as usize], hi[(a + width) as usize]);
-            }
-            item += CUBE_DIM;
-        }
-        sync_cube();
-    }
+    reduce_runs(lo, hi, runs, len, true);
 }
 
 /// Reduces each run of `a` and of `b` to its sum, in place: afterwards `a[r · len]` and
 /// `b[r · len]` hold run `r`'s sums. Same calling rules as [`min_max_runs`].
 #[cube]
 pub fn sum_runs(a: &mut SharedMemory<f32>, b: &mut SharedMemory<f32>, runs: u32, #[comptime] len: u32) {
+    reduce_runs(a, b, runs, len, false);
+}
+
+/// The trees of [`min_max_runs`] (`min_max`) or [`sum_runs`]: level by level, entry `i` of a
+/// run takes in entry `i + width`.
+#[cube]
+fn reduce_runs(
+    a: &mut SharedMemory<f32>,
+    b: &mut SharedMemory<f32>,
+    runs: u32,
+    #[comptime] len: u32,
+    #[comptime] min_max: bool,
+) {
     let (levels, top) = comptime!(tree_shape(len));
     #[unroll]
     for level in 0..levels {
@@ -51,9 +49,15 @@ pub fn sum_runs(a: &mut SharedMemory<f32>, b: &mut SharedMemory<f32>, runs: u32,
         while item < runs * width {
             let i = item % width;
             if i + width < len {
-                let x = (item / width) * len + i;
-                a[x as usize] += a[(x + width) as usize];
-                b[x as usize] += b[(x + width) as usize];
+                let x = ((item / width) * len + i) as usize;
+                let y = x + width as usize;
+                if comptime!(min_max) {
+                    a[x] = f32::min(a[x], a[y]);
+                    b[x] = f32::max(b[x], b[y]);
+                } else {
+                    a[x] += a[y];
+                    b[x] += b[y];
+                }
             }
             item += CUBE_DIM;
         }

@@ -82,12 +82,39 @@ impl DecodeGeometry {
     }
 }
 
-/// Adds the two 16-bit lanes of `packed`, two heads' sums over one word, to `dot[2 · pair]` and
-/// `dot[2 · pair + 1]`.
+/// Adds, for every pair of heads, the products of the `32 / bits` codes packed in `word` with the
+/// pair's 8-bit codes `packed[pair · stride + first + j]` (two heads per `u32`, 16-bit lanes) to
+/// `dot[2 · pair]` and `dot[2 · pair + 1]`. A lane's sum over one word stays below 2^16.
 #[cube]
-fn add_lanes(dot: &mut Array<u32>, pair: u32, packed: u32) {
-    dot[(2 * pair) as usize] += packed & 0xFFFF;
-    dot[(2 * pair + 1) as usize] += packed >> 16;
+fn dot_word(
+    word: u32,
+    packed: &SharedMemory<u32>,
+    first: u32,
+    stride: u32,
+    dot: &mut Array<u32>,
+    #[comptime] pairs: u32,
+    #[comptime] bits: u32,
+) {
+    let per_word = comptime!(32 / bits);
+    let mask = (1u32 << bits) - 1;
+    let mut sums = Array::<u32>::new(comptime!(pairs as usize));
+    #[unroll]
+    for pair in 0..pairs {
+        sums[pair as usize] = 0;
+    }
+    #[unroll]
+    for j in 0..per_word {
+        let code = (word >> (j * bits)) & mask;
+        #[unroll]
+        for pair in 0..pairs {
+            sums[pair as usize] += packed[(pair * stride + first + j) as usize] * code;
+        }
+    }
+    #[unroll]
+    for pair in 0..pairs {
+        dot[(2 * pair) as usize] += sums[pair as usize] & 0xFFFF;
+        dot[(2 * pair + 1) as usize] += sums[pair as usize] >> 16;
+    }
 }
 
 /// The softmax numerator `exp(s − m)` of score `s` under max `m`, 0 for a masked slot.
@@ -160,7 +187,6 @@ pub fn decode_kernel(
     let quantized_len = blocks * pi;
     let tail_len = len - quantized_len;
     let per_word = comptime!(32 / geo.bits);
-    let mask = (1u32 << geo.bits) - 1;
 
     let mut lo = SharedMemory::<f32>::new(comptime!(geo.scratch() as usize));
     let mut hi = SharedMemory::<f32>::new(comptime!(geo.scratch() as usize));
@@ -246,24 +272,7 @@ pub fn decode_kernel(
             }
             for w in 0..words_per_part {
                 let word = k_words[(row * words_per_key + part * words_per_part + w) as usize];
-                let c0 = part * kg + w * per_word;
-                let mut packed = Array::<u32>::new(comptime!(geo.head_pairs() as usize));
-                #[unroll]
-                for pair in 0..pairs {
-                    packed[pair as usize] = 0;
-                }
-                #[unroll]
-                for j in 0..per_word {
-                    let code = (word >> (j * geo.bits)) & mask;
-                    #[unroll]
-                    for pair in 0..pairs {
-                        packed[pair as usize] += q_pairs[(pair * d + c0 + j) as usize] * code;
-                    }
-                }
-                #[unroll]
-                for pair in 0..pairs {
-                    add_lanes(&mut dot, pair, packed[pair as usize]);
-                }
+                dot_word(word, &q_pairs, part * kg + w * per_word, d, &mut dot, pairs, geo.bits);
             }
             let meta = (row * key_meta_pitch + part) as usize;
             let (ks, km, k_sum) = (k_scale[meta], k_min[meta], f32::cast_from(k_sums[meta]));
@@ -314,7 +323,7 @@ pub fn decode_kernel(
             let p_lo = numerator(s_min, m);
             let s = scale8(p_lo, numerator(s_max, m));
             codes[g as usize] = u32::cast_from(code8(e[g as usize], p_lo, s));
-            if t % pi == 0 {
+            if t == own_block * pi {
                 p_min[(g * chunk_blocks + own_block) as usize] = p_lo;
                 p_scale[(g * chunk_blocks + own_block) as usize] = s;
             }
@@ -365,24 +374,7 @@ pub fn decode_kernel(
                 }
                 for w in 0..words_per_value {
                     let word = v_words[(row * words_per_value + w) as usize];
-                    let t0 = b * pi + w * per_word;
-                    let mut packed = Array::<u32>::new(comptime!(geo.head_pairs() as usize));
-                    #[unroll]
-                    for pair in 0..pairs {
-                        packed[pair as usize] = 0;
-                    }
-                    #[unroll]
-                    for j in 0..per_word {
-                        let code = (word >> (j * geo.bits)) & mask;
-                        #[unroll]
-                        for pair in 0..pairs {
-                            packed[pair as usize] += p_pairs[(pair * chunk + t0 + j) as usize] * code;
-                        }
-                    }
-                    #[unroll]
-                    for pair in 0..pairs {
-                        add_lanes(&mut dot, pair, packed[pair as usize]);
-                    }
+                    dot_word(word, &p_pairs, b * pi + w * per_word, chunk, &mut dot, pairs, geo.bits);
                 }
                 let (vs, vm, v_sum) =
                     (v_scale[row as usize], v_min[row as usize], f32::cast_from(v_sums[row as usize]));
