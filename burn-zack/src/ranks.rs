@@ -13,7 +13,8 @@ pub struct RankRule {
     /// The smallest rank a head keeps (at least 1: a head with rank 0 would attend uniformly).
     pub min_rank: usize,
     /// Ranks are rounded up to a multiple of this (1 = exact; the paper pads to 16 for tensor
-    /// cores).
+    /// cores). With every rank a multiple of 8, the CubeCL decode kernel loads 8 f16 (4 f32) of a
+    /// cached row at a time instead of one.
     pub multiple: usize,
 }
 

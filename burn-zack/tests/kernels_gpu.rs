@@ -141,6 +141,13 @@ fn decode_kernel_equals_the_reference_on_uneven_heads() {
         // Gemma's 256 channels (16-slot tiles), and 8 query heads per KV head.
         (layout(256, &[256, 100], &[256, 3]), 1, 1, 100, None, true),
         (layout(128, &[128, 50], &[90, 128]), 8, 2, 70, None, true),
+        // Offsets and ranks multiples of 8: the kernel loads whole vectors (4 or 8 elements);
+        // several scoring rounds per task, 8 heads per KV head (4-channel blocks), a window.
+        (layout(128, &[64, 64], &[64, 64]), 4, 2, 1100, None, true),
+        (layout(64, &[32, 64, 16], &[16, 32, 64]), 3, 2, 700, Some(300), true),
+        (layout(128, &[64, 128], &[128, 32]), 8, 1, 500, None, true),
+        // 16 query heads per KV head: 2-channel blocks, few score lanes per round.
+        (layout(128, &[128, 40], &[24, 128]), 16, 1, 90, None, true),
         // 32 query heads per KV head: beyond the kernel, the reference runs.
         (layout(16, &[16], &[9]), 32, 1, 40, None, false),
     ];
@@ -149,7 +156,7 @@ fn decode_kernel_equals_the_reference_on_uneven_heads() {
         let score_u = if kernel { F32_ROUNDOFF } else { DEVICE_MATMUL_ROUNDOFF };
         check(&case, FloatDType::F32, score_u, &format!("case {i}"));
         // f16 storage: the kernel stages f16 elements; the reference sees the same rounded values.
-        if i % 2 == 1 {
+        if i % 2 == 1 || (10..14).contains(&i) {
             check(&case.rounded_to_f16(), FloatDType::F16, score_u, &format!("case {i}, f16"));
         }
     }

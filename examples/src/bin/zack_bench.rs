@@ -42,6 +42,11 @@ struct Args {
     /// Give every KV head the mean rank instead of spreading ranks from 0.5x to 1.5x the mean.
     #[arg(long)]
     even: bool,
+    /// Round every head's rank to the nearest multiple of this (at least the multiple), as
+    /// `RankRule::multiple` does for adaptive ranks: at 8 the decode kernel loads 8 f16 (or 4 f32)
+    /// at a time; 1 keeps the spread's exact ranks.
+    #[arg(long, default_value_t = 8)]
+    rank_multiple: usize,
     /// Element type of the cached reduced keys and values: f32 or f16 (half the bytes).
     #[arg(long, default_value = "f32")]
     storage: ReducedStorage,
@@ -77,14 +82,16 @@ fn random_rotations(heads: usize, kv_heads: usize, d: usize) -> Rotations {
 
 /// Ranks with mean `fraction · head_dim` across KV heads, spread linearly from `(1 − a)` to
 /// `(1 + a)` times the mean with `a = min(0.5, 1/fraction − 1)` (so no head exceeds `head_dim`),
-/// or all equal if `even`; at least 1.
-fn ranks(geometry: RotationGeometry, fraction: f64, even: bool) -> Ranks {
+/// or all equal if `even`; each rounded to the nearest multiple of `multiple` (at least
+/// `multiple`, at most `head_dim`).
+fn ranks(geometry: RotationGeometry, fraction: f64, even: bool, multiple: usize) -> Ranks {
     let d = geometry.head_dim as f64;
     let kv = geometry.kv_heads;
     let amplitude = if even || kv == 1 { 0.0 } else { (1.0 / fraction - 1.0).clamp(0.0, 0.5) };
     let rank = |h: usize| {
         let spread = 1.0 - amplitude + 2.0 * amplitude * h as f64 / (kv - 1).max(1) as f64;
-        ((fraction * d * spread).round() as usize).clamp(1, geometry.head_dim)
+        let rounded = (fraction * d * spread / multiple as f64).round() as usize * multiple;
+        rounded.clamp(multiple, geometry.head_dim)
     };
     let layer: Vec<usize> = (0..kv).map(rank).collect();
     Ranks { head_dim: geometry.head_dim, query_key: vec![layer.clone()], value_output: vec![layer] }
@@ -95,7 +102,7 @@ fn ranks(geometry: RotationGeometry, fraction: f64, even: bool) -> Ranks {
 /// ranks.
 fn check_against_cpu<B: ZackBackend>(device: &B::Device, storage: ReducedStorage) -> anyhow::Result<()> {
     let rotations = Arc::new(random_rotations(9, 3, 64));
-    let mut ranks = ranks(rotations.geometry, 0.5, false);
+    let mut ranks = ranks(rotations.geometry, 0.5, false, 1);
     ranks.value_output[0] = vec![64, 5, 30];
     let scheme = ZackScheme::new(rotations, ranks)?;
     let gpu_scheme = scheme.clone().with_storage(storage);
@@ -137,7 +144,7 @@ fn run<B: ZackBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
     println!("\n| rank fraction | ranks per KV head | batch | context | {DECODE_COLUMNS} |");
     println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for &fraction in &args.rank_fractions {
-        let ranks = ranks(rotations.geometry, fraction, args.even);
+        let ranks = ranks(rotations.geometry, fraction, args.even, args.rank_multiple);
         let scheme = ZackScheme::new(rotations.clone(), ranks.clone())?.with_storage(args.storage);
         for &batch in &grid.batches {
             for &len in &grid.contexts {
@@ -164,8 +171,9 @@ fn run<B: ZackBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
     println!("\n| rank fraction | prefill context | median ms |");
     println!("|---:|---:|---:|");
     for &fraction in &args.rank_fractions {
-        let scheme = ZackScheme::new(rotations.clone(), ranks(rotations.geometry, fraction, args.even))?
-            .with_storage(args.storage);
+        let scheme =
+            ZackScheme::new(rotations.clone(), ranks(rotations.geometry, fraction, args.even, args.rank_multiple))?
+                .with_storage(args.storage);
         for &len in &grid.prefill_contexts {
             let cache = filled_cache::<B, _>(&scheme, grid.geometry(1), len, &device)?;
             let q =
@@ -183,5 +191,6 @@ fn run<B: ZackBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    anyhow::ensure!(args.rank_multiple >= 1, "--rank-multiple must be at least 1");
     with_backend!(args.backend, run(&args))
 }

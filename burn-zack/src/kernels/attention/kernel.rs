@@ -2,28 +2,30 @@
 //! load-balanced task list ([`DecodeSchedule`](crate::kernels::DecodeSchedule)).
 //!
 //! One cube of `units` units per (sequence, task); a task is `count` slots of one KV head, and
-//! the cube serves all `group` query heads of that head:
-//! 0. the reduced queries `q̃_g = scale · q_g R̃` (`k_qk` coordinates, computed once per step by
-//!    [`rotate_queries_kernel`](super::rotate::rotate_queries_kernel)) go to shared memory;
-//! 1. tile by tile (as many slots as fit `tile_floats`: narrower heads take longer tiles), the
-//!    head's reduced keys are staged in shared memory ([`stage_rows`]) and one unit per (slot,
-//!    head) scores `q̃ · k̃`; masked slots (padding, sliding window) are excluded;
-//! 2. per head, the task's max score `m`, then `p = exp(s - m)`;
-//! 3. tile by tile, the reduced values are staged and each unit accumulates `Σ p · ṽ_c` and
-//!    `Σ p` for one channel `c < head_dim` and every head, over its share of the tile's slots
-//!    (0 past the head's value rank: the folded `W_O` ignores those channels);
-//! 4. the units' shares are summed, and the unnormalized output, `m` and `l = Σ p` go to the
+//! the cube serves all `group` query heads of that head. A head's cached row (its `rank` reduced
+//! coordinates) is cut into column blocks of `block` coordinates, and unit `u` takes block
+//! `u % blocks` of the rows `u / blocks`, `u / blocks + lanes`, … (`lanes = units / blocks`), so
+//! the units of a warp read whole consecutive rows (coalesced, `vector` elements per load) and
+//! each row is read once for all heads:
+//! 1. scores, in rounds of `rows · lanes` slots: each unit holds its block of the reduced queries
+//!    `q̃_g = scale · q_g R̃` (computed once per step by
+//!    [`rotate_queries_kernel`](super::rotate::rotate_queries_kernel)) in registers and writes the
+//!    block's partial dot products `q̃_g · k̃` for every head; then one unit per (slot, head) sums
+//!    the blocks' partials. Masked slots (padding, sliding window) are excluded;
+//! 2. per head, the task's max score `m`, `p = exp(s - m)` and the mass `l = Σ p`;
+//! 3. values: each unit accumulates `Σ p_g · ṽ` over its rows for its block of channels and every
+//!    head, in registers;
+//! 4. per head, the lanes' sums are added up in shared memory, and the unnormalized output (0 past
+//!    the head's value rank: the folded `W_O` ignores those channels), `m` and `l` go to the
 //!    log-sum-exp merge as split `split` of the head (`burn_kvcompress::kernels::merge_partials`).
 //!
-//! Shared-memory rows are padded to an odd stride, so units reading one column of consecutive
-//! rows hit distinct banks.
+//! Partial sums are stored at a row stride of `blocks + 1` (or `block + 1`) floats, so units
+//! reading one column of consecutive rows hit distinct banks.
 
-use burn_kvcompress::kernels::{decode_slot_visible, masked_score, split_softmax};
+use burn_kvcompress::kernels::{decode_slot_visible, masked_score, split_masses, split_softmax};
 use cubecl::prelude::*;
 
-use super::tile::stage_rows;
-
-/// Shapes fixed at compile time (one compiled kernel per model geometry).
+/// Shapes fixed at compile time (one compiled kernel per model geometry and vector width).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct DecodeGeometry {
     /// Query heads per KV head.
@@ -34,23 +36,45 @@ pub struct DecodeGeometry {
     pub max_chunk: u32,
     /// Units per cube.
     pub units: u32,
-    /// Floats of the shared tile buffer (a multiple of `units`, at least `units · group` and
-    /// `head_dim + 1`): a tile holds as many padded rows as fit.
-    pub tile_floats: u32,
+    /// Reduced coordinates of a row one unit covers: a power of two, a multiple of `vector`,
+    /// with `group · block` floats of queries or sums held per unit.
+    pub block: u32,
+    /// Elements of one load: divides every head's column offset and rank and the rows' widths.
+    pub vector: u32,
+    /// Rows a unit scores per round (their loads are in flight together).
+    pub rows: u32,
+    /// Floats of the shared scratch buffer: a round's partial scores or one head's value sums.
+    pub scratch_floats: u32,
 }
 
 impl DecodeGeometry {
-    /// Bytes of shared memory one cube uses.
+    /// Bytes of shared memory one cube uses: scores, scratch, and per head its max, its mass and
+    /// the reductions' 16 lanes.
     pub fn shared_bytes(&self) -> u32 {
-        let floats = self.group * self.head_dim + self.group * self.max_chunk + self.group * (1 + 16);
-        4 * (floats + self.tile_floats)
+        4 * (self.group * self.max_chunk + self.scratch_floats + self.group * (2 + 16))
+    }
+
+    /// Whether the scratch buffer holds a round's partial scores on at least one lane for rows of
+    /// up to `head_dim` coordinates, and one head's value sums of every unit.
+    pub fn scratch_fits(&self) -> bool {
+        let blocks = self.head_dim.div_ceil(self.block);
+        self.scratch_floats >= self.group * self.rows * (blocks + 1)
+            && self.scratch_floats >= self.units * (self.block + 1)
     }
 }
 
-/// The smallest odd row stride holding `width` floats.
+/// Column blocks of a row of `rank` coordinates (at least one).
 #[cube]
-fn odd_stride(width: u32) -> u32 {
-    width | 1
+fn row_blocks(rank: u32, #[comptime] block: u32) -> u32 {
+    (u32::max(rank, 1) - 1) / block + 1
+}
+
+/// Slot lanes (units per block column) scoring rows of `rank` coordinates: all the units, or as
+/// many as a round's partial scores fit in the scratch buffer.
+#[cube]
+fn score_lanes(rank: u32, #[comptime] geo: DecodeGeometry) -> u32 {
+    let blocks = row_blocks(rank, geo.block);
+    u32::min(geo.units / blocks, geo.scratch_floats / (geo.group * geo.rows * (blocks + 1)))
 }
 
 /// One task of ZACK decode attention; see the module documentation.
@@ -58,17 +82,17 @@ fn odd_stride(width: u32) -> u32 {
 /// - `reduced_q`: `[batch, kv_heads * group, key_width]`, scaled reduced queries in each head's
 ///   key columns;
 /// - `keys`: `[batch, len, key_width]`; `values`: `[batch, len, value_width]`, elements `E`
-///   (f32 or f16; staged as f32);
+///   (f32 or f16) in vectors of `N = geo.vector`;
 /// - `meta`, uploaded once per step: per KV head `[key_offset, key_rank, value_offset,
 ///   value_rank]` (`4 · kv_heads` words), then `key_start` (`batch` words), then per task
 ///   `[kv_head, split, first, count]`;
 /// - outputs per (query head, split): `out` (`head_dim` each), `out_max`, `out_sum`.
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked)]
-pub fn decode_kernel<E: Float>(
+pub fn decode_kernel<E: Float, N: Size>(
     reduced_q: &Array<f32>,
-    keys: &Array<E>,
-    values: &Array<E>,
+    keys: &Array<Vector<E, N>>,
+    values: &Array<Vector<E, N>>,
     meta: &Array<u32>,
     out: &mut Array<f32>,
     out_max: &mut Array<f32>,
@@ -77,149 +101,311 @@ pub fn decode_kernel<E: Float>(
     len: u32,
     splits: u32,
     window: u32,
+    key_width: u32,
+    value_width: u32,
     #[comptime] geo: DecodeGeometry,
 ) {
     let task = CUBE_POS_X;
     let batch_row = CUBE_POS_Y;
     let tasks = 4 * kv_heads + CUBE_COUNT_Y;
-    let unit = UNIT_POS;
-    let group = geo.group;
-    let d = geo.head_dim;
-    let chunk = geo.max_chunk;
     let kv_head = meta[(tasks + task * 4) as usize];
     let split = meta[(tasks + task * 4 + 1) as usize];
     let first = meta[(tasks + task * 4 + 2) as usize];
     let count = meta[(tasks + task * 4 + 3) as usize];
-    let key_offset = meta[(kv_head * 4) as usize];
-    let key_rank = meta[(kv_head * 4 + 1) as usize];
-    let value_offset = meta[(kv_head * 4 + 2) as usize];
-    let value_rank = meta[(kv_head * 4 + 3) as usize];
-    let key_width = keys.len() as u32 / (len * CUBE_COUNT_Y);
-    let value_width = values.len() as u32 / (len * CUBE_COUNT_Y);
     let start = meta[(4 * kv_heads + batch_row) as usize];
-    let first_head = (batch_row * kv_heads + kv_head) * group;
+    let columns = HeadColumns {
+        key_offset: meta[(kv_head * 4) as usize],
+        key_rank: meta[(kv_head * 4 + 1) as usize],
+        value_offset: meta[(kv_head * 4 + 2) as usize],
+        value_rank: meta[(kv_head * 4 + 3) as usize],
+    };
+    let slots = TaskSlots { row0: batch_row * len + first, first, count, len, start, window };
+    let first_head = (batch_row * kv_heads + kv_head) * geo.group;
 
-    let mut q_tilde = SharedMemory::<f32>::new((geo.group * geo.head_dim) as usize);
     let mut p = SharedMemory::<f32>::new((geo.group * geo.max_chunk) as usize);
+    let mut scratch = SharedMemory::<f32>::new(geo.scratch_floats as usize);
     let mut head_max = SharedMemory::<f32>::new(geo.group as usize);
-    let mut tile = SharedMemory::<f32>::new(geo.tile_floats as usize);
+    let mut head_sum = SharedMemory::<f32>::new(geo.group as usize);
 
-    // 0. The group's reduced queries.
-    let mut pair = unit;
-    while pair < group * key_rank {
-        let g = pair / key_rank;
-        let j = pair % key_rank;
-        q_tilde[(g * d + j) as usize] = reduced_q[((first_head + g) * key_width + key_offset + j) as usize];
-        pair += geo.units;
+    task_scores(reduced_q, keys, &mut p, &mut scratch, &columns, &slots, first_head, key_width, geo);
+    split_softmax(&mut p, &mut head_max, count, geo.group, geo.max_chunk);
+    split_masses(&p, &mut head_sum, count, geo.group, geo.max_chunk);
+    let sums = value_sums(values, &p, &columns, &slots, value_width, geo);
+    let target = SplitTarget { first_head, split, splits };
+    write_partials(&sums, &mut scratch, &head_max, &head_sum, out, out_max, out_sum, &columns, &target, geo);
+}
+
+/// One KV head's columns in the key and value rows.
+#[derive(CubeType)]
+struct HeadColumns {
+    key_offset: u32,
+    key_rank: u32,
+    value_offset: u32,
+    value_rank: u32,
+}
+
+/// A task's slots: `count` from slot `first` of sequences of `len` slots, whose first row is
+/// `row0` of the caches; the sequence's first real slot is `start`, its window `window` (0: none).
+#[derive(CubeType)]
+struct TaskSlots {
+    row0: u32,
+    first: u32,
+    count: u32,
+    len: u32,
+    start: u32,
+    window: u32,
+}
+
+/// Where a task's partial results go: query heads `first_head..first_head + group`, split `split`
+/// of `splits`.
+#[derive(CubeType)]
+struct SplitTarget {
+    first_head: u32,
+    split: u32,
+    splits: u32,
+}
+
+/// Phase 1: `p[g * max_chunk + t]` = the score of the task's slot `t` for query head `g`
+/// ([`masked_score`] where the query does not see it). Synchronizes the cube before returning.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn task_scores<E: Float, N: Size>(
+    reduced_q: &Array<f32>,
+    keys: &Array<Vector<E, N>>,
+    p: &mut SharedMemory<f32>,
+    scratch: &mut SharedMemory<f32>,
+    columns: &HeadColumns,
+    slots: &TaskSlots,
+    first_head: u32,
+    key_width: u32,
+    #[comptime] geo: DecodeGeometry,
+) {
+    let group = geo.group;
+    let block = geo.block;
+    let per_block = comptime!(geo.block / geo.vector);
+    let rank = columns.key_rank;
+    let blocks = row_blocks(rank, block);
+    let lanes = score_lanes(rank, geo);
+    let column = UNIT_POS % blocks;
+    let lane = UNIT_POS / blocks;
+    let active = lane < lanes;
+    let stride = lanes * (blocks + 1); // floats of one (round row, head) of partials
+
+    // This unit's block of every head's reduced query.
+    let mut q = Array::<f32>::new(comptime!((geo.group * geo.block) as usize));
+    #[unroll]
+    for g in 0..group {
+        #[unroll]
+        for i in 0..block {
+            let j = column * block + i;
+            let mut x = 0.0f32;
+            if active && j < rank {
+                x = reduced_q[((first_head + g) * key_width + columns.key_offset + j) as usize];
+            }
+            q[(g * block + i) as usize] = x;
+        }
     }
 
-    // 1. Scores, one unit per (slot of the tile, head).
-    let key_stride = odd_stride(key_rank);
-    let key_tile = geo.tile_floats / key_stride;
-    let mut tile_start = 0u32;
-    while tile_start < count {
-        let rows = u32::min(key_tile, count - tile_start);
-        let row0 = (batch_row * len + first + tile_start) * key_width + key_offset;
-        stage_rows(keys, row0, key_width, rows, key_rank, &mut tile, key_stride, geo);
-        sync_cube();
-        let mut pair = unit;
-        while pair < rows * group {
-            let g = pair / rows;
-            let t = pair % rows;
-            let mut score = masked_score();
-            if decode_slot_visible(first + tile_start + t, len, start, window) {
-                let mut acc = 0.0f32;
-                for j in 0..key_rank {
-                    acc += q_tilde[(g * d + j) as usize] * tile[(t * key_stride + j) as usize];
+    let span = RowSpan { width: key_width, offset: columns.key_offset, rank, column, lanes, active };
+    let mut held = Array::<Vector<E, N>>::new(comptime!((geo.rows * per_block) as usize));
+    let mut round = 0u32;
+    while round < slots.count {
+        load_rows(keys, &mut held, &span, slots, round + lane, geo);
+        if active {
+            #[unroll]
+            for r in 0..geo.rows {
+                let mut acc = Array::<f32>::new(comptime!(geo.group as usize));
+                #[unroll]
+                for g in 0..group {
+                    acc[g as usize] = 0.0;
                 }
-                score = acc;
+                #[unroll]
+                for l in 0..per_block {
+                    let x = held[(r * per_block + l) as usize];
+                    #[unroll]
+                    for e in 0..geo.vector {
+                        let k = f32::cast_from(x[e as usize]);
+                        #[unroll]
+                        for g in 0..group {
+                            acc[g as usize] += q[(g * block + l * geo.vector + e) as usize] * k;
+                        }
+                    }
+                }
+                #[unroll]
+                for g in 0..group {
+                    scratch[((r * group + g) * stride + lane * (blocks + 1) + column) as usize] = acc[g as usize];
+                }
             }
-            p[(g * chunk + tile_start + t) as usize] = score;
+        }
+        sync_cube();
+        // One unit per (round row, head, lane) adds up the blocks.
+        let mut pair = UNIT_POS;
+        while pair < geo.rows * group * lanes {
+            let s = pair % lanes;
+            let rg = pair / lanes;
+            let g = rg % group;
+            let t = round + (rg / group) * lanes + s;
+            if t < slots.count {
+                let mut score = masked_score();
+                if decode_slot_visible(slots.first + t, slots.len, slots.start, slots.window) {
+                    let mut sum = 0.0f32;
+                    let at = rg * stride + s * (blocks + 1);
+                    for c in 0..blocks {
+                        sum += scratch[(at + c) as usize];
+                    }
+                    score = sum;
+                }
+                p[(g * geo.max_chunk + t) as usize] = score;
+            }
             pair += geo.units;
         }
         sync_cube();
-        tile_start += rows;
+        round += geo.rows * lanes;
     }
+}
 
-    // 2. Per head: the task's max score, then p = exp(s - m) (0 where masked).
-    split_softmax(&mut p, &mut head_max, count, geo.group, geo.max_chunk);
+/// Phase 3: this unit's `Σ_t p[g, t] · ṽ_t[c]` over its rows, for its block of channels `c` and
+/// every head `g`, as `sums[g * block + i]` (channel `column · block + i`).
+#[cube]
+fn value_sums<E: Float, N: Size>(
+    values: &Array<Vector<E, N>>,
+    p: &SharedMemory<f32>,
+    columns: &HeadColumns,
+    slots: &TaskSlots,
+    value_width: u32,
+    #[comptime] geo: DecodeGeometry,
+) -> Array<f32> {
+    let group = geo.group;
+    let block = geo.block;
+    let per_block = comptime!(geo.block / geo.vector);
+    let rank = columns.value_rank;
+    let blocks = row_blocks(rank, block);
+    let lanes = geo.units / blocks;
+    let column = UNIT_POS % blocks;
+    let lane = UNIT_POS / blocks;
+    let mut sums = Array::<f32>::new(comptime!((geo.group * geo.block) as usize));
+    #[unroll]
+    for i in 0..comptime!(geo.group * geo.block) {
+        sums[i as usize] = 0.0;
+    }
+    let span = RowSpan { width: value_width, offset: columns.value_offset, rank, column, lanes, active: lane < lanes };
+    if lane < lanes {
+        let mut t = lane;
+        let mut held = Array::<Vector<E, N>>::new(comptime!((geo.rows * per_block) as usize));
+        while t < slots.count {
+            load_rows(values, &mut held, &span, slots, t, geo);
+            #[unroll]
+            for r in 0..geo.rows {
+                let row = t + r * lanes;
+                if row < slots.count {
+                    #[unroll]
+                    for g in 0..group {
+                        let weight = p[(g * geo.max_chunk + row) as usize];
+                        #[unroll]
+                        for l in 0..per_block {
+                            let x = held[(r * per_block + l) as usize];
+                            #[unroll]
+                            for e in 0..geo.vector {
+                                let at = (g * block + l * geo.vector + e) as usize;
+                                sums[at] += weight * f32::cast_from(x[e as usize]);
+                            }
+                        }
+                    }
+                }
+            }
+            t += geo.rows * lanes;
+        }
+    }
+    sums
+}
 
-    // 3. One unit per (channel, part): Σ p · ṽ_c and Σ p for every head over the part's slots.
-    let parts = comptime!(geo.units / geo.head_dim);
-    let c = unit % d;
-    let part = unit / d;
-    let mut acc = Array::<f32>::new(geo.group as usize);
-    let mut mass = Array::<f32>::new(geo.group as usize);
+/// Where a unit's loads fall in cached rows of `width` elements: its block `column` of the
+/// `rank` coordinates from column `offset`, on rows `lanes` apart (none if not `active`).
+#[derive(CubeType)]
+struct RowSpan {
+    width: u32,
+    offset: u32,
+    rank: u32,
+    column: u32,
+    lanes: u32,
+    active: bool,
+}
+
+/// Loads into `held[r * per_block + l]` vector `l` of the unit's block of the task's slot
+/// `t + r · lanes`, for `r < rows` (zeros past the task, the rank, or if the unit is idle): all
+/// the loads are issued before any is used.
+#[cube]
+fn load_rows<E: Float, N: Size>(
+    src: &Array<Vector<E, N>>,
+    held: &mut Array<Vector<E, N>>,
+    span: &RowSpan,
+    slots: &TaskSlots,
+    t: u32,
+    #[comptime] geo: DecodeGeometry,
+) {
+    let per_block = comptime!(geo.block / geo.vector);
+    #[unroll]
+    for r in 0..geo.rows {
+        let row = t + r * span.lanes;
+        let base = (slots.row0 + row) * span.width + span.offset + span.column * geo.block;
+        #[unroll]
+        for l in 0..per_block {
+            let mut x = Vector::<E, N>::new(E::from_int(0));
+            if span.active && row < slots.count && span.column * geo.block + l * geo.vector < span.rank {
+                x = src[((base + l * geo.vector) / geo.vector) as usize];
+            }
+            held[(r * per_block + l) as usize] = x;
+        }
+    }
+}
+
+/// Phase 4: per head, adds up the lanes' value sums (in `scratch`) and writes the head's
+/// unnormalized output (0 past the value rank), max and mass as split `target.split`.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn write_partials(
+    sums: &Array<f32>,
+    scratch: &mut SharedMemory<f32>,
+    head_max: &SharedMemory<f32>,
+    head_sum: &SharedMemory<f32>,
+    out: &mut Array<f32>,
+    out_max: &mut Array<f32>,
+    out_sum: &mut Array<f32>,
+    columns: &HeadColumns,
+    target: &SplitTarget,
+    #[comptime] geo: DecodeGeometry,
+) {
+    let block = geo.block;
+    let d = geo.head_dim;
+    let rank = columns.value_rank;
+    let blocks = row_blocks(rank, block);
+    let lanes = geo.units / blocks;
+    let lane = UNIT_POS / blocks;
     #[unroll]
     for g in 0..geo.group {
-        acc[g as usize] = 0.0;
-        mass[g as usize] = 0.0;
-    }
-    let value_stride = odd_stride(value_rank);
-    let value_tile = geo.tile_floats / value_stride;
-    let mut tile_start = 0u32;
-    while tile_start < count {
-        let rows = u32::min(value_tile, count - tile_start);
-        let row0 = (batch_row * len + first + tile_start) * value_width + value_offset;
-        stage_rows(values, row0, value_width, rows, value_rank, &mut tile, value_stride, geo);
-        sync_cube();
-        if part < parts {
-            let mut row = part;
-            while row < rows {
-                let mut v = 0.0f32;
-                if c < value_rank {
-                    v = tile[(row * value_stride + c) as usize];
-                }
-                #[unroll]
-                for g in 0..geo.group {
-                    let weight = p[(g * chunk + tile_start + row) as usize];
-                    acc[g as usize] += weight * v;
-                    mass[g as usize] += weight;
-                }
-                row += parts;
+        if lane < lanes {
+            #[unroll]
+            for i in 0..block {
+                scratch[(UNIT_POS * (block + 1) + i) as usize] = sums[(g * block + i) as usize];
             }
         }
         sync_cube();
-        tile_start += rows;
-    }
-
-    // 4. Sum the parts' shares (in the tile buffer, free again) and write the split's partials.
-    if part < parts {
-        #[unroll]
-        for g in 0..geo.group {
-            tile[((part * group + g) * d + c) as usize] = acc[g as usize];
+        let c = UNIT_POS;
+        if c < d {
+            let mut o = 0.0f32;
+            if c < rank {
+                let at = (c / block) * (block + 1) + c % block;
+                for s in 0..lanes {
+                    o += scratch[(at + s * blocks * (block + 1)) as usize];
+                }
+            }
+            out[(((target.first_head + g) * target.splits + target.split) * d + c) as usize] = o;
         }
+        sync_cube();
     }
-    sync_cube();
-    let mut pair = unit;
-    while pair < group * d {
-        let g = pair / d;
-        let c = pair % d;
-        let mut o = 0.0f32;
-        #[unroll]
-        for q in 0..parts {
-            o += tile[((q * group + g) * d + c) as usize];
-        }
-        let index = (first_head + g) * splits + split;
-        out[(index * d + c) as usize] = o;
-        pair += geo.units;
-    }
-    sync_cube();
-    if part < parts && c == 0 {
-        #[unroll]
-        for g in 0..geo.group {
-            tile[(part * group + g) as usize] = mass[g as usize];
-        }
-    }
-    sync_cube();
-    if unit < group {
-        let mut l = 0.0f32;
-        #[unroll]
-        for q in 0..parts {
-            l += tile[(q * group + unit) as usize];
-        }
-        let index = (first_head + unit) * splits + split;
-        out_max[index as usize] = head_max[unit as usize];
-        out_sum[index as usize] = l;
+    if UNIT_POS < geo.group {
+        let index = (target.first_head + UNIT_POS) * target.splits + target.split;
+        out_max[index as usize] = head_max[UNIT_POS as usize];
+        out_sum[index as usize] = head_sum[UNIT_POS as usize];
     }
 }

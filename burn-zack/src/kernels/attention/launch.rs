@@ -15,8 +15,9 @@ use crate::{cache::HeadLayout, kernels::DecodeSchedule};
 
 /// Units per cube.
 pub const UNITS: u32 = 256;
-/// Floats of the shared-memory tile (16 KiB): 31 padded rows of 128 channels, 124 of 32.
-const TILE_FLOATS: u32 = 4096;
+/// Floats of the shared scratch buffer (16 KiB): a round's partial scores, or one head's value
+/// sums of every unit.
+const SCRATCH_FLOATS: u32 = 4096;
 /// Scores one cube holds (8 KiB): a task is at most `SCORE_FLOATS / group` slots long.
 const SCORE_FLOATS: u32 = 2048;
 /// Shared memory a cube may use on every backend: 32 KiB on Mesa's software Vulkan (CUDA allows
@@ -36,25 +37,49 @@ pub fn base_chunk(batch: usize, kv_heads: usize, len: usize) -> usize {
     (batch * kv_heads * len / TARGET_CUBES).next_power_of_two().clamp(BASE_CHUNK.0, BASE_CHUNK.1)
 }
 
-/// The kernel's compile-time shapes for `group` query heads per KV head of `head_dim` channels.
+/// The kernel's compile-time shapes for `group` query heads per KV head of `head_dim` channels,
+/// loading one element at a time (see [`load_vector`]): a unit's block of queries or sums
+/// (`group · block` floats) stays within 32 registers.
 pub fn decode_geometry(group: usize, head_dim: usize) -> DecodeGeometry {
     let group = group as u32;
+    let block = 1 << (32 / group).clamp(1, 8).ilog2();
     DecodeGeometry {
         group,
         head_dim: head_dim as u32,
         max_chunk: (SCORE_FLOATS / group).min(MAX_CHUNK),
         units: UNITS,
-        tile_floats: TILE_FLOATS,
+        block,
+        vector: 1,
+        rows: if group <= 4 { 2 } else { 1 },
+        scratch_floats: SCRATCH_FLOATS,
     }
 }
 
+/// The widest load, in elements, for `layout`'s rows: a power of two up to `widest` and the
+/// geometry's `block` that divides both rows' widths and every head's column offset and rank,
+/// so every load is aligned and within its head.
+pub fn load_vector(layout: &HeadLayout, geo: &DecodeGeometry, widest: usize) -> u32 {
+    let (keys, values) = (layout.key_width(), layout.value_width());
+    let spans = (0..layout.kv_heads()).flat_map(|h| {
+        let (k, v) = (layout.key_columns(h), layout.value_columns(h));
+        [k.start, k.len(), v.start, v.len()]
+    });
+    let mut vector = widest.min(geo.block as usize).next_power_of_two();
+    while vector > 1 && !spans.clone().chain([keys, values]).all(|x| x % vector == 0) {
+        vector /= 2;
+    }
+    vector as u32
+}
+
 /// Whether the decode kernel handles `group` query heads per KV head of `head_dim` channels: a
-/// head's channels fit one cube, the softmax's max runs on 16 units per head, and the cube's
-/// shared memory fits [`SHARED_BYTES`].
+/// head's channels fit one cube, the softmax's max runs on 16 units per head, the scratch buffer
+/// holds the kernel's partial sums, and the cube's shared memory fits [`SHARED_BYTES`].
 pub fn supports(group: usize, head_dim: usize) -> bool {
+    let geo = decode_geometry(group, head_dim);
     head_dim <= UNITS as usize
         && group <= UNITS as usize / 16
-        && decode_geometry(group, head_dim).shared_bytes() <= SHARED_BYTES
+        && geo.scratch_fits()
+        && geo.shared_bytes() <= SHARED_BYTES
 }
 
 /// ZACK decode attention of `q: [batch, heads, 1, head_dim]` (the last slot) over `keys: [batch,
@@ -116,16 +141,20 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
         DType::F16 => decode_kernel::launch_unchecked::<f16, R>,
         _ => decode_kernel::launch_unchecked::<f32, R>,
     };
+    let widest = client.io_optimized_vector_sizes(keys.dtype().size()).next().unwrap_or(1);
+    let geo = DecodeGeometry { vector: load_vector(layout, &geo, widest), ..geo };
     // SAFETY: every task of the schedule covers slots `first..first + count` within `len` (the
     // schedule's invariant, tested in `schedule.rs`) of one head whose columns lie within the
-    // caches' widths (`HeadLayout`); staged rows and the score buffer fit `tile_floats` and
-    // `group · max_chunk` (`DecodeGeometry`), and the partials hold `heads · splits` entries.
-    // Bounds validated on CUDA: `burn_kvcompress::kernels`.
+    // caches' widths (`HeadLayout`); loads are whole vectors within a head's columns
+    // (`load_vector`), the score buffer holds `group · max_chunk` and the scratch buffer a
+    // round's partials (`score_lanes`) or `units · (block + 1)` sums, and the partials hold
+    // `heads · splits` entries. Bounds validated on CUDA: `burn_kvcompress::kernels`.
     unsafe {
         launch(
             &client,
             CubeCount::Static(schedule.tasks.len() as u32, batch as u32, 1),
             CubeDim::new_1d(UNITS),
+            geo.vector as usize,
             reduced_q.into_array_arg(),
             float_arg(&keys).into_array_arg(),
             float_arg(&values).into_array_arg(),
@@ -137,6 +166,8 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
             len as u32,
             schedule.splits as u32,
             options.window.unwrap_or(0) as u32,
+            layout.key_width() as u32,
+            layout.value_width() as u32,
             geo,
         )
     };
@@ -154,13 +185,27 @@ mod tests {
         assert_eq!(base_chunk(1, 8, 32768), 256);
         assert_eq!(base_chunk(1, 8, 8192), 64);
         assert_eq!(base_chunk(8, 8, 65536), 256);
-        assert!(!supports(32, 128) && !supports(4, 512) && !supports(16, 128));
+        assert!(!supports(32, 128) && !supports(4, 512) && !supports(32, 16));
         // Llama-3 and Mistral (4 × 128), SmolLM2 (3 × 64), Llama-3-70B (8 × 128), Gemma (1 × 256).
-        for (group, head_dim) in [(1, 256), (3, 64), (4, 128), (8, 128), (16, 64), (16, 16)] {
+        for (group, head_dim) in [(1, 256), (3, 64), (4, 128), (8, 128), (16, 64), (16, 128), (16, 16)] {
             let geo = decode_geometry(group, head_dim);
             assert!(supports(group, head_dim), "group {group}, head_dim {head_dim}: {} bytes", geo.shared_bytes());
-            assert_eq!(geo.tile_floats % geo.units, 0);
-            assert!(geo.tile_floats >= (geo.units * geo.group).max(geo.head_dim + 1));
+            assert!(geo.scratch_fits() && geo.group * geo.block <= 32 && geo.block.is_power_of_two());
         }
+    }
+
+    #[test]
+    fn loads_are_as_wide_as_every_offset_and_rank_allows() {
+        let layout =
+            |qk: &[usize], vo: &[usize]| HeadLayout { head_dim: 128, qk_ranks: qk.to_vec(), vo_ranks: vo.to_vec() };
+        let (geo4, geo8) = (decode_geometry(4, 128), decode_geometry(8, 128));
+        assert_eq!((geo4.block, geo8.block), (8, 4));
+        assert_eq!(load_vector(&layout(&[64, 64], &[64, 64]), &geo4, 8), 8);
+        assert_eq!(load_vector(&layout(&[64, 64], &[64, 64]), &geo4, 4), 4);
+        assert_eq!(load_vector(&layout(&[64, 64], &[64, 64]), &geo8, 8), 4, "within a block");
+        // A rank of 36 puts the next head at column 36 (a multiple of 4, not of 8).
+        assert_eq!(load_vector(&layout(&[36, 64], &[64, 64]), &geo4, 8), 4);
+        assert_eq!(load_vector(&layout(&[64, 64], &[64, 2]), &geo4, 8), 2);
+        assert_eq!(load_vector(&layout(&[64, 64], &[64, 33]), &geo4, 8), 1);
     }
 }

@@ -8,8 +8,6 @@ mod launch;
 mod reference;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod rotate;
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
-mod tile;
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub use launch::{decode_launch, supports};
