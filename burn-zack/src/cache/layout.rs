@@ -40,6 +40,11 @@ impl HeadLayout {
     pub fn value_columns(&self, head: usize) -> Range<usize> {
         columns(&self.vo_ranks, head)
     }
+
+    /// Whether some head keeps no key or no value coordinate (rank 0).
+    pub fn has_empty_head(&self) -> bool {
+        self.qk_ranks.iter().chain(&self.vo_ranks).any(|&rank| rank == 0)
+    }
 }
 
 fn columns(ranks: &[usize], head: usize) -> Range<usize> {
@@ -57,5 +62,7 @@ mod tests {
         assert_eq!((layout.key_width(), layout.value_width()), (12, 9));
         assert_eq!([layout.key_columns(0), layout.key_columns(1), layout.key_columns(2)], [0..3, 3..11, 11..12]);
         assert_eq!(layout.value_columns(2), 4..9);
+        assert!(!layout.has_empty_head());
+        assert!(HeadLayout { head_dim: 8, qk_ranks: vec![3, 0], vo_ranks: vec![2, 2] }.has_empty_head());
     }
 }

@@ -48,7 +48,8 @@ where
     const HALF_STORAGE: bool = true;
 
     /// The fused decode kernel for one query slot (in the shapes it
-    /// [`supports`](attention::supports)); other shapes and several query slots run the reference.
+    /// [`supports`](attention::supports), with no head of rank 0); other shapes and several query
+    /// slots run the reference.
     fn zack_attention(
         q: Tensor<Self, 4>,
         basis: Tensor<Self, 2>,
@@ -61,7 +62,7 @@ where
         let cache_dims = [batch, layout.kv_heads(), slots, layout.head_dim];
         let (_, heads, q_len, head_dim) = burn_kvcompress::cache::check_attend_shapes(q.dims(), cache_dims, options)?;
         match q_len {
-            1 if attention::supports(heads / layout.kv_heads(), head_dim) => {
+            1 if attention::supports(heads / layout.kv_heads(), head_dim) && !layout.has_empty_head() => {
                 Ok(attention::decode_launch(q, basis, keys, values, layout, options))
             }
             _ => zack_attention_reference(q, basis, keys, values, layout, options),

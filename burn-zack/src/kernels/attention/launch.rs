@@ -1,7 +1,10 @@
 //! Launching the ZACK decode kernel, its query rotation and its merge on a CubeCL backend.
 
 use burn::tensor::{f16, DType, Int, Tensor, TensorData, TensorPrimitive};
-use burn_cubecl::{cubecl::prelude::*, BoolElement, CubeRuntime};
+use burn_cubecl::{
+    cubecl::{features::Plane, prelude::*},
+    BoolElement, CubeRuntime,
+};
 use burn_kvcompress::{
     cache::AttendOptions,
     kernels::{dense_output, float_arg, int_arg, merge_partials, CubeF32, SplitPartials},
@@ -15,18 +18,19 @@ use crate::{cache::HeadLayout, kernels::DecodeSchedule};
 
 /// Units per cube.
 pub const UNITS: u32 = 256;
-/// Floats of the shared scratch buffer (16 KiB): a round's partial scores, or one head's value
-/// sums of every unit.
-const SCRATCH_FLOATS: u32 = 4096;
-/// Scores one cube holds (8 KiB): a task is at most `SCORE_FLOATS / group` slots long.
-const SCORE_FLOATS: u32 = 2048;
+/// Floats of the shared scratch buffer (9 KiB): one head's value sums of every unit (`256 · 9`
+/// for blocks of 8), or, without plane sums, a round's partial scores of as many lanes as fit.
+const SCRATCH_FLOATS: u32 = 2304;
+/// Scores one cube holds (16 KiB): a task is at most `SCORE_FLOATS / group` slots long.
+const SCORE_FLOATS: u32 = 4096;
 /// Shared memory a cube may use on every backend: 32 KiB on Mesa's software Vulkan (CUDA allows
 /// 48 KiB of static shared memory).
 const SHARED_BYTES: u32 = 32 * 1024;
 /// The longest task, in slots.
 const MAX_CHUNK: u32 = 1024;
-/// Bounds of a full-rank head's split length, in slots.
-const BASE_CHUNK: (usize, usize) = (64, 256);
+/// Bounds of a full-rank head's split length, in slots: long splits spread a cube's fixed work
+/// (loading the queries, the softmax, writing the partials) over more slots.
+const BASE_CHUNK: (usize, usize) = (64, 512);
 /// Cubes (tasks × sequences) a decode step aims for: several waves on a large GPU, and few enough
 /// splits per head that the merge stays short.
 const TARGET_CUBES: usize = 1024;
@@ -37,9 +41,17 @@ pub fn base_chunk(batch: usize, kv_heads: usize, len: usize) -> usize {
     (batch * kv_heads * len / TARGET_CUBES).next_power_of_two().clamp(BASE_CHUNK.0, BASE_CHUNK.1)
 }
 
+/// The longest split of a reduced head, for full-rank splits of `base` slots: twice `base`, so
+/// a small batch keeps enough cubes to fill the GPU, within the cube's score buffer.
+pub fn longest_split(base: usize, geo: &DecodeGeometry) -> usize {
+    (2 * base).min(geo.max_chunk as usize)
+}
+
 /// The kernel's compile-time shapes for `group` query heads per KV head of `head_dim` channels,
-/// loading one element at a time (see [`load_vector`]): a unit's block of queries or sums
-/// (`group · block` floats) stays within 32 registers.
+/// loading one element at a time (see [`load_vector`]) and adding up partial scores through
+/// shared memory (see [`score_plane`]): a unit's block of queries or sums (`group · block`
+/// floats) stays within 32 registers, and it keeps 4 rows in flight (1 for 16 heads, whose
+/// blocks are narrow and many).
 pub fn decode_geometry(group: usize, head_dim: usize) -> DecodeGeometry {
     let group = group as u32;
     let block = 1 << (32 / group).clamp(1, 8).ilog2();
@@ -50,8 +62,19 @@ pub fn decode_geometry(group: usize, head_dim: usize) -> DecodeGeometry {
         units: UNITS,
         block,
         vector: 1,
-        rows: if group <= 4 { 2 } else { 1 },
+        rows: if group <= 8 { 4 } else { 1 },
         scratch_floats: SCRATCH_FLOATS,
+        plane: 0,
+    }
+}
+
+/// The plane lanes with which `geo`'s partial scores are added up, on a backend whose planes
+/// have at least `plane_size` lanes (0: no plane operations): `plane_size` where a full row's
+/// units fit in one plane, else 0 (through shared memory).
+pub fn score_plane(geo: &DecodeGeometry, plane_size: u32) -> u32 {
+    match geo.head_dim.div_ceil(geo.block) <= plane_size && plane_size <= geo.units {
+        true => plane_size,
+        false => 0,
     }
 }
 
@@ -84,7 +107,7 @@ pub fn supports(group: usize, head_dim: usize) -> bool {
 
 /// ZACK decode attention of `q: [batch, heads, 1, head_dim]` (the last slot) over `keys: [batch,
 /// len, Σ k_qk]` and `values: [batch, len, Σ k_vo]` (both f32 or both f16), shapes already
-/// checked and within what the kernel [`supports`]; returns `[batch, heads, 1, head_dim]`, zero
+/// checked and within what the kernel [`supports`], every head's ranks at least 1; returns `[batch, heads, 1, head_dim]`, zero
 /// past each head's value rank.
 #[allow(unsafe_code)] // Unchecked kernel launches; each states why it is in bounds.
 pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
@@ -101,7 +124,7 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     let kv_heads = layout.kv_heads();
     let geo = decode_geometry(heads / kv_heads, d);
     let base = base_chunk(batch, kv_heads, len).min(geo.max_chunk as usize);
-    let schedule = DecodeSchedule::plan(layout, len, base, geo.max_chunk as usize);
+    let schedule = DecodeSchedule::plan(layout, len, base, longest_split(base, &geo));
     // One upload per step: the head layout, each row's first real slot, the task table.
     let mut meta: Vec<i32> = (0..kv_heads)
         .flat_map(|h| {
@@ -142,11 +165,17 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
         _ => decode_kernel::launch_unchecked::<f32, R>,
     };
     let widest = client.io_optimized_vector_sizes(keys.dtype().size()).next().unwrap_or(1);
-    let geo = DecodeGeometry { vector: load_vector(layout, &geo, widest), ..geo };
+    let properties = client.properties();
+    let plane_size = match properties.features.plane.contains(Plane::Ops) {
+        true => properties.hardware.plane_size_min,
+        false => 0,
+    };
+    let geo = DecodeGeometry { vector: load_vector(layout, &geo, widest), plane: score_plane(&geo, plane_size), ..geo };
     // SAFETY: every task of the schedule covers slots `first..first + count` within `len` (the
     // schedule's invariant, tested in `schedule.rs`) of one head whose columns lie within the
     // caches' widths (`HeadLayout`); loads are whole vectors within a head's columns
-    // (`load_vector`), the score buffer holds `group · max_chunk` and the scratch buffer a
+    // (`load_vector`), clamped to the task's slots and to the head's last vector (every rank is
+    // at least one vector: a multiple of it, and not 0, as callers check), the score buffer holds `group · max_chunk` and the scratch buffer a
     // round's partials (`score_lanes`) or `units · (block + 1)` sums, and the partials hold
     // `heads · splits` entries. Bounds validated on CUDA: `burn_kvcompress::kernels`.
     unsafe {
@@ -184,7 +213,10 @@ mod tests {
         assert_eq!(base_chunk(1, 3, 100), 64);
         assert_eq!(base_chunk(1, 8, 32768), 256);
         assert_eq!(base_chunk(1, 8, 8192), 64);
-        assert_eq!(base_chunk(8, 8, 65536), 256);
+        assert_eq!(base_chunk(8, 8, 65536), 512);
+        let geo = decode_geometry(4, 128);
+        assert_eq!((longest_split(256, &geo), longest_split(512, &geo)), (512, 1024));
+        assert_eq!(longest_split(512, &decode_geometry(8, 128)), 512, "8 heads' scores fill the buffer");
         assert!(!supports(32, 128) && !supports(4, 512) && !supports(32, 16));
         // Llama-3 and Mistral (4 × 128), SmolLM2 (3 × 64), Llama-3-70B (8 × 128), Gemma (1 × 256).
         for (group, head_dim) in [(1, 256), (3, 64), (4, 128), (8, 128), (16, 64), (16, 128), (16, 16)] {
@@ -192,6 +224,16 @@ mod tests {
             assert!(supports(group, head_dim), "group {group}, head_dim {head_dim}: {} bytes", geo.shared_bytes());
             assert!(geo.scratch_fits() && geo.group * geo.block <= 32 && geo.block.is_power_of_two());
         }
+    }
+
+    #[test]
+    fn rows_are_added_by_planes_only_when_a_row_fits_in_one() {
+        // CUDA's 32-lane warps: a 128-channel row is 16 blocks of 8 for 4 heads, 32 of 4 for 8.
+        assert_eq!((score_plane(&decode_geometry(4, 128), 32), score_plane(&decode_geometry(8, 128), 32)), (32, 32));
+        // 16 heads take blocks of 2: 64 units a row.
+        assert_eq!(score_plane(&decode_geometry(16, 128), 32), 0);
+        assert_eq!((score_plane(&decode_geometry(4, 128), 8), score_plane(&decode_geometry(3, 64), 8)), (0, 8));
+        assert_eq!(score_plane(&decode_geometry(1, 16), 0), 0, "no plane operations");
     }
 
     #[test]
