@@ -105,6 +105,35 @@ pub fn merge_kernel(
     }
 }
 
+/// Where one decode cube's partial results go in [`SplitPartials`]: query heads
+/// `first_head + g` (`g < group`), split `split` of `splits`.
+#[derive(CubeType)]
+pub struct SplitOut {
+    /// The first query head (counting every batch row's heads).
+    pub first_head: u32,
+    /// This cube's split.
+    pub split: u32,
+    /// Splits per head.
+    pub splits: u32,
+}
+
+#[cube]
+impl SplitOut {
+    /// Writes channel `c` of head `first_head + g`'s unnormalized output `value` to `out`
+    /// (`[heads, splits, head_dim]`).
+    pub fn write_output(&self, out: &mut Array<f32>, g: u32, c: u32, value: f32, #[comptime] head_dim: u32) {
+        out[(((self.first_head + g) * self.splits + self.split) * head_dim + c) as usize] = value;
+    }
+
+    /// Writes head `first_head + g`'s max score and mass to `out_max` and `out_sum`
+    /// (`[heads, splits]`).
+    pub fn write_stats(&self, out_max: &mut Array<f32>, out_sum: &mut Array<f32>, g: u32, max: f32, mass: f32) {
+        let at = (self.first_head + g) * self.splits + self.split;
+        out_max[at as usize] = max;
+        out_sum[at as usize] = mass;
+    }
+}
+
 /// The flat buffers a split decode kernel writes: `output` `[heads, splits, head_dim]`, `max` and
 /// `sum` `[heads, splits]` (`heads` counts every batch row's query heads).
 #[derive(Debug, Clone)]

@@ -26,7 +26,7 @@
 //! Chunks start at multiples of Π (`chunk` is a multiple of Π), so each of a chunk's blocks is
 //! either a closed block or lies in the tail.
 
-use burn_kvcompress::kernels::{decode_slot_visible, masked_score as masked, min_max_runs, sum_runs};
+use burn_kvcompress::kernels::{decode_slot_visible, masked_score as masked, min_max_runs, sum_runs, SplitOut};
 use cubecl::prelude::*;
 
 /// Shapes fixed at compile time (one compiled kernel per model geometry and configuration).
@@ -418,15 +418,14 @@ pub fn decode_kernel(
         for part in 0..value_splits {
             total += lo[((part * group + g) * d + c) as usize];
         }
-        let head = stream * group + g;
-        out[((head * splits + split) * d + c) as usize] = total;
+        let target = SplitOut { first_head: stream * group, split, splits };
+        target.write_output(out, g, c, total, d);
         if c == 0 {
             let mut l = 0.0f32;
             for bb in 0..chunk_blocks {
                 l += block_mass[(g * chunk_blocks + bb) as usize];
             }
-            out_max[(head * splits + split) as usize] = head_max[g as usize];
-            out_sum[(head * splits + split) as usize] = l;
+            target.write_stats(out_max, out_sum, g, head_max[g as usize], l);
         }
         item += units;
     }

@@ -19,7 +19,7 @@
 //! 4. the unnormalized output, `m` and `l` go to the log-sum-exp merge
 //!    (`burn_kvcompress::kernels::merge_partials`).
 
-use burn_kvcompress::kernels::{decode_slot_visible, masked_score, split_masses, split_softmax};
+use burn_kvcompress::kernels::{decode_slot_visible, masked_score, split_masses, split_softmax, SplitOut};
 use cubecl::prelude::*;
 
 use super::table::DecodeShape;
@@ -145,7 +145,7 @@ pub fn decode_kernel(
     split_masses(&p, &mut head_sum, count, group, chunk);
 
     let head = stream * group;
-    let slot_out = SplitOut { head, split, splits: CUBE_COUNT_X };
+    let slot_out = SplitOut { first_head: head, split, splits: CUBE_COUNT_X };
     let books = (stream % kv_heads) * per_head_books * geo.shape.pq.subspaces;
     coded_values(
         v_codes,
@@ -186,38 +186,25 @@ impl Visibility {
     }
 }
 
-/// Where a split's partial results go: query heads `head..head + group`, split `split` of
-/// `splits`.
-#[derive(CubeType)]
-struct SplitOut {
-    head: u32,
-    split: u32,
-    splits: u32,
-}
-
+/// Writes channel `c` of head `g`'s unnormalized output `value` as `slot_out`'s split; channel 0
+/// also writes the head's max and its mass `Σ p`.
+#[allow(clippy::too_many_arguments)]
 #[cube]
-impl SplitOut {
-    /// Writes channel `c` of head `g`'s unnormalized output `value`; channel 0 also writes the
-    /// head's max and its mass `Σ p`.
-    #[allow(clippy::too_many_arguments)]
-    fn write(
-        &self,
-        out: &mut Array<f32>,
-        out_max: &mut Array<f32>,
-        out_sum: &mut Array<f32>,
-        head_max: &SharedMemory<f32>,
-        head_sum: &SharedMemory<f32>,
-        g: u32,
-        c: u32,
-        value: f32,
-        #[comptime] head_dim: u32,
-    ) {
-        let at = (self.head + g) * self.splits + self.split;
-        out[(at * head_dim + c) as usize] = value;
-        if c == 0 {
-            out_max[at as usize] = head_max[g as usize];
-            out_sum[at as usize] = head_sum[g as usize];
-        }
+fn write_channel(
+    slot_out: &SplitOut,
+    out: &mut Array<f32>,
+    out_max: &mut Array<f32>,
+    out_sum: &mut Array<f32>,
+    head_max: &SharedMemory<f32>,
+    head_sum: &SharedMemory<f32>,
+    g: u32,
+    c: u32,
+    value: f32,
+    #[comptime] head_dim: u32,
+) {
+    slot_out.write_output(out, g, c, value, head_dim);
+    if c == 0 {
+        slot_out.write_stats(out_max, out_sum, g, head_max[g as usize], head_sum[g as usize]);
     }
 }
 
@@ -615,7 +602,8 @@ fn sum_parts(
                 for q in 0..sharers {
                     value += scratch[(q * sums + e) as usize];
                 }
-                slot_out.write(
+                write_channel(
+                    slot_out,
                     out,
                     out_max,
                     out_sum,
@@ -659,7 +647,7 @@ fn recent_values(
         for t in 0..count {
             acc += p[(g * geo.chunk + t) as usize] * v_recent[((row + t) * d + c) as usize];
         }
-        slot_out.write(out, out_max, out_sum, head_max, head_sum, g, c, acc, d);
+        write_channel(slot_out, out, out_max, out_sum, head_max, head_sum, g, c, acc, d);
         pair += geo.units;
     }
 }

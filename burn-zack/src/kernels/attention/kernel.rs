@@ -28,7 +28,7 @@
 //! sums). Partial sums are stored at a row stride of `blocks + 1` (or `block + 1`) floats, so units
 //! reading one column of consecutive rows hit distinct banks.
 
-use burn_kvcompress::kernels::{decode_slot_visible, masked_score, split_masses, split_softmax};
+use burn_kvcompress::kernels::{decode_slot_visible, masked_score, split_masses, split_softmax, SplitOut};
 use cubecl::prelude::*;
 
 /// Shapes fixed at compile time (one compiled kernel per model geometry and vector width).
@@ -104,7 +104,13 @@ impl RowUnits {
     /// many as whole rows fit in each plane of `geo.plane` lanes.
     fn new(rank: u32, #[comptime] by_plane: bool, #[comptime] geo: DecodeGeometry) -> RowUnits {
         let blocks = row_blocks(rank, geo.block);
-        let mut units = RowUnits { blocks, column: UNIT_POS % blocks, lane: UNIT_POS / blocks, lanes: geo.units / blocks, active: true };
+        let mut units = RowUnits {
+            blocks,
+            column: UNIT_POS % blocks,
+            lane: UNIT_POS / blocks,
+            lanes: geo.units / blocks,
+            active: true,
+        };
         if by_plane {
             let per_plane = geo.plane / blocks;
             let index = UNIT_POS % geo.plane;
@@ -182,7 +188,7 @@ pub fn decode_kernel<E: Float, N: Size>(
     split_softmax(&mut p, &mut head_max, count, geo.group, geo.max_chunk);
     split_masses(&p, &mut head_sum, count, geo.group, geo.max_chunk);
     let sums = value_sums(values, &p, &columns, &slots, value_width, geo);
-    let target = SplitTarget { first_head, split, splits };
+    let target = SplitOut { first_head, split, splits };
     write_partials(&sums, &mut scratch, &head_max, &head_sum, out, out_max, out_sum, &columns, &target, geo);
 }
 
@@ -205,15 +211,6 @@ struct TaskSlots {
     len: u32,
     start: u32,
     window: u32,
-}
-
-/// Where a task's partial results go: query heads `first_head..first_head + group`, split `split`
-/// of `splits`.
-#[derive(CubeType)]
-struct SplitTarget {
-    first_head: u32,
-    split: u32,
-    splits: u32,
 }
 
 /// Phase 1: `p[g * max_chunk + t]` = the score of the task's slot `t` for query head `g`
@@ -304,8 +301,7 @@ fn task_scores<E: Float, N: Size>(
                 let stride = units.blocks + 1;
                 #[unroll]
                 for g in 0..group {
-                    scratch[((r * group + g) * lanes * stride + lane * stride + column) as usize] =
-                        acc[g as usize];
+                    scratch[((r * group + g) * lanes * stride + lane * stride + column) as usize] = acc[g as usize];
                 }
             }
         }
@@ -468,7 +464,7 @@ fn write_partials(
     out_max: &mut Array<f32>,
     out_sum: &mut Array<f32>,
     columns: &HeadColumns,
-    target: &SplitTarget,
+    target: &SplitOut,
     #[comptime] geo: DecodeGeometry,
 ) {
     let block = geo.block;
@@ -491,13 +487,11 @@ fn write_partials(
                     o += scratch[(at + s * units.blocks * (block + 1)) as usize];
                 }
             }
-            out[(((target.first_head + g) * target.splits + target.split) * d + c) as usize] = o;
+            target.write_output(out, g, c, o, d);
         }
         sync_cube();
     }
     if UNIT_POS < geo.group {
-        let index = (target.first_head + UNIT_POS) * target.splits + target.split;
-        out_max[index as usize] = head_max[UNIT_POS as usize];
-        out_sum[index as usize] = head_sum[UNIT_POS as usize];
+        target.write_stats(out_max, out_sum, UNIT_POS, head_max[UNIT_POS as usize], head_sum[UNIT_POS as usize]);
     }
 }
