@@ -67,15 +67,19 @@ impl DecodeGeometry {
     /// Whether the scratch buffer holds a round's partial scores on at least one lane for rows of
     /// up to `head_dim` coordinates, and one head's value sums of every unit.
     pub fn scratch_fits(&self) -> bool {
-        let blocks = self.head_dim.div_ceil(self.block);
-        self.scratch_floats >= self.group * self.rows * (blocks + 1)
+        self.scratch_floats >= self.group * self.rows * (self.widest_blocks() + 1)
             && self.scratch_floats >= self.units * (self.block + 1)
+    }
+
+    /// Column blocks of the widest row (a full-rank head's `head_dim` coordinates).
+    pub fn widest_blocks(&self) -> u32 {
+        self.head_dim.div_ceil(self.block)
     }
 }
 
 /// Halving steps of a tree over the widest row's blocks (`⌈log2(head_dim / block)⌉`).
 fn tree_steps(geo: DecodeGeometry) -> u32 {
-    geo.head_dim.div_ceil(geo.block).next_power_of_two().trailing_zeros()
+    geo.widest_blocks().next_power_of_two().trailing_zeros()
 }
 
 /// Column blocks of a row of `rank` coordinates (at least one).

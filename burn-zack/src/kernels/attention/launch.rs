@@ -72,7 +72,7 @@ pub fn decode_geometry(group: usize, head_dim: usize) -> DecodeGeometry {
 /// have at least `plane_size` lanes (0: no plane operations): `plane_size` where a full row's
 /// units fit in one plane, else 0 (through shared memory).
 pub fn score_plane(geo: &DecodeGeometry, plane_size: u32) -> u32 {
-    match geo.head_dim.div_ceil(geo.block) <= plane_size && plane_size <= geo.units {
+    match geo.widest_blocks() <= plane_size && plane_size <= geo.units {
         true => plane_size,
         false => 0,
     }
