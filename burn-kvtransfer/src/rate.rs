@@ -5,9 +5,10 @@ use std::time::{Duration, Instant};
 
 /// Paces writes to `rate` bytes per second with a burst of a few milliseconds of traffic.
 ///
-/// Tokens may go negative: a write of `n` bytes is admitted at once and the writer then sleeps
-/// off the debt, so the long-run rate is exact even though timers oversleep by up to a
-/// millisecond (the burst cap is large enough to absorb that). Clones share one bucket: the
+/// Tokens may go negative: a writer takes the tokens of `n` bytes at once, sleeps off its debt,
+/// then writes, so the long-run rate is exact even though timers oversleep by up to a
+/// millisecond (the burst cap is large enough to absorb that), and by any time `t` the writers
+/// sharing a bucket have written at most `burst + rate · t`. Clones share one bucket: the
 /// streams of one connection share its link.
 #[derive(Debug, Clone)]
 pub struct TokenBucket {

@@ -2,13 +2,17 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use burn_kvtransfer::{
     protocol::{ClientConfig, PrefillClient, ServerConfig, StoreStats},
     rate::TokenBucket,
+    transport::{FrameWriter, WireCounter},
 };
 use common::*;
+use tokio::io::AsyncReadExt;
 
 #[test]
 fn a_bucket_admits_its_burst_then_charges_the_rest() {
@@ -18,6 +22,43 @@ fn a_bucket_admits_its_burst_then_charges_the_rest() {
     assert_eq!(bucket.take(5_000_000), Duration::ZERO);
     let wait = bucket.take(1_000_000);
     assert!(wait > Duration::from_micros(900) && wait <= Duration::from_millis(1), "{wait:?}");
+}
+
+#[tokio::test]
+async fn writers_sharing_a_bucket_stay_within_its_burst_of_the_link() {
+    // 50 MB/s with a 250 kB burst, four writers of 1 MB each: had each written before paying for
+    // its chunk, the four would have put a megabyte on the wire at once.
+    let bucket = TokenBucket::new(50e6);
+    let received = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let writers: Vec<_> = (0..4)
+        .map(|_| {
+            let (tx, mut rx) = tokio::io::duplex(4 << 20);
+            let received = received.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0; 64 << 10];
+                while let Ok(n @ 1..) = rx.read(&mut buf).await {
+                    received.fetch_add(n, Ordering::Relaxed);
+                }
+            });
+            let mut writer = FrameWriter::new(tx, Some(bucket.clone()), WireCounter::default());
+            tokio::spawn(async move { writer.send(&vec![7; 1_000_000]).await })
+        })
+        .collect();
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let seen = received.load(Ordering::Relaxed);
+        let allowed = bucket.burst() as f64 + bucket.rate() * started.elapsed().as_secs_f64();
+        assert!(seen as f64 <= allowed, "{seen} bytes after {:?}, {allowed:.0} allowed", started.elapsed());
+    }
+    for writer in writers {
+        writer.await.unwrap().unwrap();
+    }
+    // Everything arrives, at no more than the link's rate.
+    let seconds = started.elapsed().as_secs_f64();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(received.load(Ordering::Relaxed), 4_000_000);
+    assert!(seconds >= (4e6 - bucket.burst() as f64) / bucket.rate(), "{seconds} s");
 }
 
 #[tokio::test]

@@ -140,12 +140,18 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         let buffered = (self.end - self.start).min(data_len);
         data[..buffered].copy_from_slice(&self.buf[self.start..self.start + buffered]);
         self.start += buffered;
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&data[..buffered]);
         let mut filled = buffered;
         while filled < data_len {
-            let n = self.inner.read(&mut data[filled..]).await?;
+            // Each read is hashed at once, while the kernel's copy of it is still in cache: a
+            // pass over the whole frame afterwards would read it back from memory.
+            let chunk = (data_len - filled).min(READ_CHUNK);
+            let n = self.inner.read(&mut data[filled..filled + chunk]).await?;
             if n == 0 {
                 return Err(TransferError::Truncated(HEADER_LEN + BLOCK_HEADER_LEN + filled));
             }
+            crc.update(&data[filled..filled + n]);
             self.counter.add(n);
             filled += n;
         }
@@ -157,7 +163,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         }
         let trailer = &self.buf[self.start..self.start + TRAILER_LEN];
         self.start += TRAILER_LEN;
-        let data_crc = crc32fast::hash(data);
+        let data_crc = crc.finalize();
         let payload_crc = crc_concat(crc32fast::hash(&header), data_crc, data_len);
         match payload_crc.to_le_bytes() == trailer {
             true => Ok(Placed::Block { header, target, data_crc }),
@@ -239,12 +245,14 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
             match &mut self.limiter {
                 None => self.inner.write_all(part).await?,
                 Some(bucket) => {
+                    // A chunk is written once its tokens are paid for: streams sharing the bucket
+                    // then never put more than the burst ahead of the link between them.
                     for chunk in part.chunks(bucket.burst()) {
                         let wait = bucket.take(chunk.len());
-                        self.inner.write_all(chunk).await?;
                         if !wait.is_zero() {
                             tokio::time::sleep(wait).await;
                         }
+                        self.inner.write_all(chunk).await?;
                     }
                 }
             }
