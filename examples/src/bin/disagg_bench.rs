@@ -64,14 +64,29 @@ struct Args {
     /// engine runs on a thread of its own.
     #[arg(long)]
     threads: Option<usize>,
+    /// Length of each sustained-utilization run, ms: `--in-flight` requests (at least 2) kept
+    /// outstanding at each emulated rate, a new one submitted as soon as one ends, and the wire
+    /// bytes received over the run divided by its length (0: skip these runs).
+    #[arg(long, default_value_t = 1000)]
+    sustain_ms: u64,
 }
 
 fn descriptor() -> SchemeDescriptor {
     SchemeDescriptor { scheme: "dense".into(), model: ModelFingerprint::of_bytes(b"disagg_bench synthetic") }
 }
 
-fn client_config(args: &Args, mode: Mode) -> ClientConfig {
-    ClientConfig { mode, data_streams: args.data_streams, ..ClientConfig::new(descriptor()) }
+/// A client whose receive pool keeps the buffers of `requests` requests of `request_bytes`, so
+/// that no timed layer lands in freshly mapped memory (an eighth more for the serializations'
+/// headers).
+fn client_config(args: &Args, mode: Mode, requests: usize, request_bytes: usize) -> ClientConfig {
+    let defaults = ClientConfig::new(descriptor());
+    let receive_pool_bytes = defaults.receive_pool_bytes.max(requests * request_bytes * 9 / 8);
+    ClientConfig { mode, data_streams: args.data_streams, receive_pool_bytes, ..defaults }
+}
+
+/// Layer-state bytes of a request of `tokens` tokens (f32 keys and values).
+fn request_bytes(shape: ModelShape, tokens: u32) -> usize {
+    2 * 4 * (shape.kv_heads * shape.head_dim * shape.num_layers) as usize * tokens as usize
 }
 
 /// Starts a server on a free loopback port.
@@ -85,20 +100,35 @@ async fn start(shape: ModelShape, block_kib: u32, link_gbps: Option<f64>) -> any
     Ok((server, addr))
 }
 
+/// What a drained request gave.
+struct Drained {
+    /// Layer-state bytes.
+    bytes: usize,
+    /// SHA-256 of each layer's serialization (zeros unless asked for).
+    hashes: Vec<[u8; 32]>,
+    /// When its first layer arrived.
+    first_layer: Instant,
+}
+
 /// Receives a request, returning its layers' state bytes and, if `hash`, their SHA-256s
 /// (hashing is kept out of timed requests).
-async fn drain(handle: &mut RequestHandle, layers: usize, hash: bool) -> anyhow::Result<(usize, Vec<[u8; 32]>)> {
+async fn drain(handle: &mut RequestHandle, layers: usize, hash: bool) -> anyhow::Result<Drained> {
     let mut hashes = vec![[0u8; 32]; layers];
     let mut bytes = 0;
+    let mut first_layer = None;
     while let Some(event) = handle.next().await {
         match event? {
             RequestEvent::Layer { layer, state } => {
+                first_layer.get_or_insert_with(Instant::now);
                 bytes += state.byte_len();
                 if hash {
                     hashes[layer] = Sha256::digest(encode_state(&state)).into();
                 }
             }
-            RequestEvent::Logits(_) => return Ok((bytes, hashes)),
+            RequestEvent::Logits(_) => {
+                let first_layer = first_layer.context("a request of no layers")?;
+                return Ok(Drained { bytes, hashes, first_layer });
+            }
         }
     }
     bail!("the request ended without its logits")
@@ -119,20 +149,34 @@ fn cpu_seconds() -> Option<f64> {
     Some(ticks / 100.0)
 }
 
-/// Median seconds and KV bytes of `reps` rounds of `args.in_flight` requests submitted at once
-/// (after a checked warm-up round), wire bytes per round, and CPU seconds per GB.
+/// One configuration's timed requests.
+struct Timed {
+    /// Median seconds from submitting a round to its last logits.
+    seconds: f64,
+    /// Median seconds from submitting a round to its first layer.
+    first_layer: f64,
+    /// Layer-state bytes per round.
+    kv_bytes: usize,
+    /// Bytes received from the wire per round.
+    wire_bytes: u64,
+    /// Process CPU seconds per GB of layer state.
+    cpu_per_gb: Option<f64>,
+}
+
+/// `reps` rounds of `args.in_flight` requests submitted at once, after a checked warm-up round.
 async fn throughput(
     args: &Args,
     shape: ModelShape,
     tokens: u32,
     mode: Mode,
     link: Option<f64>,
-) -> anyhow::Result<(f64, usize, u64, Option<f64>)> {
+) -> anyhow::Result<Timed> {
     let (_server, addr) = start(shape, args.block_kib, link).await?;
-    let client = PrefillClient::connect(&TcpConnector { addr }, client_config(args, mode)).await?;
+    let config = client_config(args, mode, args.in_flight.max(1), request_bytes(shape, tokens));
+    let client = PrefillClient::connect(&TcpConnector { addr }, config).await?;
     let prompt: Vec<u32> = (0..tokens).collect();
     let expected = expected_hashes(shape, &prompt);
-    let mut seconds = Vec::new();
+    let (mut seconds, mut first_layers) = (Vec::new(), Vec::new());
     let mut kv_bytes = 0;
     let before = client.bytes_received();
     let mut cpu_before = None;
@@ -148,19 +192,67 @@ async fn throughput(
         let rounds: Vec<_> =
             handles.into_iter().map(|mut h| tokio::spawn(async move { drain(&mut h, layers, check).await })).collect();
         kv_bytes = 0;
+        let mut first_layer = None::<Instant>;
         for round in rounds {
-            let (bytes, hashes) = round.await.context("request task")??;
-            ensure!(!check || hashes == expected, "received KV differs from what was sent");
-            kv_bytes += bytes;
+            let drained = round.await.context("request task")??;
+            ensure!(!check || drained.hashes == expected, "received KV differs from what was sent");
+            kv_bytes += drained.bytes;
+            first_layer = Some(first_layer.map_or(drained.first_layer, |t| t.min(drained.first_layer)));
         }
         if !check {
             seconds.push(started.elapsed().as_secs_f64());
+            first_layers.push(first_layer.context("a round of no requests")?.duration_since(started).as_secs_f64());
         }
     }
     let cpu_per_gb = cpu_before.zip(cpu_seconds()).map(|(b, a)| (a - b) / (kv_bytes as f64 * args.reps as f64 / 1e9));
-    let wire_per_round = (client.bytes_received() - before) / (args.reps as u64 + 1);
-    seconds.sort_by(f64::total_cmp);
-    Ok((seconds[seconds.len() / 2], kv_bytes, wire_per_round, cpu_per_gb))
+    let wire_bytes = (client.bytes_received() - before) / (args.reps as u64 + 1);
+    Ok(Timed { seconds: median(seconds), first_layer: median(first_layers), kv_bytes, wire_bytes, cpu_per_gb })
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// Wire bytes per second received while `max(in_flight, 2)` requests are kept outstanding for
+/// `args.sustain_ms` (a new one submitted as soon as one ends, after a checked warm-up request),
+/// and the requests that ended.
+async fn sustained(args: &Args, shape: ModelShape, tokens: u32, link: Option<f64>) -> anyhow::Result<(f64, usize)> {
+    let workers = args.in_flight.max(1);
+    let (_server, addr) = start(shape, args.block_kib, link).await?;
+    let config = client_config(args, Mode::Pull, workers, request_bytes(shape, tokens));
+    let client = std::sync::Arc::new(PrefillClient::connect(&TcpConnector { addr }, config).await?);
+    let prompt: Vec<u32> = (0..tokens).collect();
+    let layers = shape.num_layers as usize;
+    // The warm-up fills the receive pool with the buffers of `workers` requests.
+    let handles = (0..workers).map(|_| client.submit(prompt.clone())).collect::<Result<Vec<_>, _>>()?;
+    let expected = expected_hashes(shape, &prompt);
+    for mut handle in handles {
+        ensure!(drain(&mut handle, layers, true).await?.hashes == expected, "received KV differs from what was sent");
+    }
+    let started = Instant::now();
+    let deadline = started + Duration::from_millis(args.sustain_ms);
+    let before = client.bytes_received();
+    let tasks: Vec<_> = (0..workers)
+        .map(|_| {
+            let (client, prompt) = (client.clone(), prompt.clone());
+            tokio::spawn(async move {
+                let mut ended = 0;
+                while Instant::now() < deadline {
+                    drain(&mut client.submit(prompt.clone())?, layers, false).await?;
+                    ended += 1;
+                }
+                anyhow::Ok(ended)
+            })
+        })
+        .collect();
+    tokio::time::sleep_until(deadline.into()).await;
+    let rate = (client.bytes_received() - before) as f64 / started.elapsed().as_secs_f64();
+    let mut ended = 0;
+    for task in tasks {
+        ended += task.await.context("request task")??;
+    }
+    Ok((rate, ended))
 }
 
 /// The framed transport alone: `total` bytes of 4 MiB Block frames over one loopback TCP
@@ -196,7 +288,7 @@ async fn frames_only(total: usize) -> anyhow::Result<f64> {
 
 async fn concurrent(args: &Args, shape: ModelShape) -> anyhow::Result<()> {
     let (server, addr) = start(shape, args.block_kib, None).await?;
-    let client = PrefillClient::connect(&TcpConnector { addr }, client_config(args, Mode::Pull)).await?;
+    let client = PrefillClient::connect(&TcpConnector { addr }, client_config(args, Mode::Pull, 0, 0)).await?;
     let prompts: Vec<Vec<u32>> =
         (0..args.concurrent as u32).map(|r| (0..args.concurrent_tokens + r).map(|i| i * 7 + r).collect()).collect();
     let started = Instant::now();
@@ -207,9 +299,9 @@ async fn concurrent(args: &Args, shape: ModelShape) -> anyhow::Result<()> {
     let mut total = 0;
     let mut intact = 0;
     for (task, prompt) in tasks.into_iter().zip(&prompts) {
-        let (bytes, hashes) = task.await.context("request task")??;
-        total += bytes;
-        intact += usize::from(hashes == expected_hashes(shape, prompt));
+        let drained = task.await.context("request task")??;
+        total += drained.bytes;
+        intact += usize::from(drained.hashes == expected_hashes(shape, prompt));
     }
     let seconds = started.elapsed().as_secs_f64();
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -239,18 +331,23 @@ async fn run(args: Args) -> anyhow::Result<()> {
         head_dim: args.head_dim,
         vocab: 1024,
     };
-    let per_token = 2 * 4 * args.kv_heads as usize * args.head_dim as usize * args.layers as usize;
+    let per_token = request_bytes(shape, 1);
     println!(
-        "median of {} rounds of {} requests after a checked warm-up; KV = layer state bytes per round; GB = 1e9 bytes; CPU s/GB = process CPU time (both ends) per GB",
+        "median of {} rounds of {} requests after a checked warm-up; KV = layer state bytes per round; first = until a round's first layer arrived; GB = 1e9 bytes; CPU s/GB = process CPU time (both ends) per GB",
         args.reps, args.in_flight
+    );
+    println!(
+        "sustained = wire bytes over {} ms with {} requests kept in flight, against the link (requests ended)",
+        args.sustain_ms,
+        args.in_flight.max(2)
     );
     println!(
         "framed transport alone (4 MiB Block frames, CRC-checked, no protocol): {:.2} GB/s",
         frames_only(2 << 30).await?
     );
     println!(
-        "{:>10} {:>5} {:>10} {:>9} {:>10} {:>10} {:>10}",
-        "link", "mode", "KV MiB", "time ms", "KV GB/s", "% of link", "CPU s/GB"
+        "{:>10} {:>5} {:>8} {:>9} {:>9} {:>8} {:>9} {:>10} {:>9}",
+        "link", "mode", "KV MiB", "time ms", "first ms", "KV GB/s", "% of link", "sustained", "CPU s/GB"
     );
     for (link, mode) in
         [(None, Mode::Pull), (None, Mode::Push)].into_iter().chain(args.rates.iter().map(|&g| (Some(g), Mode::Pull)))
@@ -262,16 +359,27 @@ async fn run(args: Args) -> anyhow::Result<()> {
             }
             None => args.tokens,
         };
-        let (seconds, bytes, wire, cpu) = throughput(&args, shape, tokens, mode, link).await?;
-        let rate = bytes as f64 / seconds / 1e9;
-        let share = link.map_or("-".into(), |g| format!("{:.1}%", 100.0 * wire as f64 / seconds / (g * 1e9 / 8.0)));
-        let link = link.map_or("loopback".into(), |g| format!("{g} Gbit/s"));
+        let timed = throughput(&args, shape, tokens, mode, link).await?;
+        let link_rate = link.map(|g| g * 1e9 / 8.0);
+        let share =
+            |bytes_per_second: f64| link_rate.map_or("-".into(), |r| format!("{:.1}%", 100.0 * bytes_per_second / r));
+        let sustained = match mode == Mode::Pull && args.sustain_ms > 0 {
+            true => {
+                let (rate, ended) = sustained(&args, shape, tokens, link).await?;
+                format!("{} ({ended})", link_rate.map_or(format!("{:.2}GB/s", rate / 1e9), |_| share(rate)))
+            }
+            false => "-".into(),
+        };
         println!(
-            "{link:>10} {:>5} {:>10.1} {:>9.1} {rate:>10.2} {share:>10} {:>10}",
+            "{:>10} {:>5} {:>8.1} {:>9.1} {:>9.1} {:>8.2} {:>9} {sustained:>10} {:>9}",
+            link.map_or("loopback".into(), |g| format!("{g} Gbit/s")),
             format!("{mode:?}").to_lowercase(),
-            bytes as f64 / (1 << 20) as f64,
-            seconds * 1e3,
-            cpu.map_or("-".into(), |c| format!("{c:.2}"))
+            timed.kv_bytes as f64 / (1 << 20) as f64,
+            timed.seconds * 1e3,
+            timed.first_layer * 1e3,
+            timed.kv_bytes as f64 / timed.seconds / 1e9,
+            share(timed.wire_bytes as f64 / timed.seconds),
+            timed.cpu_per_gb.map_or("-".into(), |c| format!("{c:.2}"))
         );
     }
     concurrent(&args, shape).await
