@@ -150,6 +150,16 @@ fn decode_kernel_equals_reference() {
             len: 75,
             window: None,
         },
+        // One packed word per key group and per value block.
+        DecodeCase {
+            config: "bits=2,pi=16,round=nearest",
+            batch: 2,
+            kv_heads: 1,
+            group: 4,
+            head_dim: 48,
+            len: 99,
+            window: None,
+        },
         DecodeCase {
             config: "bits=2,pi=128,round=nearest",
             batch: 1,
