@@ -34,6 +34,27 @@ fn the_pool_keeps_no_more_than_its_cap_and_picks_the_smallest_fit() {
 }
 
 #[test]
+fn a_pool_following_the_load_keeps_what_its_callers_held_at_once() {
+    let (fixed, following) = (BufferPool::new(1500), BufferPool::following_load(1500));
+    for pool in [&fixed, &following] {
+        // Three layers held at once (3000 bytes), then dropped together.
+        let held: Vec<_> = (0..3).map(|_| pool.share(pool.take(1000))).collect();
+        drop(held);
+    }
+    assert_eq!(fixed.idle(), (1, 1000), "a fixed cap keeps what fits under it");
+    assert_eq!(following.idle(), (3, 3000), "the load's peak was 3000 bytes");
+    // The next round of the same load lands in the kept buffers.
+    let again: Vec<_> = (0..3).map(|_| following.take(1000)).collect();
+    assert_eq!(following.idle(), (0, 0));
+    drop(again);
+    // A larger load raises the cap: 4000 bytes held at once come back whole.
+    drop(following.share(following.take(4000)));
+    assert_eq!(following.idle(), (1, 4000));
+    drop(fixed.share(fixed.take(4000)));
+    assert_eq!(fixed.idle(), (1, 1000), "over the fixed cap: freed");
+}
+
+#[test]
 fn a_buffer_outliving_its_pool_is_freed() {
     let pool = BufferPool::new(1 << 20);
     let shared = pool.share(pool.take(64));

@@ -19,12 +19,40 @@ struct Kept {
     buffers: Vec<Vec<u8>>,
     bytes: usize,
     max_bytes: usize,
+    /// Whether the cap rises to `peak_shared` ([`BufferPool::following_load`]).
+    follows_load: bool,
+    /// Capacity of the buffers shared with callers and not yet returned, and its highest value.
+    shared: usize,
+    peak_shared: usize,
+}
+
+impl Kept {
+    /// Bytes of idle buffers the pool may keep now.
+    fn cap(&self) -> usize {
+        match self.follows_load {
+            true => self.max_bytes.max(self.peak_shared),
+            false => self.max_bytes,
+        }
+    }
 }
 
 impl BufferPool {
     /// A pool that keeps at most `max_bytes` of idle buffers (0 keeps none).
     pub fn new(max_bytes: usize) -> Self {
-        Self { shared: Arc::new(Mutex::new(Kept { buffers: Vec::new(), bytes: 0, max_bytes })) }
+        Self::with_cap(max_bytes, false)
+    }
+
+    /// A pool that keeps idle buffers up to the larger of `min_bytes` and the most bytes its
+    /// callers ever held at once: a steady load's layers land in recycled buffers whatever the
+    /// size of its requests, and the pool never keeps more than that load's peak (or
+    /// `min_bytes`).
+    pub fn following_load(min_bytes: usize) -> Self {
+        Self::with_cap(min_bytes, true)
+    }
+
+    fn with_cap(max_bytes: usize, follows_load: bool) -> Self {
+        let kept = Kept { buffers: Vec::new(), bytes: 0, max_bytes, follows_load, shared: 0, peak_shared: 0 };
+        Self { shared: Arc::new(Mutex::new(kept)) }
     }
 
     /// A buffer of `len` bytes with unspecified (initialized) contents: the smallest kept buffer
@@ -48,6 +76,10 @@ impl BufferPool {
 
     /// `buffer` as shared bytes that return it to this pool when the last clone is dropped.
     pub fn share(&self, buffer: Vec<u8>) -> Bytes {
+        let mut kept = self.shared.lock().unwrap_or_else(|p| p.into_inner());
+        kept.shared += buffer.capacity();
+        kept.peak_shared = kept.peak_shared.max(kept.shared);
+        drop(kept);
         Bytes::from_owner(Returning { buffer, pool: Arc::downgrade(&self.shared) })
     }
 
@@ -75,7 +107,8 @@ impl Drop for Returning {
         let Some(pool) = self.pool.upgrade() else { return };
         let mut kept = pool.lock().unwrap_or_else(|p| p.into_inner());
         let size = self.buffer.capacity();
-        if kept.bytes + size <= kept.max_bytes {
+        kept.shared -= size;
+        if kept.bytes + size <= kept.cap() {
             kept.bytes += size;
             kept.buffers.push(std::mem::take(&mut self.buffer));
         }

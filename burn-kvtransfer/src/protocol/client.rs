@@ -44,8 +44,14 @@ pub struct ClientConfig {
     /// Re-pulls after corrupt frames before a request fails.
     pub max_repulls: u32,
     /// Idle receive buffers kept for reuse, bytes: a layer's buffer comes back when the caller
-    /// drops the last tensor of its state (see [`BufferPool`]).
+    /// drops the last tensor of its state (see [`BufferPool`]). With
+    /// `receive_pool_follows_load`, the least the pool may keep.
     pub receive_pool_bytes: usize,
+    /// Whether the receive pool may also keep as many bytes as the caller ever held at once
+    /// ([`BufferPool::following_load`]), so that requests larger than `receive_pool_bytes` still
+    /// land in recycled buffers (a fresh buffer costs a page fault per 4 KiB). Off: the pool
+    /// keeps at most `receive_pool_bytes`.
+    pub receive_pool_follows_load: bool,
     /// Extra TCP streams that carry pulled blocks beside the control stream (0: everything on
     /// one stream). One stream's frames are read and checked by one core; several streams let
     /// several cores share a fast link.
@@ -54,7 +60,7 @@ pub struct ClientConfig {
 
 impl ClientConfig {
     /// Defaults for a descriptor: pull mode, 4 MiB frames, 30 s timeout, 1 GiB layers, 3 re-pulls,
-    /// 256 MiB of recycled receive buffers, no data streams.
+    /// recycled receive buffers up to 256 MiB or the load's peak if larger, no data streams.
     pub fn new(descriptor: SchemeDescriptor) -> Self {
         Self {
             descriptor,
@@ -65,6 +71,7 @@ impl ClientConfig {
             max_layer_bytes: 1 << 30,
             max_repulls: 3,
             receive_pool_bytes: 256 << 20,
+            receive_pool_follows_load: true,
             data_streams: 0,
         }
     }
@@ -172,7 +179,10 @@ impl PrefillClient {
         let (commands, commands_rx) = mpsc::unbounded_channel();
         let failure = Arc::new(Mutex::new(None));
         let corrupt = WireCounter::default();
-        let buffers = BufferPool::new(config.receive_pool_bytes);
+        let buffers = match config.receive_pool_follows_load {
+            true => BufferPool::following_load(config.receive_pool_bytes),
+            false => BufferPool::new(config.receive_pool_bytes),
+        };
         let session = Session {
             buffers,
             landing,
