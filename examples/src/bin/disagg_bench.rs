@@ -71,6 +71,13 @@ struct Args {
     sustain_ms: u64,
 }
 
+impl Args {
+    /// Requests kept in flight (`--in-flight`, at least one).
+    fn requests_in_flight(&self) -> usize {
+        self.in_flight.max(1)
+    }
+}
+
 fn descriptor() -> SchemeDescriptor {
     SchemeDescriptor { scheme: "dense".into(), model: ModelFingerprint::of_bytes(b"disagg_bench synthetic") }
 }
@@ -87,6 +94,20 @@ fn client_config(args: &Args, mode: Mode, requests: usize, request_bytes: usize)
 /// Layer-state bytes of a request of `tokens` tokens (f32 keys and values).
 fn request_bytes(shape: ModelShape, tokens: u32) -> usize {
     2 * 4 * (shape.kv_heads * shape.head_dim * shape.num_layers) as usize * tokens as usize
+}
+
+/// A server on a free loopback port (emulating `link` Gbit/s) and a client connected to it in
+/// `mode`, whose receive pool holds `--in-flight` requests of `tokens` tokens.
+async fn connected(
+    args: &Args,
+    shape: ModelShape,
+    tokens: u32,
+    mode: Mode,
+    link: Option<f64>,
+) -> anyhow::Result<(PrefillServer, PrefillClient)> {
+    let (server, addr) = start(shape, args.block_kib, link).await?;
+    let config = client_config(args, mode, args.requests_in_flight(), request_bytes(shape, tokens));
+    Ok((server, PrefillClient::connect(&TcpConnector { addr }, config).await?))
 }
 
 /// Starts a server on a free loopback port.
@@ -171,9 +192,7 @@ async fn throughput(
     mode: Mode,
     link: Option<f64>,
 ) -> anyhow::Result<Timed> {
-    let (_server, addr) = start(shape, args.block_kib, link).await?;
-    let config = client_config(args, mode, args.in_flight.max(1), request_bytes(shape, tokens));
-    let client = PrefillClient::connect(&TcpConnector { addr }, config).await?;
+    let (_server, client) = connected(args, shape, tokens, mode, link).await?;
     let prompt: Vec<u32> = (0..tokens).collect();
     let expected = expected_hashes(shape, &prompt);
     let (mut seconds, mut first_layers) = (Vec::new(), Vec::new());
@@ -187,7 +206,7 @@ async fn throughput(
         }
         let started = Instant::now();
         let handles =
-            (0..args.in_flight.max(1)).map(|_| client.submit(prompt.clone())).collect::<Result<Vec<_>, _>>()?;
+            (0..args.requests_in_flight()).map(|_| client.submit(prompt.clone())).collect::<Result<Vec<_>, _>>()?;
         let check = rep == 0;
         let rounds: Vec<_> =
             handles.into_iter().map(|mut h| tokio::spawn(async move { drain(&mut h, layers, check).await })).collect();
@@ -218,10 +237,9 @@ fn median(mut values: Vec<f64>) -> f64 {
 /// `args.sustain_ms` (a new one submitted as soon as one ends, after a checked warm-up round),
 /// and the requests that ended.
 async fn sustained(args: &Args, shape: ModelShape, tokens: u32, link: Option<f64>) -> anyhow::Result<(f64, usize)> {
-    let workers = args.in_flight.max(1);
-    let (_server, addr) = start(shape, args.block_kib, link).await?;
-    let config = client_config(args, Mode::Pull, workers, request_bytes(shape, tokens));
-    let client = std::sync::Arc::new(PrefillClient::connect(&TcpConnector { addr }, config).await?);
+    let workers = args.requests_in_flight();
+    let (_server, client) = connected(args, shape, tokens, Mode::Pull, link).await?;
+    let client = std::sync::Arc::new(client);
     let prompt: Vec<u32> = (0..tokens).collect();
     let layers = shape.num_layers as usize;
     // The warm-up fills the receive pool with the buffers of `workers` requests.
@@ -339,7 +357,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     println!(
         "sustained = wire bytes over {} ms with {} requests kept in flight, against the link (requests ended)",
         args.sustain_ms,
-        args.in_flight.max(1)
+        args.requests_in_flight()
     );
     println!(
         "framed transport alone (4 MiB Block frames, CRC-checked, no protocol): {:.2} GB/s",
@@ -353,10 +371,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
         [(None, Mode::Pull), (None, Mode::Push)].into_iter().chain(args.rates.iter().map(|&g| (Some(g), Mode::Pull)))
     {
         // About a second of traffic at the emulated rate (at least 32 MiB, at most the full size).
+        let full = args.tokens as usize;
         let tokens = match link {
-            Some(g) => {
-                ((g * 1e9 / 8.0) as usize / per_token).clamp((32 << 20) / per_token, args.tokens as usize) as u32
-            }
+            Some(g) => ((g * 1e9 / 8.0) as usize / per_token).clamp(((32 << 20) / per_token).min(full), full) as u32,
             None => args.tokens,
         };
         let timed = throughput(&args, shape, tokens, mode, link).await?;
