@@ -19,18 +19,18 @@ struct Kept {
     buffers: Vec<Vec<u8>>,
     bytes: usize,
     max_bytes: usize,
-    /// Whether the cap rises to `peak_shared` ([`BufferPool::following_load`]).
+    /// Whether the cap rises to `peak_on_loan` ([`BufferPool::following_load`]).
     follows_load: bool,
     /// Capacity of the buffers shared with callers and not yet returned, and its highest value.
-    shared: usize,
-    peak_shared: usize,
+    on_loan: usize,
+    peak_on_loan: usize,
 }
 
 impl Kept {
     /// Bytes of idle buffers the pool may keep now.
     fn cap(&self) -> usize {
         match self.follows_load {
-            true => self.max_bytes.max(self.peak_shared),
+            true => self.max_bytes.max(self.peak_on_loan),
             false => self.max_bytes,
         }
     }
@@ -51,7 +51,7 @@ impl BufferPool {
     }
 
     fn with_cap(max_bytes: usize, follows_load: bool) -> Self {
-        let kept = Kept { buffers: Vec::new(), bytes: 0, max_bytes, follows_load, shared: 0, peak_shared: 0 };
+        let kept = Kept { buffers: Vec::new(), bytes: 0, max_bytes, follows_load, on_loan: 0, peak_on_loan: 0 };
         Self { shared: Arc::new(Mutex::new(kept)) }
     }
 
@@ -77,8 +77,8 @@ impl BufferPool {
     /// `buffer` as shared bytes that return it to this pool when the last clone is dropped.
     pub fn share(&self, buffer: Vec<u8>) -> Bytes {
         let mut kept = self.shared.lock().unwrap_or_else(|p| p.into_inner());
-        kept.shared += buffer.capacity();
-        kept.peak_shared = kept.peak_shared.max(kept.shared);
+        kept.on_loan += buffer.capacity();
+        kept.peak_on_loan = kept.peak_on_loan.max(kept.on_loan);
         drop(kept);
         Bytes::from_owner(Returning { buffer, pool: Arc::downgrade(&self.shared) })
     }
@@ -107,7 +107,7 @@ impl Drop for Returning {
         let Some(pool) = self.pool.upgrade() else { return };
         let mut kept = pool.lock().unwrap_or_else(|p| p.into_inner());
         let size = self.buffer.capacity();
-        kept.shared -= size;
+        kept.on_loan -= size;
         if kept.bytes + size <= kept.cap() {
             kept.bytes += size;
             kept.buffers.push(std::mem::take(&mut self.buffer));
