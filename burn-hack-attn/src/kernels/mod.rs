@@ -53,9 +53,9 @@ where
         Ok(quantize::quantize_launch(x, spec))
     }
 
-    /// The fused decode kernel for one query slot where its shared memory fits (up to 8 query
-    /// heads per KV head at 128 channels); prefill (several query slots) and larger groups run
-    /// the reference.
+    /// The fused decode kernel for one query slot where its shared memory fits the device (up to
+    /// 8 query heads per KV head at 128 channels); prefill (several query slots) and larger
+    /// groups run the reference.
     fn hack_attention(
         q: Tensor<Self, 4>,
         cache: &CacheView<'_, Self>,
@@ -65,8 +65,9 @@ where
         let (_, _, q_len, _) =
             burn_kvcompress::cache::check_attend_shapes(q.dims(), [batch, kv_heads, len, cache.head_dim], options)?;
         let geo = decode::decode_geometry(q.dims()[1] / kv_heads, cache);
+        let device_shared = q.clone().into_primitive().tensor().client.properties().hardware.max_shared_memory_size;
         match q_len {
-            1 if geo.fits() => Ok(decode::decode_launch(q, cache, geo, options)),
+            1 if geo.fits(device_shared) => Ok(decode::decode_launch(q, cache, geo, options)),
             _ => attention_reference(q, cache, options),
         }
     }

@@ -58,10 +58,11 @@ impl DecodeGeometry {
         4 * (2 * self.scratch() + self.group * self.chunk + self.head_pairs() * (self.head_dim + self.chunk) + metadata)
     }
 
-    /// Whether the kernel's shared memory fits what every backend allows (it grows with the
-    /// group: 16 query heads per KV head at 128 channels do not fit).
-    pub fn fits(&self) -> bool {
-        self.shared_bytes() <= MAX_SHARED_BYTES
+    /// Whether the kernel's shared memory fits a device that gives a cube `device_bytes` (and the
+    /// static 48 KiB a CUDA kernel may declare). It grows with the group and the head size:
+    /// lavapipe's 32 KiB take 8 query heads per KV head at 128 channels, not at 256.
+    pub fn fits(&self, device_bytes: usize) -> bool {
+        self.shared_bytes() as usize <= device_bytes.min(MAX_SHARED_BYTES as usize)
     }
 
     /// Pairs of heads whose codes share a packed word (the last one half empty for an odd group).
