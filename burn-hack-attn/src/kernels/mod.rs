@@ -1,12 +1,19 @@
 //! The HACK operations behind one backend-extension trait, each as a kernel/launch/reference triad
 //! (DESIGN.md): `quantize` (quantize + pack on append), `decode` (the fused decode attention
-//! kernel) and `attention` (the tensor-op reference of both; prefill runs it on every backend).
+//! kernel, one query slot), `prefill` (the fused attention kernel for many query slots) and
+//! `attention` (the tensor-op reference of both).
 
 pub mod attention;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod cache_args;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub mod decode;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod eight_bit;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod noise_cube;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub mod prefill;
 pub mod quantize;
 mod spec;
 
@@ -53,22 +60,26 @@ where
         Ok(quantize::quantize_launch(x, spec))
     }
 
-    /// The fused decode kernel for one query slot where its shared memory fits the device (up to
-    /// 8 query heads per KV head at 128 channels); prefill (several query slots) and larger
-    /// groups run the reference.
+    /// The fused decode kernel for one query slot and the fused prefill kernel for several,
+    /// where their shared memory fits the device (the decode kernel takes up to 8 query heads per
+    /// KV head at 128 channels); larger groups run the reference.
     fn hack_attention(
         q: Tensor<Self, 4>,
         cache: &CacheView<'_, Self>,
         options: &AttendOptions,
     ) -> Result<Tensor<Self, 4>, CacheError> {
         let [batch, kv_heads, len, _] = cache.keys.min.dims();
-        let (_, _, q_len, _) =
+        let (_, heads, q_len, _) =
             burn_kvcompress::cache::check_attend_shapes(q.dims(), [batch, kv_heads, len, cache.head_dim], options)?;
-        let geo = decode::decode_geometry(q.dims()[1] / kv_heads, cache);
+        let group = heads / kv_heads;
         let device_shared = q.clone().into_primitive().tensor().client.properties().hardware.max_shared_memory_size;
-        match q_len {
-            1 if geo.fits(device_shared) => Ok(decode::decode_launch(q, cache, geo, options)),
-            _ => attention_reference(q, cache, options),
+        let decode = decode::decode_geometry(group, cache);
+        if q_len == 1 && decode.fits(device_shared) {
+            return Ok(decode::decode_launch(q, cache, decode, options));
+        }
+        match prefill::prefill_geometry(group, cache.head_dim, cache.partition, cache.bits, device_shared) {
+            Some(geo) => Ok(prefill::prefill_launch(q, cache, geo, options)),
+            None => attention_reference(q, cache, options),
         }
     }
 }

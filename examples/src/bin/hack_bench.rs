@@ -138,7 +138,8 @@ fn run<B: HackBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
         }
     }
 
-    // 3. Prefill attention timing (the tensor-op path: Q/P 8-bit, homomorphic products).
+    // 3. Prefill attention timing (the fused prefill kernel where it fits: Q/P 8-bit, homomorphic
+    //    products, causal).
     println!("\n| prefill context | median ms |");
     println!("|---:|---:|");
     for &len in &args.grid.prefill_contexts {

@@ -29,6 +29,8 @@
 use burn_kvcompress::kernels::{decode_slot_visible, masked_score as masked, min_max_runs, sum_runs, SplitOut};
 use cubecl::prelude::*;
 
+use crate::kernels::eight_bit::{code8, numerator, scale8};
+
 /// Shapes fixed at compile time (one compiled kernel per model geometry and configuration).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct DecodeGeometry {
@@ -116,32 +118,6 @@ fn dot_word(
         dot[(2 * pair) as usize] += sums[pair as usize] & 0xFFFF;
         dot[(2 * pair + 1) as usize] += sums[pair as usize] >> 16;
     }
-}
-
-/// The softmax numerator `exp(s − m)` of score `s` under max `m`, 0 for a masked slot.
-#[cube]
-fn numerator(s: f32, m: f32) -> f32 {
-    let mut x = 0.0f32;
-    if s > masked() {
-        x = f32::exp(s - m);
-    }
-    x
-}
-
-/// The 8-bit scale of a run of min `lo` and max `hi` (1 for a constant run).
-#[cube]
-fn scale8(lo: f32, hi: f32) -> f32 {
-    let mut s = (hi - lo) / 255.0;
-    if hi <= lo {
-        s = 1.0;
-    }
-    s
-}
-
-/// The 8-bit code of `x` in a run of min `lo` and scale `s` (asymmetric, round to nearest).
-#[cube]
-fn code8(x: f32, lo: f32, s: f32) -> f32 {
-    f32::floor((x - lo) / s + 0.5).clamp(0.0, 255.0)
 }
 
 /// One chunk of HACK decode attention; see the module documentation.
