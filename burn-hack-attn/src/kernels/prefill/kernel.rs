@@ -20,8 +20,8 @@
 //!    block keeps the f32 `p`), with partial masses and code sums; one unit per row adds them
 //!    up and keeps the row's running mass `l`;
 //!    e. P·V: each unit owns `output_rows` rows of one channel and accumulates, after rescaling
-//!    by `α`, Eq. 4 over the block (P codes, unpacked V codes, the cached V sums), or `p · v`
-//!    in f32 over the tail's slots.
+//!    by `α`, Eq. 4 over the block (P codes, unpacked V codes, the cached V sums) in passes of
+//!    `pass_rows` rows, or `p · v` in f32 over the tail's slots.
 //! 3. Each unit writes its rows' `o / l`.
 //!
 //! Integer sums stay exact: a 16-bit lane's sum over one packed word is below 2^16 (16 codes ·
@@ -79,6 +79,11 @@ impl PrefillGeometry {
     /// Units per cube: one per (output row group, channel).
     pub fn units(&self) -> u32 {
         self.rows / self.output_rows * self.head_dim
+    }
+
+    /// Rows per pass of the value phase: the largest of 8, 4 and 2 that divides `output_rows`.
+    pub fn pass_rows(&self) -> u32 {
+        [8, 4, 2].into_iter().find(|n| self.output_rows.is_multiple_of(*n)).unwrap_or(2)
     }
 
     /// Units that share the statistics of one row pair.
@@ -201,6 +206,7 @@ pub fn prefill_kernel(
     let words_per_value = comptime!(geo.partition * geo.bits / 32);
     let lanes = comptime!(geo.stat_lanes());
     let output_rows = comptime!(geo.output_rows);
+    let pass_rows = comptime!(geo.pass_rows());
     let first_query = CUBE_POS_X * geo.queries; // index among the q_len queries
     let first_pos = len - q_len; // slot of query 0
     let quantized_len = blocks * pi;
@@ -492,40 +498,46 @@ pub fn prefill_kernel(
         }
         if closed {
             let row = (stream * blocks + kb) * d + out_c;
-            let mut dot = Array::<u32>::new(comptime!(geo.output_rows as usize));
+            let (vs, vm, v_sum) = (v_scale[row as usize], v_min[row as usize], f32::cast_from(v_sums[row as usize]));
+            // In passes of `pass_rows` rows, so that only one pass's integer sums are live.
             #[unroll]
-            for r in 0..output_rows {
-                dot[r as usize] = 0;
-            }
-            for w in 0..words_per_value {
-                let word = v_words[(row * words_per_value + w) as usize];
-                let mut sums = Array::<u32>::new(comptime!((geo.output_rows / 2) as usize));
+            for pass in 0..comptime!(geo.output_rows / geo.pass_rows()) {
+                let r0 = pass * pass_rows;
+                let mut dot = Array::<u32>::new(comptime!(geo.pass_rows() as usize));
                 #[unroll]
-                for pp in 0..comptime!(geo.output_rows / 2) {
-                    sums[pp as usize] = 0;
+                for r in 0..pass_rows {
+                    dot[r as usize] = 0;
                 }
-                #[unroll]
-                for j in 0..per_word {
-                    let code = (word >> (j * geo.bits)) & mask;
+                for w in 0..words_per_value {
+                    let word = v_words[(row * words_per_value + w) as usize];
+                    let mut sums = Array::<u32>::new(comptime!((geo.pass_rows() / 2) as usize));
                     #[unroll]
-                    for pp in 0..comptime!(geo.output_rows / 2) {
-                        sums[pp as usize] += p_pairs[((out_row0 / 2 + pp) * pi + w * per_word + j) as usize] * code;
+                    for pp in 0..comptime!(geo.pass_rows() / 2) {
+                        sums[pp as usize] = 0;
+                    }
+                    #[unroll]
+                    for j in 0..per_word {
+                        let code = (word >> (j * geo.bits)) & mask;
+                        #[unroll]
+                        for pp in 0..comptime!(geo.pass_rows() / 2) {
+                            sums[pp as usize] +=
+                                p_pairs[(((out_row0 + r0) / 2 + pp) * pi + w * per_word + j) as usize] * code;
+                        }
+                    }
+                    #[unroll]
+                    for pp in 0..comptime!(geo.pass_rows() / 2) {
+                        dot[(2 * pp) as usize] += sums[pp as usize] & 0xFFFF;
+                        dot[(2 * pp + 1) as usize] += sums[pp as usize] >> 16;
                     }
                 }
                 #[unroll]
-                for pp in 0..comptime!(geo.output_rows / 2) {
-                    dot[(2 * pp) as usize] += sums[pp as usize] & 0xFFFF;
-                    dot[(2 * pp + 1) as usize] += sums[pp as usize] >> 16;
+                for r in 0..pass_rows {
+                    let pr = (out_row0 + r0 + r) as usize;
+                    acc[(r0 + r) as usize] += p_scale[pr] * vs * f32::cast_from(dot[r as usize])
+                        + p_scale[pr] * p_sum[pr] * vm
+                        + p_min[pr] * vs * v_sum
+                        + f32::cast_from(pi) * p_min[pr] * vm;
                 }
-            }
-            let (vs, vm, v_sum) = (v_scale[row as usize], v_min[row as usize], f32::cast_from(v_sums[row as usize]));
-            #[unroll]
-            for r in 0..output_rows {
-                let pr = (out_row0 + r) as usize;
-                acc[r as usize] += p_scale[pr] * vs * f32::cast_from(dot[r as usize])
-                    + p_scale[pr] * p_sum[pr] * vm
-                    + p_min[pr] * vs * v_sum
-                    + f32::cast_from(pi) * p_min[pr] * vm;
             }
         } else {
             for key in 0..pi {
