@@ -1,12 +1,16 @@
-//! The ZACK decode kernel against the plain-tensor reference on wgpu (lavapipe in CI) or CUDA, with
-//! uneven per-head ranks, GQA, batch, padding and sliding windows, across the schedule's splits.
+//! The ZACK decode and prefill kernels against the plain-tensor reference on wgpu (lavapipe in CI)
+//! or CUDA, with uneven per-head ranks, GQA, batch, padding and sliding windows, across the decode
+//! schedule's splits and the prefill's balanced tiles.
 #![cfg(any(feature = "wgpu", feature = "cuda"))]
 
 mod common;
 
 use burn::tensor::{backend::Backend, f16, FloatDType, Tensor, TensorData};
 use burn_kvcompress::cache::AttendOptions;
-use burn_zack::{cache::HeadLayout, kernels::ZackBackend};
+use burn_zack::{
+    cache::HeadLayout,
+    kernels::{attention::prefill_geometry, ZackBackend},
+};
 use common::{host, uniform};
 
 /// The kernels' backend: CUDA when built with the `cuda` feature (on a GPU machine, where
@@ -30,12 +34,13 @@ fn on<B: Backend, const D: usize>(values: &[f32], shape: [usize; D]) -> Tensor<B
     Tensor::from_data(TensorData::new(values.to_vec(), shape), &Default::default())
 }
 
-/// One decode step's inputs.
+/// One attention call's inputs: `q_len` query slots (the last ones) over `len` cached slots.
 struct Case {
     layout: HeadLayout,
     batch: usize,
     heads: usize,
     len: usize,
+    q_len: usize,
     q: Vec<f32>,
     basis: Vec<f32>,
     keys: Vec<f32>,
@@ -44,10 +49,17 @@ struct Case {
 }
 
 impl Case {
-    fn new(layout: HeadLayout, group: usize, batch: usize, len: usize, window: Option<usize>, seed: u64) -> Self {
+    fn new(
+        layout: HeadLayout,
+        group: usize,
+        batch: usize,
+        [len, q_len]: [usize; 2],
+        window: Option<usize>,
+        seed: u64,
+    ) -> Self {
         let (d, heads) = (layout.head_dim, layout.kv_heads() * group);
         Self {
-            q: uniform(batch * heads * d, seed),
+            q: uniform(batch * heads * q_len * d, seed),
             basis: uniform(d * layout.key_width(), seed + 1),
             keys: uniform(batch * len * layout.key_width(), seed + 2),
             values: uniform(batch * len * layout.value_width(), seed + 3),
@@ -60,6 +72,7 @@ impl Case {
             batch,
             heads,
             len,
+            q_len,
         }
     }
 
@@ -75,7 +88,7 @@ impl Case {
     fn run<B: ZackBackend>(&self, dtype: FloatDType) -> Vec<f32> {
         let (d, kw, vw) = (self.layout.head_dim, self.layout.key_width(), self.layout.value_width());
         let out = B::zack_attention(
-            on(&self.q, [self.batch, self.heads, 1, d]),
+            on(&self.q, [self.batch, self.heads, self.q_len, d]),
             on(&self.basis, [d, kw]),
             on(&self.keys, [self.batch, self.len, kw]).cast(dtype),
             on(&self.values, [self.batch, self.len, vw]).cast(dtype),
@@ -101,20 +114,17 @@ impl Case {
         for b in 0..self.batch {
             for h in 0..self.heads {
                 let cols = layout.key_columns(h / group);
-                let q_abs: Vec<f64> = cols
-                    .clone()
-                    .map(|j| {
-                        (0..d)
-                            .map(|c| {
-                                f64::from(self.q[(b * self.heads + h) * d + c].abs() * self.basis[c * kw + j].abs())
-                            })
-                            .sum()
-                    })
-                    .collect();
-                for s in 0..self.len {
-                    let row = &self.keys[(b * self.len + s) * kw..];
-                    let dot: f64 = cols.clone().zip(&q_abs).map(|(j, qa)| qa * f64::from(row[j].abs())).sum();
-                    delta = delta.max(gamma(d + cols.len() + 2) * f64::from(self.options.scale) * dot);
+                for qi in 0..self.q_len {
+                    let q = &self.q[((b * self.heads + h) * self.q_len + qi) * d..];
+                    let q_abs: Vec<f64> = cols
+                        .clone()
+                        .map(|j| (0..d).map(|c| f64::from(q[c].abs() * self.basis[c * kw + j].abs())).sum())
+                        .collect();
+                    for s in 0..self.len {
+                        let row = &self.keys[(b * self.len + s) * kw..];
+                        let dot: f64 = cols.clone().zip(&q_abs).map(|(j, qa)| qa * f64::from(row[j].abs())).sum();
+                        delta = delta.max(gamma(d + cols.len() + 2) * f64::from(self.options.scale) * dot);
+                    }
                 }
             }
         }
@@ -152,12 +162,41 @@ fn decode_kernel_equals_the_reference_on_uneven_heads() {
         (layout(16, &[16], &[9]), 32, 1, 40, None, false),
     ];
     for (i, (layout, group, batch, len, window, kernel)) in cases.into_iter().enumerate() {
-        let case = Case::new(layout, group, batch, len, window, 100 * i as u64);
+        let case = Case::new(layout, group, batch, [len, 1], window, 100 * i as u64);
         let score_u = if kernel { F32_ROUNDOFF } else { DEVICE_MATMUL_ROUNDOFF };
         check(&case, FloatDType::F32, score_u, &format!("case {i}"));
         // f16 storage: the kernel stages f16 elements; the reference sees the same rounded values.
         if i % 2 == 1 || (10..14).contains(&i) {
             check(&case.rounded_to_f16(), FloatDType::F16, score_u, &format!("case {i}, f16"));
+        }
+    }
+}
+
+#[test]
+fn prefill_kernel_equals_the_reference_on_uneven_heads() {
+    let layout =
+        |d, qk: &[usize], vo: &[usize]| HeadLayout { head_dim: d, qk_ranks: qk.to_vec(), vo_ranks: vo.to_vec() };
+    // (layout, group, batch, [len, q_len], window): all slots as queries, or a chunk of queries
+    // after cached slots; tiles of 1 to 16 rows (5 query slots of 3 heads), blocks of 8 to 32
+    // slots, causal edges inside a block.
+    let cases = [
+        (layout(64, &[8, 64, 32], &[8, 64, 17]), 3, 2, [70, 70], None),
+        (layout(128, &[64, 128], &[32, 128]), 4, 1, [100, 37], None),
+        (layout(32, &[32, 9], &[4, 32]), 4, 2, [45, 45], Some(10)),
+        (layout(16, &[3, 16], &[16, 5]), 2, 2, [33, 20], None),
+        (layout(128, &[128, 50], &[90, 128]), 8, 1, [40, 40], None),
+        (layout(64, &[64, 10], &[7, 64]), 16, 1, [20, 20], None),
+        // Gemma's 256 channels: 8-slot blocks.
+        (layout(256, &[256, 100], &[256, 3]), 1, 1, [30, 30], None),
+        (layout(64, &[32, 64, 16], &[16, 32, 64]), 1, 3, [50, 50], Some(7)),
+    ];
+    for (i, (layout, group, batch, lens, window)) in cases.into_iter().enumerate() {
+        // The kernel, not the reference, runs for these shapes.
+        assert!(prefill_geometry(group, layout.head_dim).is_some(), "prefill case {i}");
+        let case = Case::new(layout, group, batch, lens, window, 7000 + 100 * i as u64);
+        check(&case, FloatDType::F32, F32_ROUNDOFF, &format!("prefill case {i}"));
+        if i % 2 == 0 {
+            check(&case.rounded_to_f16(), FloatDType::F16, F32_ROUNDOFF, &format!("prefill case {i}, f16"));
         }
     }
 }
@@ -172,7 +211,7 @@ fn check(case: &Case, dtype: FloatDType, score_u: f64, name: &str) {
     // Zero past each head's value rank, exactly.
     let (d, group) = (case.layout.head_dim, case.heads / case.layout.kv_heads());
     for (index, x) in kernel.iter().enumerate() {
-        let head = (index / d) % case.heads;
+        let head = (index / (case.q_len * d)) % case.heads;
         if index % d >= case.layout.vo_ranks[head / group] {
             assert_eq!(*x, 0.0, "{name}: padding at {index}");
         }

@@ -47,9 +47,9 @@ where
 {
     const HALF_STORAGE: bool = true;
 
-    /// The fused decode kernel for one query slot (in the shapes it
-    /// [`supports`](attention::supports), with no head of rank 0); other shapes and several query
-    /// slots run the reference.
+    /// The fused decode kernel for one query slot and the prefill kernel for several (in the
+    /// shapes they [`support`](attention::supports), with no head of rank 0); other shapes run
+    /// the reference.
     fn zack_attention(
         q: Tensor<Self, 4>,
         basis: Tensor<Self, 2>,
@@ -61,10 +61,15 @@ where
         let [batch, slots, _] = keys.dims();
         let cache_dims = [batch, layout.kv_heads(), slots, layout.head_dim];
         let (_, heads, q_len, head_dim) = burn_kvcompress::cache::check_attend_shapes(q.dims(), cache_dims, options)?;
-        match q_len {
-            1 if attention::supports(heads / layout.kv_heads(), head_dim) && !layout.has_empty_head() => {
+        let group = heads / layout.kv_heads();
+        if layout.has_empty_head() {
+            return zack_attention_reference(q, basis, keys, values, layout, options);
+        }
+        match (q_len, attention::prefill_geometry(group, head_dim)) {
+            (1, _) if attention::supports(group, head_dim) => {
                 Ok(attention::decode_launch(q, basis, keys, values, layout, options))
             }
+            (_, Some(geo)) => Ok(attention::prefill_launch(q, basis, keys, values, layout, geo, options)),
             _ => zack_attention_reference(q, basis, keys, values, layout, options),
         }
     }

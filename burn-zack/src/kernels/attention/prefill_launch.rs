@@ -1,0 +1,193 @@
+//! Launching the ZACK prefill kernel (and the query rotation it reads) on a CubeCL backend, with
+//! query tiles balanced across uneven heads.
+
+use burn::tensor::{f16, DType, Int, Tensor, TensorData, TensorPrimitive};
+use burn_cubecl::{cubecl::prelude::*, BoolElement, CubeRuntime};
+use burn_kvcompress::{
+    cache::AttendOptions,
+    kernels::{dense_output, float_arg, int_arg, CubeF32},
+};
+
+use super::{
+    launch::{decode_geometry, UNITS},
+    prefill_kernel::{prefill_kernel, PrefillGeometry, ROWS},
+    rotate::{rotate_queries_kernel, ROTATE_COLUMNS},
+};
+use crate::cache::HeadLayout;
+
+/// Shared memory a cube may use on every backend: 32 KiB on Mesa's software Vulkan.
+const SHARED_BYTES: u32 = 32 * 1024;
+/// Key slots per block, halved until the cube's shared memory fits.
+const BLOCKS: [u32; 3] = [32, 16, 8];
+/// Query rows (sequences × slots) one rotation launch takes: a grid's second dimension.
+const ROTATE_ROWS: usize = 65535;
+
+/// The prefill kernel's geometry for `group` query heads per KV head of `head_dim` channels, or
+/// None where it does not apply (more than [`ROWS`] heads per KV head, a cube over 256 units, or
+/// shared memory over 32 KiB even with the shortest blocks); the rotation's constraints are the
+/// decode kernel's.
+pub fn prefill_geometry(group: usize, head_dim: usize) -> Option<PrefillGeometry> {
+    if group == 0 || group > ROWS as usize || !super::supports(group, head_dim) {
+        return None;
+    }
+    BLOCKS
+        .iter()
+        .map(|&block| PrefillGeometry::new(group as u32, head_dim as u32, block))
+        .find(|geo| geo.units() <= 256 && geo.shared_bytes() <= SHARED_BYTES)
+}
+
+/// The task table: `[kv_head, first_query, queries]` per task, each head's queries cut into
+/// tiles of `max_queries · c_min / c_h` slots where `c_h = k_qk + k_vo + 1` is the head's cost per
+/// (query, key) pair (the paper's row-block equalisation), so a tile of a cheap head is as much
+/// work as one of an expensive head; tasks ordered by decreasing work (causal: later tiles see
+/// more keys), so the longest start first.
+pub fn prefill_tasks(layout: &HeadLayout, q_len: usize, max_queries: usize) -> Vec<[u32; 3]> {
+    let cost = |h: usize| layout.qk_ranks[h] + layout.vo_ranks[h] + 1;
+    let cheapest = (0..layout.kv_heads()).map(cost).min().unwrap_or(1);
+    let mut tasks: Vec<([u32; 3], usize)> = (0..layout.kv_heads())
+        .flat_map(|h| {
+            let tile = (max_queries * cheapest / cost(h)).max(1);
+            (0..q_len).step_by(tile).map(move |first| {
+                let queries = tile.min(q_len - first);
+                ([h as u32, first as u32, queries as u32], queries * (first + queries) * cost(h))
+            })
+        })
+        .collect();
+    tasks.sort_by_key(|(_, work)| std::cmp::Reverse(*work));
+    tasks.into_iter().map(|(task, _)| task).collect()
+}
+
+/// ZACK attention of `q: [batch, heads, q_len, head_dim]` (the last `q_len` slots) over `keys:
+/// [batch, len, Σ k_qk]` and `values: [batch, len, Σ k_vo]` (both f32 or both f16), shapes
+/// already checked, `geo` from [`prefill_geometry`], every head's ranks at least 1; returns
+/// `[batch, heads, q_len, head_dim]`, zero past each head's value rank.
+#[allow(unsafe_code)] // Unchecked kernel launches; each states why it is in bounds.
+pub fn prefill_launch<R: CubeRuntime, BT: BoolElement>(
+    q: Tensor<CubeF32<R, BT>, 4>,
+    basis: Tensor<CubeF32<R, BT>, 2>,
+    keys: Tensor<CubeF32<R, BT>, 3>,
+    values: Tensor<CubeF32<R, BT>, 3>,
+    layout: &HeadLayout,
+    geo: PrefillGeometry,
+    options: &AttendOptions,
+) -> Tensor<CubeF32<R, BT>, 4> {
+    let [batch, heads, q_len, d] = q.dims();
+    let len = keys.dims()[1];
+    let device = q.device();
+    let kv_heads = layout.kv_heads();
+    let tasks = prefill_tasks(layout, q_len, geo.queries() as usize);
+    let mut meta: Vec<i32> = (0..kv_heads)
+        .flat_map(|h| {
+            let (k, v) = (layout.key_columns(h), layout.value_columns(h));
+            [k.start, k.len(), v.start, v.len()].map(|x| x as i32)
+        })
+        .collect();
+    meta.extend(options.key_start.iter().map(|&s| s as i32));
+    let tasks_at = meta.len();
+    meta.extend(tasks.iter().flatten().map(|&x| x as i32));
+    let words = meta.len();
+    let meta = int_arg(&Tensor::<CubeF32<R, BT>, 1, Int>::from_data(TensorData::new(meta, [words]), &device));
+
+    // The reduced queries, `[batch, q_len, heads, key_width]`: the decode step's rotation with
+    // every (sequence, slot) as a sequence, in launches of at most `ROTATE_ROWS` of them.
+    let rows = q.swap_dims(1, 2).reshape([batch * q_len, heads, d]);
+    let rotate = decode_geometry(heads / kv_heads, d);
+    let widest_rank = (0..kv_heads).map(|h| layout.key_columns(h).len()).max().unwrap_or(0).max(1) as u32;
+    let basis = float_arg(&basis);
+    let reduced: Vec<Tensor<CubeF32<R, BT>, 1>> = (0..batch * q_len)
+        .step_by(ROTATE_ROWS)
+        .map(|first| {
+            let n = ROTATE_ROWS.min(batch * q_len - first);
+            let chunk = float_arg(&rows.clone().narrow(0, first, n));
+            let out = dense_output::<R, f32>(&chunk, n * heads * layout.key_width());
+            // SAFETY: as in `decode_launch`: one cube per (KV head, query row, column tile); it
+            // reads the row's `heads · head_dim` channels of `chunk` (`n` rows) and the head's key
+            // columns of `basis`, and writes those of `out`, sized `n · heads · key_width`.
+            unsafe {
+                rotate_queries_kernel::launch_unchecked(
+                    &chunk.client,
+                    CubeCount::Static(kv_heads as u32, n as u32, widest_rank.div_ceil(ROTATE_COLUMNS)),
+                    CubeDim::new_1d(UNITS),
+                    chunk.clone().into_array_arg(),
+                    basis.clone().into_array_arg(),
+                    meta.clone().into_array_arg(),
+                    out.clone().into_array_arg(),
+                    options.scale,
+                    rotate.group,
+                    rotate.head_dim,
+                    UNITS,
+                )
+            };
+            Tensor::from_primitive(TensorPrimitive::Float(out))
+        })
+        .collect();
+    let reduced = float_arg(&Tensor::cat(reduced, 0));
+    let client = reduced.client.clone();
+    let out = dense_output::<R, f32>(&reduced, batch * heads * q_len * d);
+    let launch = match keys.dtype() {
+        DType::F16 => prefill_kernel::launch_unchecked::<f16, R>,
+        _ => prefill_kernel::launch_unchecked::<f32, R>,
+    };
+    // SAFETY: a task's rows are `queries · group ≤ ROWS` (`prefill_tasks` cuts tiles of at most
+    // `geo.queries()` slots) of queries `first_query + i < q_len` of one KV head, whose columns
+    // lie within the caches' widths (`HeadLayout`); key and value slots read are `< len` (the
+    // guard before each load); shared indices stay below `ROWS · head_dim`, `block · (head_dim
+    // + 1)` (ranks ≤ head_dim) and `ROWS · block` by the loops' bounds; `meta` holds the layout,
+    // `batch` first slots and the table read from `tasks_at`; `out` holds `batch · heads · q_len
+    // · head_dim`. Bounds validated on CUDA: `burn_kvcompress::kernels`.
+    unsafe {
+        launch(
+            &client,
+            CubeCount::Static(tasks.len() as u32, batch as u32, 1),
+            CubeDim::new_1d(geo.units()),
+            reduced.into_array_arg(),
+            float_arg(&keys).into_array_arg(),
+            float_arg(&values).into_array_arg(),
+            meta.into_array_arg(),
+            out.clone().into_array_arg(),
+            kv_heads as u32,
+            tasks_at as u32,
+            len as u32,
+            q_len as u32,
+            options.window.unwrap_or(0) as u32,
+            layout.key_width() as u32,
+            layout.value_width() as u32,
+            geo,
+        )
+    };
+    Tensor::<CubeF32<R, BT>, 1>::from_primitive(TensorPrimitive::Float(out)).reshape([batch, heads, q_len, d])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiles_shrink_with_the_heads_cost_and_cover_every_query_once() {
+        let layout = HeadLayout { head_dim: 128, qk_ranks: vec![32, 96], vo_ranks: vec![32, 96] };
+        let tasks = prefill_tasks(&layout, 10, 4);
+        // Costs 65 and 193: the cheap head takes 4 queries a tile, the expensive one 4 · 65 / 193 → 1.
+        for (head, tile) in [(0, 4), (1, 1)] {
+            let mut covered: Vec<u32> = tasks
+                .iter()
+                .filter(|t| t[0] == head)
+                .inspect(|t| assert!(t[2] as usize <= tile))
+                .flat_map(|t| t[1]..t[1] + t[2])
+                .collect();
+            covered.sort();
+            assert_eq!(covered, (0..10).collect::<Vec<_>>(), "head {head}");
+        }
+        // Work `queries · (first + queries) · cost`: head 0's slots 4..8 are 4 · 8 · 65 = 2080,
+        // head 1's slot 9 is 1 · 10 · 193 = 1930, head 0's slots 8..10 are 2 · 10 · 65 = 1300.
+        assert_eq!(&tasks[..3], &[[0, 4, 4], [1, 9, 1], [1, 8, 1]], "the costliest tiles first");
+    }
+
+    #[test]
+    fn the_kernel_takes_the_common_geometries_within_32_kib() {
+        for (group, head_dim, block) in [(3, 64, 32), (4, 128, 32), (8, 128, 32), (16, 64, 32), (1, 256, 8)] {
+            let geo = prefill_geometry(group, head_dim).unwrap_or_else(|| panic!("{group} × {head_dim}"));
+            assert_eq!(geo.block, block, "{group} × {head_dim}: {} bytes", geo.shared_bytes());
+        }
+        assert!(prefill_geometry(32, 128).is_none());
+    }
+}
