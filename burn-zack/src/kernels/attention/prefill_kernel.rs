@@ -4,8 +4,8 @@
 //! One cube per (task, sequence). A task is a tile of consecutive query slots of one KV head
 //! (`[kv_head, first_query, queries]` in the task table); its rows are the tile's (query, head)
 //! pairs of every query head of the KV head, query-major (`row = i · group + g`), at most
-//! `ROWS`. The launch sizes the tiles by the head's cost (`prefill_launch.rs`), so cubes do about
-//! equal work although ranks differ.
+//! `ROWS`. The launch orders the tasks by their work, longest first (`prefill_tasks`), so the
+//! uneven heads' short tasks fill the last wave.
 //!
 //! 1. The tile's reduced queries (already rotated and scaled) go to shared memory.
 //! 2. For each block of `block` key slots that a row of the tile may see, in order:

@@ -36,17 +36,20 @@ pub fn prefill_geometry(group: usize, head_dim: usize) -> Option<PrefillGeometry
         .find(|geo| geo.units() <= 256 && geo.shared_bytes() <= SHARED_BYTES)
 }
 
-/// The task table: `[kv_head, first_query, queries]` per task, each head's queries cut into
-/// tiles of `max_queries · c_min / c_h` slots where `c_h = k_qk + k_vo + 1` is the head's cost per
-/// (query, key) pair (the paper's row-block equalisation), so a tile of a cheap head is as much
-/// work as one of an expensive head; tasks ordered by decreasing work (causal: later tiles see
-/// more keys), so the longest start first.
+/// The task table: `[kv_head, first_query, queries]` per task, every head's queries cut into
+/// tiles of `max_queries` slots, ordered by decreasing work `queries · (first + queries) ·
+/// (k_qk + k_vo + 1)` (causal: later tiles see more keys; wider heads cost more per pair), so the
+/// longest tasks start first and the short ones fill the last wave.
+///
+/// The paper equalises tasks instead, with taller row blocks for cheaper heads. A cube here holds
+/// at most [`ROWS`] rows in shared memory and registers, so a cheap head cannot take a taller
+/// tile, and shrinking an expensive head's tile leaves rows of its cube idle (measured: rank 0.5
+/// took longer than full rank that way); the ordering is what balances the uneven heads.
 pub fn prefill_tasks(layout: &HeadLayout, q_len: usize, max_queries: usize) -> Vec<[u32; 3]> {
     let cost = |h: usize| layout.qk_ranks[h] + layout.vo_ranks[h] + 1;
-    let cheapest = (0..layout.kv_heads()).map(cost).min().unwrap_or(1);
+    let tile = max_queries.max(1);
     let mut tasks: Vec<([u32; 3], usize)> = (0..layout.kv_heads())
         .flat_map(|h| {
-            let tile = (max_queries * cheapest / cost(h)).max(1);
             (0..q_len).step_by(tile).map(move |first| {
                 let queries = tile.min(q_len - first);
                 ([h as u32, first as u32, queries as u32], queries * (first + queries) * cost(h))
@@ -163,23 +166,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tiles_shrink_with_the_heads_cost_and_cover_every_query_once() {
+    fn tiles_cover_every_query_once_longest_first() {
         let layout = HeadLayout { head_dim: 128, qk_ranks: vec![32, 96], vo_ranks: vec![32, 96] };
         let tasks = prefill_tasks(&layout, 10, 4);
-        // Costs 65 and 193: the cheap head takes 4 queries a tile, the expensive one 4 · 65 / 193 → 1.
-        for (head, tile) in [(0, 4), (1, 1)] {
+        for head in [0, 1] {
             let mut covered: Vec<u32> = tasks
                 .iter()
                 .filter(|t| t[0] == head)
-                .inspect(|t| assert!(t[2] as usize <= tile))
+                .inspect(|t| assert!(t[2] <= 4))
                 .flat_map(|t| t[1]..t[1] + t[2])
                 .collect();
             covered.sort();
             assert_eq!(covered, (0..10).collect::<Vec<_>>(), "head {head}");
         }
-        // Work `queries · (first + queries) · cost`: head 0's slots 4..8 are 4 · 8 · 65 = 2080,
-        // head 1's slot 9 is 1 · 10 · 193 = 1930, head 0's slots 8..10 are 2 · 10 · 65 = 1300.
-        assert_eq!(&tasks[..3], &[[0, 4, 4], [1, 9, 1], [1, 8, 1]], "the costliest tiles first");
+        // Work `queries · (first + queries) · cost` (costs 65 and 193): head 1's slots 4..8 are
+        // 4 · 8 · 193 = 6176, its slots 8..10 2 · 10 · 193 = 3860, its slots 0..4 4 · 4 · 193 =
+        // 3088; head 0's costliest, slots 4..8, are 2080.
+        assert_eq!(&tasks[..4], &[[1, 4, 4], [1, 8, 2], [1, 0, 4], [0, 4, 4]], "the costliest tiles first");
     }
 
     #[test]
