@@ -105,6 +105,19 @@ pub fn supports(group: usize, head_dim: usize) -> bool {
         && geo.shared_bytes() <= SHARED_BYTES
 }
 
+/// The head of a kernel's metadata upload: per KV head `[key_offset, key_rank, value_offset,
+/// value_rank]`, then each batch row's first real slot (a task table follows).
+pub fn step_metadata(layout: &HeadLayout, options: &AttendOptions) -> Vec<i32> {
+    let mut meta: Vec<i32> = (0..layout.kv_heads())
+        .flat_map(|h| {
+            let (k, v) = (layout.key_columns(h), layout.value_columns(h));
+            [k.start, k.len(), v.start, v.len()].map(|x| x as i32)
+        })
+        .collect();
+    meta.extend(options.key_start.iter().map(|&s| s as i32));
+    meta
+}
+
 /// ZACK decode attention of `q: [batch, heads, 1, head_dim]` (the last slot) over `keys: [batch,
 /// len, Σ k_qk]` and `values: [batch, len, Σ k_vo]` (both f32 or both f16), shapes already
 /// checked and within what the kernel [`supports`], every head's ranks at least 1; returns `[batch, heads, 1, head_dim]`, zero
@@ -126,13 +139,7 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     let base = base_chunk(batch, kv_heads, len).min(geo.max_chunk as usize);
     let schedule = DecodeSchedule::plan(layout, len, base, longest_split(base, &geo));
     // One upload per step: the head layout, each row's first real slot, the task table.
-    let mut meta: Vec<i32> = (0..kv_heads)
-        .flat_map(|h| {
-            let (k, v) = (layout.key_columns(h), layout.value_columns(h));
-            [k.start, k.len(), v.start, v.len()].map(|x| x as i32)
-        })
-        .collect();
-    meta.extend(options.key_start.iter().map(|&s| s as i32));
+    let mut meta = step_metadata(layout, options);
     meta.extend(schedule.table());
     let words = meta.len();
     let meta = int_arg(&Tensor::<CubeF32<R, BT>, 1, Int>::from_data(TensorData::new(meta, [words]), &device));

@@ -9,7 +9,7 @@ use burn_kvcompress::{
 };
 
 use super::{
-    launch::{decode_geometry, UNITS},
+    launch::{decode_geometry, step_metadata, UNITS},
     prefill_kernel::{prefill_kernel, PrefillGeometry, ROWS},
     rotate::{rotate_queries_kernel, ROTATE_COLUMNS},
 };
@@ -79,13 +79,7 @@ pub fn prefill_launch<R: CubeRuntime, BT: BoolElement>(
     let device = q.device();
     let kv_heads = layout.kv_heads();
     let tasks = prefill_tasks(layout, q_len, geo.queries() as usize);
-    let mut meta: Vec<i32> = (0..kv_heads)
-        .flat_map(|h| {
-            let (k, v) = (layout.key_columns(h), layout.value_columns(h));
-            [k.start, k.len(), v.start, v.len()].map(|x| x as i32)
-        })
-        .collect();
-    meta.extend(options.key_start.iter().map(|&s| s as i32));
+    let mut meta = step_metadata(layout, options);
     let tasks_at = meta.len();
     meta.extend(tasks.iter().flatten().map(|&x| x as i32));
     let words = meta.len();
