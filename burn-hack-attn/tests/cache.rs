@@ -263,3 +263,18 @@ fn prefill_in_query_steps_equals_one_step() {
     let worst = whole.iter().zip(&steps).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
     assert!(worst < 1e-5, "max diff {worst}");
 }
+
+#[test]
+fn codes_dequantize_as_the_host_does() {
+    let geometry = CacheGeometry { batch: 2, kv_heads: 2, heads: 4, head_dim: 64 };
+    for config in ["bits=2,pi=32", "bits=4,pi=64,round=nearest"] {
+        let config: HackConfig = config.parse().unwrap();
+        let mut cache = KvScheme::<B>::new_cache(&config, 0, geometry, &Default::default());
+        cache.append(random([2, 2, 70, 64], 5), random([2, 2, 70, 64], 6)).unwrap();
+        let view = cache.view().unwrap();
+        let keys = view.keys.dequantize(config.bits, key_group(64, config.partition));
+        assert_eq!(host(keys), dequantize(view.keys, config.bits).0, "{config}");
+        let values = view.values.unwrap();
+        assert_eq!(host(values.dequantize(config.bits, config.partition)), dequantize(values, config.bits).0);
+    }
+}

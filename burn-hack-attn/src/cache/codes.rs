@@ -2,6 +2,8 @@
 
 use burn::tensor::{backend::Backend, Int, Tensor};
 
+use crate::kernels::unpack_words;
+
 /// Rows quantized in partitions along their last axis, `[batch, kv_heads, rows, ·]`:
 ///
 /// - `words`: `[batch, kv_heads, rows, parts * words_per_part]` packed codes, 32-bit words holding
@@ -38,6 +40,15 @@ impl<B: Backend> Codes<B> {
             scale: Tensor::cat(vec![self.scale, more.scale], 2),
             sums: Tensor::cat(vec![self.sums, more.sums], 2),
         }
+    }
+
+    /// The values the codes stand for, `scale * code + min` per partition of `group` elements
+    /// coded on `bits` bits: `[batch, kv_heads, rows, parts * group]`.
+    pub fn dequantize(&self, bits: u8, group: usize) -> Tensor<B, 4> {
+        let [a, b, rows, parts] = self.min.dims();
+        let codes = unpack_words(self.words.clone(), bits).float().reshape([a, b, rows, parts, group]);
+        let per_part = |t: &Tensor<B, 4>| t.clone().reshape([a, b, rows, parts, 1]);
+        (codes * per_part(&self.scale) + per_part(&self.min)).reshape([a, b, rows, parts * group])
     }
 }
 

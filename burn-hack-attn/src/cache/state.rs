@@ -13,14 +13,18 @@ use burn_kvcompress::{
 use super::{Codes, HackCache};
 use crate::{kernels::HackBackend, HackConfig};
 
-fn export_codes<B: HackBackend>(prefix: &str, codes: &Codes<B>, out: &mut Vec<StateTensor>) {
+/// Appends `codes` to `out` as `{prefix}_words`, `{prefix}_min`, `{prefix}_scale` and
+/// `{prefix}_sums`.
+pub fn export_codes<B: HackBackend>(prefix: &str, codes: &Codes<B>, out: &mut Vec<StateTensor>) {
     out.push(StateTensor::from_int(&format!("{prefix}_words"), &codes.words));
     out.push(StateTensor::from_float(&format!("{prefix}_min"), &codes.min));
     out.push(StateTensor::from_float(&format!("{prefix}_scale"), &codes.scale));
     out.push(StateTensor::from_int(&format!("{prefix}_sums"), &codes.sums));
 }
 
-fn import_codes<B: HackBackend>(
+/// Reads the codes [`export_codes`] wrote under `prefix`, checking that they hold `rows` rows of
+/// `words` packed words and `parts` partitions for `geometry`'s batch and KV heads.
+pub fn import_codes<B: HackBackend>(
     prefix: &str,
     state: &LayerState,
     rows: usize,
