@@ -2,12 +2,14 @@
 //! rotation is folded into `W_V`), attention on the reduced dimensions.
 
 mod layout;
+mod reduce;
 mod scheme;
 mod state;
 mod storage;
 mod zack_cache;
 
 pub use layout::HeadLayout;
+pub(crate) use reduce::{append_slots, reduce_keys, reduce_values};
 pub use scheme::ZackScheme;
 pub use storage::ReducedStorage;
 pub use zack_cache::ZackCache;

@@ -86,6 +86,22 @@ impl ZackScheme {
         Tensor::from_data(TensorData::new(packed, [d, layout.key_width()]), device)
     }
 
+    /// Layer `layer`'s layout and packed query/key basis `[head_dim, Σ k_qk]` for a cache of
+    /// `geometry`, or why these rotations cannot serve it.
+    pub(crate) fn layer_parts<B: Backend>(
+        &self,
+        layer: usize,
+        geometry: CacheGeometry,
+        device: &B::Device,
+    ) -> Result<(HeadLayout, Tensor<B, 2>), String> {
+        if let Some(problem) = self.mismatch(layer, geometry) {
+            return Err(problem);
+        }
+        let layout = self.layout(layer);
+        let basis = self.packed_basis(layer, &layout, device);
+        Ok((layout, basis))
+    }
+
     /// Why `geometry` at `layer` cannot use these rotations, if it cannot.
     fn mismatch(&self, layer: usize, geometry: CacheGeometry) -> Option<String> {
         let g = self.rotations.geometry;
@@ -114,13 +130,9 @@ impl<B: ZackBackend> KvScheme<B> for ZackScheme {
     type Cache = ZackCache<B>;
 
     fn new_cache(&self, layer: usize, geometry: CacheGeometry, device: &B::Device) -> ZackCache<B> {
-        match self.mismatch(layer, geometry).or_else(|| self.unsupported_storage::<B>()) {
-            Some(problem) => ZackCache::unusable(geometry, problem, device),
-            None => {
-                let layout = self.layout(layer);
-                let basis = self.packed_basis(layer, &layout, device);
-                ZackCache::new(geometry, layout, basis, self.storage)
-            }
+        match self.unsupported_storage::<B>().map_or_else(|| self.layer_parts(layer, geometry, device), Err) {
+            Ok((layout, basis)) => ZackCache::new(geometry, layout, basis, self.storage),
+            Err(problem) => ZackCache::unusable(geometry, problem, device),
         }
     }
 

@@ -6,7 +6,7 @@ use burn_kvcompress::{
     error::CacheError,
 };
 
-use super::{HeadLayout, ReducedStorage};
+use super::{append_slots, reduce_keys, reduce_values, HeadLayout, ReducedStorage};
 use crate::kernels::ZackBackend;
 
 /// One layer's ZACK cache: keys `[batch, slots, Σ k_qk]` (post-RoPE keys times each head's
@@ -68,33 +68,6 @@ impl<B: Backend> ZackCache<B> {
     pub fn keys_values(&self) -> Option<(Tensor<B, 3>, Tensor<B, 3>)> {
         Some((self.keys.clone()?, self.values.clone()?))
     }
-
-    /// `k`: `[batch, kv_heads, new, head_dim]` to `[batch, new, Σ k_qk]`.
-    fn reduce_keys(&self, k: Tensor<B, 4>) -> Tensor<B, 3> {
-        let [batch, _, new, d] = k.dims();
-        let heads = (0..self.layout.kv_heads()).map(|h| {
-            let columns = self.layout.key_columns(h);
-            let r = self.basis.clone().narrow(1, columns.start, columns.len()).reshape([1, d, columns.len()]);
-            k.clone().narrow(1, h, 1).reshape([batch, new, d]).matmul(r.expand([batch, d, columns.len()]))
-        });
-        Tensor::cat(heads.collect(), 2)
-    }
-
-    /// `v` (rotated by the folded `W_V`): `[batch, kv_heads, new, head_dim]` to
-    /// `[batch, new, Σ k_vo]`.
-    fn reduce_values(&self, v: Tensor<B, 4>) -> Tensor<B, 3> {
-        let [batch, _, new, d] = v.dims();
-        let heads = (0..self.layout.kv_heads())
-            .map(|h| v.clone().narrow(1, h, 1).reshape([batch, new, d]).narrow(2, 0, self.layout.vo_ranks[h]));
-        Tensor::cat(heads.collect(), 2)
-    }
-}
-
-fn append_slots<B: Backend>(old: Option<Tensor<B, 3>>, new: Tensor<B, 3>) -> Tensor<B, 3> {
-    match old {
-        Some(old) => Tensor::cat(vec![old, new], 1),
-        None => new,
-    }
 }
 
 impl<B: ZackBackend> KvCache<B> for ZackCache<B> {
@@ -102,7 +75,8 @@ impl<B: ZackBackend> KvCache<B> for ZackCache<B> {
         self.check_usable()?;
         self.geometry.check_append(k.dims(), v.dims())?;
         let dtype = self.storage.dtype();
-        let (k, v) = (self.reduce_keys(k).cast(dtype), self.reduce_values(v).cast(dtype));
+        let (k, v) =
+            (reduce_keys(k, &self.basis, &self.layout).cast(dtype), reduce_values(v, &self.layout).cast(dtype));
         self.keys = Some(append_slots(self.keys.take(), k));
         self.values = Some(append_slots(self.values.take(), v));
         Ok(())
