@@ -1,6 +1,8 @@
 //! The `--kv` syntax: `dense`, `hack:bits=2,pi=64,round=stochastic,seed=0` (any subset of the
 //! keys; see [`HackConfig`]'s text form) or `pq:codebooks=books.safetensors,window=64` (codebooks
-//! from `calibrate`; `window` defaults to 64). More schemes join as their crates land.
+//! from `calibrate`; `window` defaults to 64), `zack:rotations=rot.safetensors,rate=0.5`, or ZACK
+//! followed by HACK quantization of the reduced dimensions, `zack:…+hack:bits=2,pi=64` (the
+//! ranks then default to multiples that HACK's key partitions split; paths may not contain `+`).
 //!
 //! A [`SchemeArg`] is only the parsed description; [`SchemeArg::resolve`] turns it into a
 //! [`Scheme`] against the loaded model (PQ reads its codebook file and checks that it was
@@ -19,7 +21,7 @@ use burn_kvcompress::{
     model::{CausalLm, ModelConfig},
 };
 use burn_million_pq::{cache::PqScheme, codebook::Codebooks};
-use burn_zack::cache::ZackScheme;
+use burn_zack::{cache::ZackScheme, compose::ZackHackScheme};
 
 use crate::zack_arg::ZackArg;
 
@@ -68,12 +70,20 @@ pub enum SchemeArg {
     Pq(PqArg),
     /// ZACK: K/V reduced along the head dimension by calibrated rotations, adaptive ranks.
     Zack(ZackArg),
+    /// ZACK followed by HACK quantization of the reduced keys and values.
+    ZackHack(ZackArg, HackConfig),
 }
 
 impl FromStr for SchemeArg {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if let Some((first, second)) = s.split_once('+') {
+            return match (first.parse()?, second.parse()?) {
+                (Self::Zack(zack), Self::Hack(hack)) => Ok(Self::ZackHack(zack, hack)),
+                _ => Err(format!("`{s}`: the composition supported is `zack:…+hack:…`")),
+            };
+        }
         let (name, params) = s.split_once(':').unwrap_or((s, ""));
         match name {
             "dense" if params.is_empty() => Ok(Self::Dense),
@@ -97,6 +107,8 @@ pub enum Scheme {
     Pq(PqScheme),
     /// ZACK, with its rotations loaded and checked against the model and ranks chosen.
     Zack(ZackScheme),
+    /// ZACK followed by HACK quantization.
+    ZackHack(ZackHackScheme),
 }
 
 impl Scheme {
@@ -105,6 +117,7 @@ impl Scheme {
     pub fn prepare<B: Backend>(&self, model: CausalLm<B>) -> anyhow::Result<CausalLm<B>> {
         match self {
             Self::Zack(scheme) => Ok(scheme.fold(model)?),
+            Self::ZackHack(scheme) => Ok(scheme.zack().fold(model)?),
             Self::Dense(_) | Self::Hack(_) | Self::Pq(_) => Ok(model),
         }
     }
@@ -132,6 +145,17 @@ impl SchemeArg {
                     arg.resolve(config, fingerprint)
                         .with_context(|| format!("for the model {}", model_path.display()))?,
                 )
+            }
+            Self::ZackHack(arg, hack) => {
+                let mut arg = arg.clone();
+                if arg.rule.multiple == 1 {
+                    arg.rule.multiple = ZackHackScheme::rank_multiple(config.head_dim, hack);
+                }
+                let fingerprint = fingerprint_of(model_path, fingerprint)?;
+                let zack = arg
+                    .resolve(config, fingerprint)
+                    .with_context(|| format!("for the model {}", model_path.display()))?;
+                Scheme::ZackHack(ZackHackScheme::new(zack, *hack)?)
             }
             Self::Pq(arg) => {
                 let path = &arg.codebooks;
@@ -179,6 +203,7 @@ macro_rules! with_scheme {
             Scheme::Hack(scheme) => $run(scheme, $($a),*),
             Scheme::Pq(scheme) => $run(scheme, $($a),*),
             Scheme::Zack(scheme) => $run(scheme, $($a),*),
+            Scheme::ZackHack(scheme) => $run(scheme, $($a),*),
         }
     }};
 }
@@ -195,6 +220,11 @@ mod tests {
         let hack = "hack:bits=4,pi=32,round=nearest".parse::<SchemeArg>().unwrap();
         assert_eq!(hack, SchemeArg::Hack("bits=4,pi=32,round=nearest".parse().unwrap()));
         assert!("hack:bits=3".parse::<SchemeArg>().unwrap_err().contains("bit width"));
+        let composed = "zack:rotations=r.safetensors,rate=0.25+hack:bits=2,pi=32".parse::<SchemeArg>().unwrap();
+        let zack = "rotations=r.safetensors,rate=0.25".parse().unwrap();
+        assert_eq!(composed, SchemeArg::ZackHack(zack, "bits=2,pi=32".parse().unwrap()));
+        assert!("hack:bits=2+zack:rotations=r".parse::<SchemeArg>().unwrap_err().contains("zack:…+hack:…"));
+        assert!("zack:rotations=r+hack:bits=5".parse::<SchemeArg>().unwrap_err().contains("bit width"));
     }
 
     #[test]

@@ -33,7 +33,9 @@ pub struct EvalArgs {
     /// Evaluate ZACK's grid instead: overall compression rates {0.125, 0.25, 0.375, 0.5} with the
     /// default rotations (equal-energy blocks, attention outputs as value samples, centered), and
     /// rates {0.25, 0.5} with the paper's construction (plain stacking of raw values) and with
-    /// centered values instead of outputs, beside dense. Each text is evaluated with rotations calibrated on the other texts; the rotations
+    /// centered values instead of outputs, and the default rotations at rates {0.25, 0.5} followed
+    /// by HACK quantization (4 and 2 bits, Π = 64), beside dense. Each text is evaluated with
+    /// rotations calibrated on the other texts; the rotations
     /// and their reports go to `target/zack-rotations/`, the spectra plots to
     /// `results/zack-spectra/`, and one table per evaluated text to `<out>-zack-<text>.md/.json`.
     #[arg(long, conflicts_with_all = ["hack_grid", "pq_grid"])]
@@ -70,6 +72,8 @@ const ZACK_CONFIGS: [(&str, &str); 3] = [
 ];
 const ZACK_RATES: [f64; 4] = [0.125, 0.25, 0.375, 0.5];
 const ZACK_VARIANT_RATES: [f64; 2] = [0.25, 0.5];
+/// HACK quantizations composed after the default ZACK rotations (at [`ZACK_VARIANT_RATES`]).
+const ZACK_COMPOSED: [&str; 2] = ["hack:bits=4,pi=64", "hack:bits=2,pi=64"];
 
 /// `cargo run` of an example binary on the chosen backend, up to and including `--backend`.
 fn example(bin: &str, backend: &str) -> Vec<String> {
@@ -182,6 +186,10 @@ fn zack_grid(args: &EvalArgs) -> anyhow::Result<Vec<Vec<String>>> {
                 let rates: &[f64] = if i == 0 { &ZACK_RATES } else { &ZACK_VARIANT_RATES };
                 rates.iter().map(move |rate| format!("zack:rotations={},rate={rate}", rotations(tag)))
             })
+            .chain(ZACK_COMPOSED.iter().flat_map(|hack| {
+                let default = rotations(ZACK_CONFIGS[0].0);
+                ZACK_VARIANT_RATES.iter().map(move |rate| format!("zack:rotations={default},rate={rate}+{hack}"))
+            }))
             .collect()
     })
 }
