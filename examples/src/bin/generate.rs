@@ -54,7 +54,8 @@ struct Args {
     /// `pq:codebooks=books.safetensors,window=64` (codebooks from `calibrate`) or
     /// `zack:rotations=rot.safetensors,rate=0.5` (rotations from `calibrate --scheme zack`; `eps=E`
     /// instead of `rate` sets the removal rate; `min_rank=N`, `multiple=N` shape the ranks;
-    /// `storage=f16` halves the cache on wgpu and cuda).
+    /// `storage=f16` halves the cache on wgpu and cuda), or ZACK followed by HACK quantization of
+    /// the reduced dimensions, `zack:rotations=rot.safetensors,rate=0.5+hack:bits=2,pi=64`.
     #[arg(long, default_value = "dense")]
     kv: SchemeArg,
     /// Backend to run on.

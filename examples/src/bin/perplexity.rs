@@ -36,7 +36,8 @@ struct Args {
     /// KV cache schemes (repeatable): `dense`, `hack:bits=2,pi=64,round=stochastic`,
     /// `pq:codebooks=books.safetensors,window=64` (codebooks from `calibrate`),
     /// `zack:rotations=rot.safetensors,rate=0.5` (rotations from `calibrate --scheme zack`; or
-    /// `eps=E` for the removal rate; `storage=f16` on wgpu and cuda).
+    /// `eps=E` for the removal rate; `storage=f16` on wgpu and cuda), or ZACK followed by HACK
+    /// quantization of the reduced dimensions, `zack:rotations=rot.safetensors,rate=0.5+hack:bits=2,pi=64`.
     #[arg(long, default_value = "dense")]
     kv: Vec<SchemeArg>,
     /// Most windows of 1024 tokens per text.
