@@ -186,3 +186,36 @@ fn state_round_trips_the_format_is_counted_and_bad_compositions_are_refused() {
     let small: Tensor<Cpu, 4> = tensor(uniform(2 * 2 * 32, 1), [2, 2, 1, 32]);
     assert!(wrong.append(small.clone(), small).is_err());
 }
+
+/// The kernels' backend: CUDA when built with the `cuda` feature, wgpu otherwise (lavapipe in CI).
+#[cfg(feature = "cuda")]
+type Gpu = burn::backend::Cuda<f32, i32>;
+#[cfg(all(feature = "wgpu", not(feature = "cuda")))]
+type Gpu = burn::backend::Wgpu<f32, i32>;
+
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[test]
+fn on_the_gpu_the_codes_equal_the_hosts_and_attention_follows() {
+    let to_gpu = |t: Tensor<Cpu, 4>| Tensor::<Gpu, 4>::from_data(t.into_data(), &Default::default());
+    for (config, len) in [("bits=2,pi=64,seed=5", 150), ("bits=4,pi=16,round=nearest", 37)] {
+        let composed = ZackHackScheme::new(zack_scheme([16, 48]), config.parse().unwrap()).unwrap();
+        let mut host_cache = KvScheme::<Cpu>::new_cache(&composed, 0, GEOMETRY, &Default::default());
+        let mut gpu_cache = KvScheme::<Gpu>::new_cache(&composed, 0, GEOMETRY, &Default::default());
+        let k = tensor(uniform(2 * 2 * len * D, 31), [2, 2, len, D]);
+        let v = tensor(uniform(2 * 2 * len * D, 32), [2, 2, len, D]);
+        for (start, n) in [(0, len - 1), (len - 1, 1)] {
+            let (k, v) = (k.clone().narrow(2, start, n), v.clone().narrow(2, start, n));
+            host_cache.append(k.clone(), v.clone()).unwrap();
+            gpu_cache.append(to_gpu(k), to_gpu(v)).unwrap();
+        }
+        // Codes, metadata, sums and tail, bit for bit.
+        assert_eq!(gpu_cache.export_state(), host_cache.export_state(), "{config}");
+        let options = AttendOptions { scale: 0.125, key_start: vec![0, 3], window: None };
+        let q = tensor(uniform(2 * 4 * D, 33), [2, 4, 1, D]);
+        let want = host(host_cache.attend(q.clone(), &options).unwrap());
+        let got = host(gpu_cache.attend(to_gpu(q), &options).unwrap());
+        // The same operands through the decode kernel: f32 rounding of sums over ≤ 150 slots.
+        let diff = want.iter().zip(&got).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+        assert!(diff < 1e-4, "{config}: {diff}");
+    }
+}
