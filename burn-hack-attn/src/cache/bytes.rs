@@ -14,6 +14,12 @@ pub fn key_group(head_dim: usize, partition: usize) -> usize {
     partition.min(head_dim)
 }
 
+/// Whether keys of `head_dim` channels split into HACK's key partitions: a nonzero multiple of 16
+/// that is below Π or a multiple of it.
+pub fn key_partitions_fit(head_dim: usize, partition: usize) -> bool {
+    head_dim > 0 && head_dim.is_multiple_of(16) && head_dim.is_multiple_of(key_group(head_dim, partition))
+}
+
 /// Bytes of one slot's key per KV head: packed codes plus, per channel group, fp16 (min, scale)
 /// and the code sum.
 pub fn key_bytes_per_slot(head_dim: usize, bits: u8, partition: usize) -> usize {

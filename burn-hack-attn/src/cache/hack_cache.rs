@@ -6,7 +6,7 @@ use burn_kvcompress::{
     error::CacheError,
 };
 
-use super::{append_codes, key_bytes_per_slot, key_group, value_block_bytes, Codes};
+use super::{append_codes, key_bytes_per_slot, key_group, key_partitions_fit, value_block_bytes, Codes};
 use crate::{
     kernels::{CacheView, HackBackend, QuantizeSpec, RowLayout},
     quant::Rounder,
@@ -39,7 +39,7 @@ impl<B: HackBackend> HackCache<B> {
     pub fn check_supported(&self) -> Result<(), CacheError> {
         self.config.validate().map_err(|e| CacheError::Unsupported(e.to_string()))?;
         let d = self.geometry.head_dim;
-        if d == 0 || !d.is_multiple_of(16) || !d.is_multiple_of(key_group(d, self.config.partition)) {
+        if !key_partitions_fit(d, self.config.partition) {
             return Err(CacheError::Unsupported(format!(
                 "HACK needs a head dimension that is a multiple of 16 and of Π (or smaller than Π); got {d} with Π = {}",
                 self.config.partition

@@ -7,7 +7,9 @@ mod hack_cache;
 mod scheme;
 mod state;
 
-pub use bytes::{bits_per_element, bytes_per_token, key_bytes_per_slot, key_group, sum_bytes, value_block_bytes};
+pub use bytes::{
+    bits_per_element, bytes_per_token, key_bytes_per_slot, key_group, key_partitions_fit, sum_bytes, value_block_bytes,
+};
 pub use codes::{append_codes, Codes};
 pub use hack_cache::HackCache;
 pub use state::{export_codes, import_codes};

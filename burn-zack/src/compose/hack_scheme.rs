@@ -1,6 +1,6 @@
 //! [`ZackHackScheme`]: ZACK's rotations and ranks followed by HACK quantization.
 
-use burn_hack_attn::{cache::key_group, kernels::HackBackend, HackConfig};
+use burn_hack_attn::{cache::key_partitions_fit, kernels::HackBackend, HackConfig};
 use burn_kvcompress::cache::{CacheGeometry, KvScheme};
 
 use super::ZackHackCache;
@@ -35,7 +35,8 @@ impl ZackHackScheme {
             )));
         }
         for (layer, ranks) in zack.ranks().query_key.iter().enumerate() {
-            if let Some((head, rank)) = ranks.iter().enumerate().find(|(_, &r)| !key_rank_fits(r, hack.partition)) {
+            if let Some((head, rank)) = ranks.iter().enumerate().find(|(_, &r)| !key_partitions_fit(r, hack.partition))
+            {
                 return Err(ZackError::Config(format!(
                     "layer {layer}, KV head {head} keeps {rank} key coordinates; HACK's key partitions (Π = {}) \
                      need a nonzero multiple of 16 below Π or a multiple of Π: choose ranks with \
@@ -69,11 +70,6 @@ impl ZackHackScheme {
     }
 }
 
-/// Whether `rank` key coordinates split into HACK key partitions of Π.
-fn key_rank_fits(rank: usize, partition: usize) -> bool {
-    rank > 0 && rank.is_multiple_of(16) && rank.is_multiple_of(key_group(rank, partition))
-}
-
 impl<B: ZackBackend + HackBackend> KvScheme<B> for ZackHackScheme {
     type Cache = ZackHackCache<B>;
 
@@ -94,8 +90,9 @@ mod tests {
 
     #[test]
     fn key_ranks_fit_partitions_below_or_multiples_of_pi() {
-        assert!(key_rank_fits(16, 64) && key_rank_fits(48, 64) && key_rank_fits(64, 32) && key_rank_fits(96, 32));
-        assert!(!key_rank_fits(0, 64) && !key_rank_fits(40, 64) && !key_rank_fits(48, 32));
+        let fits = |rank, pi| key_partitions_fit(rank, pi);
+        assert!(fits(16, 64) && fits(48, 64) && fits(64, 32) && fits(96, 32));
+        assert!(!fits(0, 64) && !fits(40, 64) && !fits(48, 32));
         let hack = |pi| HackConfig { partition: pi, ..HackConfig::default() };
         assert_eq!(ZackHackScheme::rank_multiple(64, &hack(64)), 16);
         assert_eq!(ZackHackScheme::rank_multiple(128, &hack(32)), 32);
