@@ -27,4 +27,5 @@ pub mod kernels;
 pub mod loading;
 pub mod model;
 pub mod paths;
+pub mod tagged_file;
 pub mod tokenizer;

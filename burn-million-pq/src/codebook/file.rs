@@ -5,10 +5,12 @@
 //! (64 hex digits), `config` ([`PqConfig`]'s text form), `layers`, `kv_heads`, `head_dim`, and
 //! `calibration` (free text: what the codebooks were trained on).
 
-use std::{collections::HashMap, path::Path};
+use std::path::Path;
 
-use burn_kvcompress::fingerprint::ModelFingerprint;
-use safetensors::{tensor::TensorView, Dtype, SafeTensors};
+use burn_kvcompress::{
+    fingerprint::ModelFingerprint,
+    tagged_file::{serialize_tagged, NamedTensor, TaggedFile},
+};
 
 use super::{CodebookGeometry, Codebooks, KvKind};
 use crate::{PqConfig, PqError};
@@ -26,30 +28,24 @@ impl Codebooks {
         let format_error = |reason: String| PqError::Format { path: path.to_path_buf(), reason };
         self.check_shapes().map_err(format_error)?;
         let shape = self.shape().to_vec();
-        let mut bytes = Vec::new();
-        for layer in 0..self.geometry.layers {
-            for kind in [KvKind::Key, KvKind::Value] {
-                let data: Vec<u8> = self.layer(layer, kind).iter().flat_map(|x| x.to_le_bytes()).collect();
-                bytes.push((tensor_name(layer, kind), data));
-            }
-        }
-        let views = bytes
-            .iter()
-            .map(|(name, data)| Ok((name.clone(), TensorView::new(Dtype::F32, shape.clone(), data)?)))
-            .collect::<Result<Vec<_>, safetensors::SafeTensorError>>()
-            .map_err(|e| format_error(e.to_string()))?;
-        let metadata = HashMap::from([
-            ("format".to_string(), FORMAT.to_string()),
-            ("version".to_string(), VERSION.to_string()),
-            ("model_sha256".to_string(), self.model.to_hex()),
-            ("config".to_string(), self.config.to_string()),
-            ("layers".to_string(), self.geometry.layers.to_string()),
-            ("kv_heads".to_string(), self.geometry.kv_heads.to_string()),
-            ("head_dim".to_string(), self.geometry.head_dim.to_string()),
-            ("calibration".to_string(), self.calibration.clone()),
-        ]);
-        let serialized = safetensors::serialize(views, Some(metadata)).map_err(|e| format_error(e.to_string()))?;
-        std::fs::write(path, serialized).map_err(|source| PqError::Io { path: path.to_path_buf(), source })
+        let tensors: Vec<NamedTensor> = (0..self.geometry.layers)
+            .flat_map(|layer| [KvKind::Key, KvKind::Value].map(|kind| (layer, kind)))
+            .map(|(layer, kind)| NamedTensor {
+                name: tensor_name(layer, kind),
+                shape: shape.clone(),
+                values: self.layer(layer, kind).to_vec(),
+            })
+            .collect();
+        let metadata = vec![
+            ("model_sha256", self.model.to_hex()),
+            ("config", self.config.to_string()),
+            ("layers", self.geometry.layers.to_string()),
+            ("kv_heads", self.geometry.kv_heads.to_string()),
+            ("head_dim", self.geometry.head_dim.to_string()),
+            ("calibration", self.calibration.clone()),
+        ];
+        let bytes = serialize_tagged(FORMAT, VERSION, metadata, &tensors).map_err(format_error)?;
+        std::fs::write(path, bytes).map_err(|source| PqError::Io { path: path.to_path_buf(), source })
     }
 
     /// Reads codebooks written by [`save`](Self::save), checking every field and shape.
@@ -60,54 +56,31 @@ impl Codebooks {
 
     /// Parses a codebook file's bytes.
     fn from_bytes(bytes: &[u8]) -> Result<Self, String> {
-        let (_, header) = SafeTensors::read_metadata(bytes).map_err(|e| format!("not a safetensors file: {e}"))?;
-        let meta = header.metadata().clone().unwrap_or_default();
-        let get = |key: &str| meta.get(key).map(String::as_str).ok_or_else(|| format!("metadata `{key}` is missing"));
-        let number = |key: &str| get(key)?.parse::<usize>().map_err(|_| format!("metadata `{key}` is not a number"));
-        if get("format")? != FORMAT {
-            return Err(format!("format `{}` is not `{FORMAT}`", get("format")?));
-        }
-        if get("version")? != VERSION {
-            return Err(format!("version {} is not supported (this build reads {VERSION})", get("version")?));
-        }
-        let model = ModelFingerprint::from_hex(get("model_sha256")?).ok_or("metadata `model_sha256` is malformed")?;
-        let config: PqConfig = get("config")?.parse().map_err(|e: PqError| e.to_string())?;
+        let file = TaggedFile::parse(bytes, FORMAT, VERSION)?;
+        let model =
+            ModelFingerprint::from_hex(file.get("model_sha256")?).ok_or("metadata `model_sha256` is malformed")?;
+        let config: PqConfig = file.get("config")?.parse().map_err(|e: PqError| e.to_string())?;
         let geometry = CodebookGeometry {
-            layers: number("layers")?,
-            kv_heads: number("kv_heads")?,
-            head_dim: number("head_dim")?,
-        };
-        let tensors = SafeTensors::deserialize(bytes).map_err(|e| format!("not a safetensors file: {e}"))?;
-        let mut books = Self {
-            config,
-            geometry,
-            model,
-            calibration: get("calibration")?.to_string(),
-            keys: Vec::new(),
-            values: Vec::new(),
+            layers: file.number("layers")?,
+            kv_heads: file.number("kv_heads")?,
+            head_dim: file.number("head_dim")?,
         };
         config.validate(geometry.head_dim).map_err(|e| e.to_string())?;
         if geometry.layers == 0 || geometry.kv_heads == 0 || geometry.layers > 4096 || geometry.kv_heads > 4096 {
             return Err(format!("implausible geometry {geometry}"));
         }
+        let mut books = Self {
+            config,
+            geometry,
+            model,
+            calibration: file.get("calibration")?.to_string(),
+            keys: Vec::new(),
+            values: Vec::new(),
+        };
         let shape = books.shape();
         for layer in 0..geometry.layers {
-            for kind in [KvKind::Key, KvKind::Value] {
-                let name = tensor_name(layer, kind);
-                let view = tensors.tensor(&name).map_err(|_| format!("tensor `{name}` is missing"))?;
-                if view.dtype() != Dtype::F32 || view.shape() != shape {
-                    return Err(format!(
-                        "tensor `{name}` is {:?} {:?}, expected F32 {shape:?}",
-                        view.dtype(),
-                        view.shape()
-                    ));
-                }
-                let values = view.data().chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
-                match kind {
-                    KvKind::Key => books.keys.push(values),
-                    KvKind::Value => books.values.push(values),
-                }
-            }
+            books.keys.push(file.f32_tensor(&tensor_name(layer, KvKind::Key), &shape)?);
+            books.values.push(file.f32_tensor(&tensor_name(layer, KvKind::Value), &shape)?);
         }
         books.check_shapes()?;
         Ok(books)

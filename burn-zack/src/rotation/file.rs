@@ -7,10 +7,12 @@
 //! ([`RotationConfig`](super::RotationConfig)'s text form),
 //! `layers`, `heads`, `kv_heads`, `head_dim` and `calibration` (free text).
 
-use std::{collections::HashMap, path::Path};
+use std::path::Path;
 
-use burn_kvcompress::fingerprint::ModelFingerprint;
-use safetensors::{tensor::TensorView, Dtype, SafeTensors};
+use burn_kvcompress::{
+    fingerprint::ModelFingerprint,
+    tagged_file::{serialize_tagged, NamedTensor, TaggedFile},
+};
 
 use super::{HeadRotation, Pair, RotationGeometry, Rotations};
 use crate::ZackError;
@@ -20,10 +22,6 @@ const VERSION: &str = "1";
 
 fn tensor_name(layer: usize, pair: Pair, what: &str) -> String {
     format!("layer.{layer}.{}.{what}", pair.name())
-}
-
-fn le_bytes<'a>(values: impl Iterator<Item = &'a f32>) -> Vec<u8> {
-    values.flat_map(|x| x.to_le_bytes()).collect()
 }
 
 impl Rotations {
@@ -36,32 +34,26 @@ impl Rotations {
         for layer in 0..g.layers {
             for pair in Pair::ALL {
                 let heads = (0..g.kv_heads).map(|h| self.head(pair, layer, h));
-                let basis = le_bytes(heads.clone().flat_map(|h| &h.basis));
-                let sigma = le_bytes(heads.clone().flat_map(|h| &h.singular_values));
-                let mean = le_bytes(heads.flat_map(|h| &h.mean));
-                tensors.push((tensor_name(layer, pair, "basis"), vec![g.kv_heads, g.head_dim, g.head_dim], basis));
-                tensors.push((tensor_name(layer, pair, "sigma"), vec![g.kv_heads, g.head_dim], sigma));
-                tensors.push((tensor_name(layer, pair, "mean"), vec![g.kv_heads, g.head_dim], mean));
+                let mut push = |what: &str, shape: Vec<usize>, field: fn(&HeadRotation) -> &Vec<f32>| {
+                    let values = heads.clone().flat_map(|h| field(h).iter().copied()).collect();
+                    tensors.push(NamedTensor { name: tensor_name(layer, pair, what), shape, values });
+                };
+                push("basis", vec![g.kv_heads, g.head_dim, g.head_dim], |h| &h.basis);
+                push("sigma", vec![g.kv_heads, g.head_dim], |h| &h.singular_values);
+                push("mean", vec![g.kv_heads, g.head_dim], |h| &h.mean);
             }
         }
-        let views = tensors
-            .iter()
-            .map(|(name, shape, data)| Ok((name.clone(), TensorView::new(Dtype::F32, shape.clone(), data)?)))
-            .collect::<Result<Vec<_>, safetensors::SafeTensorError>>()
-            .map_err(|e| format_error(e.to_string()))?;
-        let metadata = HashMap::from([
-            ("format".to_string(), FORMAT.to_string()),
-            ("version".to_string(), VERSION.to_string()),
-            ("model_sha256".to_string(), self.model.to_hex()),
-            ("config".to_string(), self.config.to_string()),
-            ("layers".to_string(), g.layers.to_string()),
-            ("heads".to_string(), g.heads.to_string()),
-            ("kv_heads".to_string(), g.kv_heads.to_string()),
-            ("head_dim".to_string(), g.head_dim.to_string()),
-            ("calibration".to_string(), self.calibration.clone()),
-        ]);
-        let serialized = safetensors::serialize(views, Some(metadata)).map_err(|e| format_error(e.to_string()))?;
-        std::fs::write(path, serialized).map_err(|source| ZackError::Io { path: path.to_path_buf(), source })
+        let metadata = vec![
+            ("model_sha256", self.model.to_hex()),
+            ("config", self.config.to_string()),
+            ("layers", g.layers.to_string()),
+            ("heads", g.heads.to_string()),
+            ("kv_heads", g.kv_heads.to_string()),
+            ("head_dim", g.head_dim.to_string()),
+            ("calibration", self.calibration.clone()),
+        ];
+        let bytes = serialize_tagged(FORMAT, VERSION, metadata, &tensors).map_err(format_error)?;
+        std::fs::write(path, bytes).map_err(|source| ZackError::Io { path: path.to_path_buf(), source })
     }
 
     /// Reads rotations written by [`save`](Self::save), checking every field and shape.
@@ -71,23 +63,15 @@ impl Rotations {
     }
 
     fn from_bytes(bytes: &[u8]) -> Result<Self, String> {
-        let (_, header) = SafeTensors::read_metadata(bytes).map_err(|e| format!("not a safetensors file: {e}"))?;
-        let meta = header.metadata().clone().unwrap_or_default();
-        let get = |key: &str| meta.get(key).map(String::as_str).ok_or_else(|| format!("metadata `{key}` is missing"));
-        let number = |key: &str| get(key)?.parse::<usize>().map_err(|_| format!("metadata `{key}` is not a number"));
-        if get("format")? != FORMAT {
-            return Err(format!("format `{}` is not `{FORMAT}`", get("format")?));
-        }
-        if get("version")? != VERSION {
-            return Err(format!("version {} is not supported (this build reads {VERSION})", get("version")?));
-        }
-        let model = ModelFingerprint::from_hex(get("model_sha256")?).ok_or("metadata `model_sha256` is malformed")?;
-        let config = get("config")?.parse().map_err(|e: ZackError| e.to_string())?;
+        let file = TaggedFile::parse(bytes, FORMAT, VERSION)?;
+        let model =
+            ModelFingerprint::from_hex(file.get("model_sha256")?).ok_or("metadata `model_sha256` is malformed")?;
+        let config = file.get("config")?.parse().map_err(|e: ZackError| e.to_string())?;
         let geometry = RotationGeometry {
-            layers: number("layers")?,
-            heads: number("heads")?,
-            kv_heads: number("kv_heads")?,
-            head_dim: number("head_dim")?,
+            layers: file.number("layers")?,
+            heads: file.number("heads")?,
+            kv_heads: file.number("kv_heads")?,
+            head_dim: file.number("head_dim")?,
         };
         let g = geometry;
         let plausible = |n: usize| (1..=4096).contains(&n);
@@ -95,24 +79,13 @@ impl Rotations {
         if !fits || !g.heads.is_multiple_of(g.kv_heads) {
             return Err(format!("implausible geometry {g}"));
         }
-        let tensors = SafeTensors::deserialize(bytes).map_err(|e| format!("not a safetensors file: {e}"))?;
-        let read = |name: String, shape: &[usize]| -> Result<Vec<f32>, String> {
-            let view = tensors.tensor(&name).map_err(|_| format!("tensor `{name}` is missing"))?;
-            if view.dtype() != Dtype::F32 || view.shape() != shape {
-                return Err(format!(
-                    "tensor `{name}` is {:?} {:?}, expected F32 {shape:?}",
-                    view.dtype(),
-                    view.shape()
-                ));
-            }
-            Ok(view.data().chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes"))).collect())
-        };
         let mut pairs: [Vec<Vec<HeadRotation>>; 2] = [Vec::new(), Vec::new()];
         for layer in 0..g.layers {
             for (pair, layers) in Pair::ALL.into_iter().zip(pairs.iter_mut()) {
-                let basis = read(tensor_name(layer, pair, "basis"), &[g.kv_heads, g.head_dim, g.head_dim])?;
-                let sigma = read(tensor_name(layer, pair, "sigma"), &[g.kv_heads, g.head_dim])?;
-                let mean = read(tensor_name(layer, pair, "mean"), &[g.kv_heads, g.head_dim])?;
+                let basis =
+                    file.f32_tensor(&tensor_name(layer, pair, "basis"), &[g.kv_heads, g.head_dim, g.head_dim])?;
+                let sigma = file.f32_tensor(&tensor_name(layer, pair, "sigma"), &[g.kv_heads, g.head_dim])?;
+                let mean = file.f32_tensor(&tensor_name(layer, pair, "mean"), &[g.kv_heads, g.head_dim])?;
                 layers.push(
                     (0..g.kv_heads)
                         .map(|h| {
@@ -128,8 +101,8 @@ impl Rotations {
             }
         }
         let [query_key, value_output] = pairs;
-        let rotations =
-            Self { geometry, model, config, calibration: get("calibration")?.to_string(), query_key, value_output };
+        let calibration = file.get("calibration")?.to_string();
+        let rotations = Self { geometry, model, config, calibration, query_key, value_output };
         rotations.check_shapes()?;
         Ok(rotations)
     }
