@@ -4,5 +4,5 @@ mod pq_cache;
 mod scheme;
 mod state;
 
-pub use pq_cache::PqCache;
+pub use pq_cache::{slots_to_encode, PqCache};
 pub use scheme::PqScheme;

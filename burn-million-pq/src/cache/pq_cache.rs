@@ -88,13 +88,19 @@ impl<B: PqBackend> PqCache<B> {
     }
 }
 
+/// How many of the `recent` f32 slots an append of `new` slots encodes: all but the newest
+/// `window - new` (none when `new` alone fills the window), so that after the append the newest
+/// `max(window, new)` slots are in f32 (see [`PqScheme`](super::PqScheme)).
+pub fn slots_to_encode(window: usize, recent: usize, new: usize) -> usize {
+    recent.saturating_sub(window.saturating_sub(new))
+}
+
 impl<B: PqBackend> KvCache<B> for PqCache<B> {
     fn append(&mut self, k: Tensor<B, 4>, v: Tensor<B, 4>) -> Result<(), CacheError> {
         self.check_usable()?;
         self.geometry.check_append(k.dims(), v.dims())?;
         let new = k.dims()[2];
-        let keep = self.window.saturating_sub(new);
-        let flush = self.recent_len().saturating_sub(keep);
+        let flush = slots_to_encode(self.window, self.recent_len(), new);
         if flush > 0 {
             self.encode_oldest(flush);
         }

@@ -10,4 +10,6 @@ mod train;
 pub use book::{CodebookGeometry, Codebooks, KvKind};
 pub use kmeans::{kmeans, KmeansResult};
 pub use nearest::nearest_centroid;
-pub use train::{train_codebooks, CalibrationSamples, TrainingReport};
+pub use train::{
+    fit_subspaces, pooled_relative_error, train_codebooks, CalibrationSamples, SubspaceFit, TrainingReport,
+};

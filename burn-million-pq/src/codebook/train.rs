@@ -11,7 +11,7 @@ use std::{
 
 use burn_kvcompress::{cache::LayerRecording, fingerprint::ModelFingerprint};
 
-use super::{kmeans, CodebookGeometry, Codebooks, KvKind};
+use super::{kmeans, CodebookGeometry, Codebooks, KmeansResult};
 use crate::{KmeansConfig, PqConfig, PqError};
 
 /// Calibration vectors: per layer, per kind (K, V), per KV head, rows of `head_dim`.
@@ -69,7 +69,7 @@ pub struct TrainingReport {
     pub relative_error: [Vec<f64>; 2],
 }
 
-/// One independent k-means problem.
+/// One independent k-means problem of [`train_codebooks`].
 #[derive(Debug, Clone, Copy)]
 struct Task {
     layer: usize,
@@ -84,6 +84,75 @@ fn task_seed(seed: u64, index: usize) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
+}
+
+/// One subspace's k-means and the scale of its points.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SubspaceFit {
+    /// Centroids and objective per iteration.
+    pub result: KmeansResult,
+    /// Mean squared norm of the sub-vectors clustered.
+    pub mean_squared_norm: f64,
+}
+
+/// Runs `problems` independent k-means on `threads` threads: problem `i` clusters `points(i)`
+/// (rows of `dim`) into `k` centroids, seeded by splitmix64 of `kmeans_config.seed` and `i`.
+/// Returns the fits in problem order; the first failure stops the rest and is returned.
+/// `on_iteration` is called once per finished k-means iteration (from any thread).
+pub fn fit_subspaces(
+    problems: usize,
+    points: &(dyn Fn(usize) -> Vec<f32> + Sync),
+    dim: usize,
+    k: usize,
+    kmeans_config: &KmeansConfig,
+    threads: usize,
+    on_iteration: &(dyn Fn() + Sync),
+) -> Result<Vec<SubspaceFit>, PqError> {
+    let next = AtomicUsize::new(0);
+    let results = Mutex::new(Vec::with_capacity(problems));
+    let error = Mutex::new(None);
+    std::thread::scope(|scope| {
+        for _ in 0..threads.max(1) {
+            scope.spawn(|| loop {
+                let index = next.fetch_add(1, Ordering::Relaxed);
+                if index >= problems {
+                    break;
+                }
+                let points = points(index);
+                let norm = points.iter().map(|&x| (x * x) as f64).sum::<f64>() / (points.len() / dim).max(1) as f64;
+                match kmeans(&points, dim, k, kmeans_config, task_seed(kmeans_config.seed, index), on_iteration) {
+                    Ok(result) => results
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push((index, SubspaceFit { result, mean_squared_norm: norm })),
+                    Err(e) => {
+                        *error.lock().unwrap_or_else(PoisonError::into_inner) = Some(e);
+                        next.store(problems, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    if let Some(e) = error.into_inner().unwrap_or_else(PoisonError::into_inner) {
+        return Err(e);
+    }
+    let mut fits = results.into_inner().unwrap_or_else(PoisonError::into_inner);
+    fits.sort_by_key(|(index, _)| *index);
+    Ok(fits.into_iter().map(|(_, fit)| fit).collect())
+}
+
+/// Per iteration, the squared reconstruction error of `fits` pooled relative to their squared
+/// norms: `Σ objective / Σ mean squared norm`.
+pub fn pooled_relative_error<'a>(fits: impl IntoIterator<Item = &'a SubspaceFit>) -> Vec<f64> {
+    let (mut errors, mut norms) = (Vec::<f64>::new(), 0.0f64);
+    for fit in fits {
+        errors.resize(errors.len().max(fit.result.objective.len()), 0.0);
+        for (sum, value) in errors.iter_mut().zip(&fit.result.objective) {
+            *sum += value;
+        }
+        norms += fit.mean_squared_norm;
+    }
+    errors.iter().map(|e| e / norms.max(f64::MIN_POSITIVE)).collect()
 }
 
 /// Trains key and value codebooks for every layer from `samples`, on `threads` threads.
@@ -121,51 +190,26 @@ pub fn train_codebooks(
             (0..config.subspaces).map(move |subspace| Task { layer, kind, group, subspace })
         })
         .collect();
-    let next = AtomicUsize::new(0);
-    let results = Mutex::new(Vec::with_capacity(tasks.len()));
-    let error = Mutex::new(None);
-    std::thread::scope(|scope| {
-        for _ in 0..threads.max(1) {
-            scope.spawn(|| loop {
-                let index = next.fetch_add(1, Ordering::Relaxed);
-                let Some(&task) = tasks.get(index) else { break };
-                let heads = &samples.vectors[task.layer][task.kind][task.group * heads_per_group..][..heads_per_group];
-                let points: Vec<f32> = heads
-                    .iter()
-                    .flat_map(|rows| rows.chunks_exact(d))
-                    .flat_map(|row| &row[task.subspace * ds..(task.subspace + 1) * ds])
-                    .copied()
-                    .collect();
-                let norm = points.iter().map(|&x| (x * x) as f64).sum::<f64>() / (points.len() / ds).max(1) as f64;
-                match kmeans(&points, ds, k, kmeans_config, task_seed(kmeans_config.seed, index), on_iteration) {
-                    Ok(result) => results.lock().unwrap_or_else(PoisonError::into_inner).push((task, result, norm)),
-                    Err(e) => {
-                        *error.lock().unwrap_or_else(PoisonError::into_inner) = Some(e);
-                        next.store(tasks.len(), Ordering::Relaxed);
-                    }
-                }
-            });
-        }
-    });
-    if let Some(e) = error.into_inner().unwrap_or_else(PoisonError::into_inner) {
-        return Err(e);
-    }
-    let mut error_sum = [vec![0.0; kmeans_config.iterations + 1], vec![0.0; kmeans_config.iterations + 1]];
-    let mut norm_sum = [0.0f64; 2];
-    for (task, result, norm) in results.into_inner().unwrap_or_else(PoisonError::into_inner) {
-        let kind = [KvKind::Key, KvKind::Value][task.kind];
-        let book = match kind {
-            KvKind::Key => &mut books.keys[task.layer],
-            KvKind::Value => &mut books.values[task.layer],
+    let points = |index: usize| -> Vec<f32> {
+        let task = tasks[index];
+        let heads = &samples.vectors[task.layer][task.kind][task.group * heads_per_group..][..heads_per_group];
+        heads
+            .iter()
+            .flat_map(|rows| rows.chunks_exact(d))
+            .flat_map(|row| &row[task.subspace * ds..(task.subspace + 1) * ds])
+            .copied()
+            .collect()
+    };
+    let fits = fit_subspaces(tasks.len(), &points, ds, k, kmeans_config, threads, on_iteration)?;
+    for (task, fit) in tasks.iter().zip(&fits) {
+        let book = match task.kind {
+            0 => &mut books.keys[task.layer],
+            _ => &mut books.values[task.layer],
         };
         let offset = (task.group * config.subspaces + task.subspace) * k * ds;
-        book[offset..offset + k * ds].copy_from_slice(&result.centroids);
-        for (sum, value) in error_sum[task.kind].iter_mut().zip(&result.objective) {
-            *sum += value;
-        }
-        norm_sum[task.kind] += norm;
+        book[offset..offset + k * ds].copy_from_slice(&fit.result.centroids);
     }
-    let relative_error =
-        [0, 1].map(|kind| error_sum[kind].iter().map(|e| e / norm_sum[kind].max(f64::MIN_POSITIVE)).collect());
+    let relative_error = [0, 1]
+        .map(|kind| pooled_relative_error(tasks.iter().zip(&fits).filter(|(t, _)| t.kind == kind).map(|(_, f)| f)));
     Ok((books, TrainingReport { seconds: start.elapsed().as_secs_f64(), relative_error }))
 }
