@@ -16,7 +16,10 @@ pub enum ZackError {
     /// Calibration produced too little data, or data of the wrong shape.
     #[error("calibration: {0}")]
     Calibration(String),
-    /// Reading or writing a rotation file failed.
+    /// Training codebooks of the reduced dimensions failed (too few calibration vectors).
+    #[error(transparent)]
+    Pq(#[from] burn_million_pq::PqError),
+    /// Reading or writing a rotation or codebook file failed.
     #[error("{path}: {source}")]
     Io {
         /// The file.
@@ -24,8 +27,8 @@ pub enum ZackError {
         /// The underlying error.
         source: std::io::Error,
     },
-    /// A rotation file is malformed.
-    #[error("rotation file {path}: {reason}")]
+    /// A rotation or codebook file is malformed.
+    #[error("ZACK file {path}: {reason}")]
     Format {
         /// The file.
         path: PathBuf,

@@ -6,10 +6,25 @@
 //!   with an f32 tail). Attention runs ZACK's attention on the dequantized operands: the products
 //!   are not homomorphic (queries and probabilities stay f32), so its error is the quantization
 //!   error of K/V alone.
+//! - [`ZackPqScheme`]: the reduced keys and values product-quantized with [`ReducedCodebooks`]
+//!   (per head, subspaces of `sub_dim` of its own coordinates; trained by
+//!   [`train_reduced_codebooks`]), the newest `window` slots in f32. Attention runs ZACK's
+//!   attention on the vectors rebuilt from the centroids (not MILLION's lookup tables), so its
+//!   error is the PQ reconstruction error of K/V alone.
 
 mod hack_cache;
 mod hack_scheme;
 mod hack_state;
+mod pq_books;
+mod pq_books_file;
+mod pq_cache;
+mod pq_scheme;
+mod pq_state;
+mod pq_train;
 
 pub use hack_cache::ZackHackCache;
 pub use hack_scheme::ZackHackScheme;
+pub use pq_books::{ReducedCodebooks, ReducedPqConfig};
+pub use pq_cache::ZackPqCache;
+pub use pq_scheme::ZackPqScheme;
+pub use pq_train::{train_reduced_codebooks, ReducedSamples};
