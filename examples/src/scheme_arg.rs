@@ -2,7 +2,11 @@
 //! keys; see [`HackConfig`]'s text form) or `pq:codebooks=books.safetensors,window=64` (codebooks
 //! from `calibrate`; `window` defaults to 64), `zack:rotations=rot.safetensors,rate=0.5`, or ZACK
 //! followed by HACK quantization of the reduced dimensions, `zack:…+hack:bits=2,pi=64` (the
-//! ranks then default to multiples that HACK's key partitions split; paths may not contain `+`).
+//! ranks then default to multiples that HACK's key partitions split; paths may not contain `+`),
+//! or ZACK followed by product quantization of the reduced dimensions,
+//! `zack:…+pq:codebooks=reduced.safetensors,window=64` (codebooks from `calibrate --scheme
+//! zack-pq` for the same rotations and ranks; the ranks then default to multiples of their
+//! `sub_dim`).
 //!
 //! A [`SchemeArg`] is only the parsed description; [`SchemeArg::resolve`] turns it into a
 //! [`Scheme`] against the loaded model (PQ reads its codebook file and checks that it was
@@ -21,7 +25,10 @@ use burn_kvcompress::{
     model::{CausalLm, ModelConfig},
 };
 use burn_million_pq::{cache::PqScheme, codebook::Codebooks};
-use burn_zack::{cache::ZackScheme, compose::ZackHackScheme};
+use burn_zack::{
+    cache::ZackScheme,
+    compose::{ReducedCodebooks, ZackHackScheme, ZackPqScheme},
+};
 
 use crate::zack_arg::ZackArg;
 
@@ -72,6 +79,8 @@ pub enum SchemeArg {
     Zack(ZackArg),
     /// ZACK followed by HACK quantization of the reduced keys and values.
     ZackHack(ZackArg, HackConfig),
+    /// ZACK followed by product quantization of the reduced keys and values.
+    ZackPq(ZackArg, PqArg),
 }
 
 impl FromStr for SchemeArg {
@@ -81,7 +90,8 @@ impl FromStr for SchemeArg {
         if let Some((first, second)) = s.split_once('+') {
             return match (first.parse()?, second.parse()?) {
                 (Self::Zack(zack), Self::Hack(hack)) => Ok(Self::ZackHack(zack, hack)),
-                _ => Err(format!("`{s}`: the composition supported is `zack:…+hack:…`")),
+                (Self::Zack(zack), Self::Pq(pq)) => Ok(Self::ZackPq(zack, pq)),
+                _ => Err(format!("`{s}`: the compositions supported are `zack:…+hack:…` and `zack:…+pq:…`")),
             };
         }
         let (name, params) = s.split_once(':').unwrap_or((s, ""));
@@ -109,6 +119,8 @@ pub enum Scheme {
     Zack(ZackScheme),
     /// ZACK followed by HACK quantization.
     ZackHack(ZackHackScheme),
+    /// ZACK followed by product quantization, with its codebooks loaded and checked.
+    ZackPq(ZackPqScheme),
 }
 
 impl Scheme {
@@ -118,6 +130,7 @@ impl Scheme {
         match self {
             Self::Zack(scheme) => Ok(scheme.fold(model)?),
             Self::ZackHack(scheme) => Ok(scheme.zack().fold(model)?),
+            Self::ZackPq(scheme) => Ok(scheme.zack().fold(model)?),
             Self::Dense(_) | Self::Hack(_) | Self::Pq(_) => Ok(model),
         }
     }
@@ -156,6 +169,31 @@ impl SchemeArg {
                     .resolve(config, fingerprint)
                     .with_context(|| format!("for the model {}", model_path.display()))?;
                 Scheme::ZackHack(ZackHackScheme::new(zack, *hack)?)
+            }
+            Self::ZackPq(arg, pq) => {
+                let path = &pq.codebooks;
+                let books = ReducedCodebooks::load(path)
+                    .with_context(|| format!("loading reduced PQ codebooks {}", path.display()))?;
+                let fingerprint = fingerprint_of(model_path, fingerprint)?;
+                if books.model != fingerprint {
+                    anyhow::bail!(
+                        "the reduced PQ codebooks {} were calibrated on model {}, not on {} ({fingerprint})",
+                        path.display(),
+                        books.model,
+                        model_path.display()
+                    );
+                }
+                let mut arg = arg.clone();
+                if arg.rule.multiple == 1 {
+                    arg.rule.multiple = books.config.sub_dim;
+                }
+                let zack = arg
+                    .resolve(config, fingerprint)
+                    .with_context(|| format!("for the model {}", model_path.display()))?;
+                let scheme = ZackPqScheme::new(zack, Arc::new(books), pq.window).with_context(|| {
+                    format!("{} (give the zack part the rate and rule it was calibrated with)", path.display())
+                })?;
+                Scheme::ZackPq(scheme)
             }
             Self::Pq(arg) => {
                 let path = &arg.codebooks;
@@ -204,6 +242,7 @@ macro_rules! with_scheme {
             Scheme::Pq(scheme) => $run(scheme, $($a),*),
             Scheme::Zack(scheme) => $run(scheme, $($a),*),
             Scheme::ZackHack(scheme) => $run(scheme, $($a),*),
+            Scheme::ZackPq(scheme) => $run(scheme, $($a),*),
         }
     }};
 }
@@ -224,6 +263,10 @@ mod tests {
         let zack = "rotations=r.safetensors,rate=0.25".parse().unwrap();
         assert_eq!(composed, SchemeArg::ZackHack(zack, "bits=2,pi=32".parse().unwrap()));
         assert!("hack:bits=2+zack:rotations=r".parse::<SchemeArg>().unwrap_err().contains("zack:…+hack:…"));
+        let composed = "zack:rotations=r,rate=0.25+pq:codebooks=b,window=8".parse::<SchemeArg>().unwrap();
+        let pq = PqArg { codebooks: PathBuf::from("b"), window: 8 };
+        assert_eq!(composed, SchemeArg::ZackPq("rotations=r,rate=0.25".parse().unwrap(), pq));
+        assert!("zack:rotations=r+pq:window=8".parse::<SchemeArg>().unwrap_err().contains("codebooks=PATH"));
         assert!("zack:rotations=r+hack:bits=5".parse::<SchemeArg>().unwrap_err().contains("bit width"));
     }
 

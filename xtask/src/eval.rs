@@ -34,7 +34,9 @@ pub struct EvalArgs {
     /// default rotations (equal-energy blocks, attention outputs as value samples, centered), and
     /// rates {0.25, 0.5} with the paper's construction (plain stacking of raw values) and with
     /// centered values instead of outputs, and the default rotations at rates {0.25, 0.5} followed
-    /// by HACK quantization (4 and 2 bits, Π = 64), beside dense. Each text is evaluated with
+    /// by HACK quantization (4 and 2 bits, Π = 64) and by product quantization (`sub_dim=2,nbits=8`
+    /// and `sub_dim=4,nbits=8`: 4 and 2 code bits per kept element, window 64, codebooks
+    /// calibrated at each rate), beside dense. Each text is evaluated with
     /// rotations calibrated on the other texts; the rotations
     /// and their reports go to `target/zack-rotations/`, the spectra plots to
     /// `results/zack-spectra/`, and one table per evaluated text to `<out>-zack-<text>.md/.json`.
@@ -74,6 +76,11 @@ const ZACK_RATES: [f64; 4] = [0.125, 0.25, 0.375, 0.5];
 const ZACK_VARIANT_RATES: [f64; 2] = [0.25, 0.5];
 /// HACK quantizations composed after the default ZACK rotations (at [`ZACK_VARIANT_RATES`]).
 const ZACK_COMPOSED: [&str; 2] = ["hack:bits=4,pi=64", "hack:bits=2,pi=64"];
+/// Product quantizers of the reduced dimensions composed after the default ZACK rotations (at
+/// [`ZACK_VARIANT_RATES`], codebooks calibrated per rate, window [`ZACK_PQ_WINDOW`]): 4 and 2
+/// code bits per kept element.
+const ZACK_COMPOSED_PQ: [&str; 2] = ["sub_dim=2,nbits=8", "sub_dim=4,nbits=8"];
+const ZACK_PQ_WINDOW: usize = 64;
 
 /// `cargo run` of an example binary on the chosen backend, up to and including `--backend`.
 fn example(bin: &str, backend: &str) -> Vec<String> {
@@ -103,10 +110,21 @@ fn run_all(commands: Vec<Vec<String>>, print_only: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One calibration of a grid: a tag for file names and the `calibrate` arguments.
+/// The artifact path of a calibration's tag on the text being calibrated.
+type ArtifactOf<'a> = &'a dyn Fn(&str) -> String;
+
+/// One calibration of a grid: a tag for file names and the `calibrate` arguments, given the
+/// artifact paths of other calibrations on the same text (earlier in the list).
 struct Calibration {
     tag: String,
-    args: Vec<String>,
+    args: Box<dyn Fn(ArtifactOf<'_>) -> Vec<String>>,
+}
+
+impl Calibration {
+    /// A calibration whose arguments do not depend on other artifacts.
+    fn fixed(tag: String, args: Vec<String>) -> Self {
+        Self { tag, args: Box::new(move |_| args.clone()) }
+    }
 }
 
 /// A cross-calibrated grid: each calibration runs on every text (artifact
@@ -129,7 +147,7 @@ fn cross_grid(
     for calibration in calibrations {
         for text in &args.texts {
             let mut cmd = example("calibrate", &args.backend);
-            cmd.extend(calibration.args.iter().cloned());
+            cmd.extend((calibration.args)(&|tag| artifact(text, tag)));
             let plot = format!("results/{plots}/{}-{}.svg", stem(text), calibration.tag);
             let out = artifact(text, &calibration.tag);
             cmd.extend(["--text", text, "--tokens", "8192", "--out", &out, "--plot", &plot].map(String::from));
@@ -159,7 +177,7 @@ fn pq_grid(args: &EvalArgs) -> anyhow::Result<Vec<Vec<String>>> {
     let tag = |config: &str| config.replace([',', '='], "_");
     let calibrations: Vec<Calibration> = PQ_CONFIGS
         .iter()
-        .map(|config| Calibration { tag: tag(config), args: vec!["--config".into(), config.to_string()] })
+        .map(|config| Calibration::fixed(tag(config), vec!["--config".into(), config.to_string()]))
         .collect();
     cross_grid(args, "pq", "target/pq-books", "pq-kmeans", &calibrations, |books| {
         PQ_CONFIGS
@@ -171,13 +189,21 @@ fn pq_grid(args: &EvalArgs) -> anyhow::Result<Vec<Vec<String>>> {
 
 /// ZACK's grid: rotations (each configuration) calibrated on the other texts, at several rates.
 fn zack_grid(args: &EvalArgs) -> anyhow::Result<Vec<Vec<String>>> {
-    let calibrations: Vec<Calibration> = ZACK_CONFIGS
-        .iter()
-        .map(|(tag, config)| Calibration {
-            tag: tag.to_string(),
-            args: ["--scheme", "zack", "--config", config].map(String::from).to_vec(),
+    let default = ZACK_CONFIGS[0].0;
+    let pq_tag = |config: &str, rate: f64| format!("{default}-r{rate}-{}", config.replace([',', '='], "_"));
+    let rotations = ZACK_CONFIGS.iter().map(|(tag, config)| {
+        Calibration::fixed(tag.to_string(), ["--scheme", "zack", "--config", config].map(String::from).to_vec())
+    });
+    let reduced_books = ZACK_COMPOSED_PQ.into_iter().flat_map(|config| {
+        ZACK_VARIANT_RATES.iter().map(move |&rate| Calibration {
+            tag: pq_tag(config, rate),
+            args: Box::new(move |artifact| {
+                let zack = format!("rotations={},rate={rate}", artifact(default));
+                ["--scheme", "zack-pq", "--zack", &zack, "--config", config].map(String::from).to_vec()
+            }),
         })
-        .collect();
+    });
+    let calibrations: Vec<Calibration> = rotations.chain(reduced_books).collect();
     cross_grid(args, "zack", "target/zack-rotations", "zack-spectra", &calibrations, |rotations| {
         ZACK_CONFIGS
             .iter()
@@ -187,8 +213,17 @@ fn zack_grid(args: &EvalArgs) -> anyhow::Result<Vec<Vec<String>>> {
                 rates.iter().map(move |rate| format!("zack:rotations={},rate={rate}", rotations(tag)))
             })
             .chain(ZACK_COMPOSED.iter().flat_map(|hack| {
-                let default = rotations(ZACK_CONFIGS[0].0);
+                let default = rotations(default);
                 ZACK_VARIANT_RATES.iter().map(move |rate| format!("zack:rotations={default},rate={rate}+{hack}"))
+            }))
+            .chain(ZACK_COMPOSED_PQ.into_iter().flat_map(|config| {
+                ZACK_VARIANT_RATES.iter().map(move |&rate| {
+                    let books = rotations(&pq_tag(config, rate));
+                    format!(
+                        "zack:rotations={},rate={rate}+pq:codebooks={books},window={ZACK_PQ_WINDOW}",
+                        rotations(default)
+                    )
+                })
             }))
             .collect()
     })

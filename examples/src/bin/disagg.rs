@@ -69,8 +69,9 @@ struct ModelArgs {
     model: Option<PathBuf>,
     /// KV cache scheme: `dense`, `hack:bits=2,pi=64,round=stochastic`,
     /// `pq:codebooks=books.safetensors,window=64`, `zack:rotations=rot.safetensors,rate=0.5` or
-    /// `zack:rotations=rot.safetensors,rate=0.5+hack:bits=2,pi=64` (the same spelling as
-    /// `generate --kv`; both processes must load the same codebook or rotation file).
+    /// `zack:rotations=rot.safetensors,rate=0.5+hack:bits=2,pi=64` or
+    /// `zack:rotations=rot.safetensors,rate=0.5+pq:codebooks=reduced.safetensors` (the same
+    /// spelling as `generate --kv`; both processes must load the same codebook or rotation file).
     #[arg(long, default_value = "dense", value_parser = parse_kv)]
     kv: String,
     /// Backend to run on.

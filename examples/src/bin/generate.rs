@@ -55,7 +55,9 @@ struct Args {
     /// `zack:rotations=rot.safetensors,rate=0.5` (rotations from `calibrate --scheme zack`; `eps=E`
     /// instead of `rate` sets the removal rate; `min_rank=N`, `multiple=N` shape the ranks;
     /// `storage=f16` halves the cache on wgpu and cuda), or ZACK followed by HACK quantization of
-    /// the reduced dimensions, `zack:rotations=rot.safetensors,rate=0.5+hack:bits=2,pi=64`.
+    /// the reduced dimensions, `zack:rotations=rot.safetensors,rate=0.5+hack:bits=2,pi=64`, or by
+    /// product quantization, `zack:rotations=rot.safetensors,rate=0.5+pq:codebooks=reduced.safetensors`
+    /// (codebooks from `calibrate --scheme zack-pq` at the same rotations and rate).
     #[arg(long, default_value = "dense")]
     kv: SchemeArg,
     /// Backend to run on.

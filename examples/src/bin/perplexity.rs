@@ -37,7 +37,9 @@ struct Args {
     /// `pq:codebooks=books.safetensors,window=64` (codebooks from `calibrate`),
     /// `zack:rotations=rot.safetensors,rate=0.5` (rotations from `calibrate --scheme zack`; or
     /// `eps=E` for the removal rate; `storage=f16` on wgpu and cuda), or ZACK followed by HACK
-    /// quantization of the reduced dimensions, `zack:rotations=rot.safetensors,rate=0.5+hack:bits=2,pi=64`.
+    /// quantization of the reduced dimensions, `zack:rotations=rot.safetensors,rate=0.5+hack:bits=2,pi=64`,
+    /// or by product quantization, `zack:rotations=rot.safetensors,rate=0.5+pq:codebooks=reduced.safetensors`
+    /// (codebooks from `calibrate --scheme zack-pq` at the same rotations and rate).
     #[arg(long, default_value = "dense")]
     kv: Vec<SchemeArg>,
     /// Most windows of 1024 tokens per text.

@@ -24,10 +24,20 @@
 //!
 //! Its `<out>.json` holds the mean normalized singular-value spectra of both pairs (plotted by
 //! `--plot`) and the compression rate and mean ranks at a sweep of removal rates ε.
+//!
+//! `zack-pq` trains k-means codebooks of ZACK's reduced keys and values at one set of rotations
+//! and ranks (subspaces of `sub_dim` channels of each head's own coordinates), for
+//! `--kv zack:rotations=FILE,rate=0.5+pq:codebooks=OUT`:
+//!
+//! ```text
+//! calibrate --scheme zack-pq --zack rotations=rot.safetensors,rate=0.5 --config sub_dim=2,nbits=8 \
+//!     --text gpl-3.txt --out reduced.safetensors --plot obj.svg
+//! ```
 
 mod pq;
 mod record;
 mod zack;
+mod zack_pq;
 
 use std::path::PathBuf;
 
@@ -38,21 +48,28 @@ use examples::{backend_choice::BackendChoice, plot::PlotFormat};
 use serde::Serialize;
 
 /// Calibrate a KV-cache compression scheme on text (PQ codebooks for `--kv pq:codebooks=FILE`,
-/// ZACK rotations for `--kv zack:rotations=FILE`).
+/// ZACK rotations for `--kv zack:rotations=FILE`, codebooks of ZACK's reduced dimensions for
+/// `--kv zack:rotations=FILE,rate=R+pq:codebooks=FILE`).
 #[derive(Parser, Debug)]
 #[command(about, long_about = None)]
 pub struct Args {
-    /// What to calibrate: `pq` (MILLION product-quantization codebooks) or `zack` (ZACK's SVD
-    /// rotations).
+    /// What to calibrate: `pq` (MILLION product-quantization codebooks), `zack` (ZACK's SVD
+    /// rotations) or `zack-pq` (product-quantization codebooks of the dimensions `--zack` keeps).
     #[arg(long, value_enum, default_value_t = SchemeChoice::Pq)]
     scheme: SchemeChoice,
     /// The scheme's configuration; for pq `m=SUBSPACES,nbits=BITS[,scope=layer|layer-head]`
     /// (M subspaces per head vector, 2^BITS centroids each, one codebook per layer or per
     /// (layer, KV head)), required; for zack `weighting=equal-energy|concatenate,
     /// center=values|keys-values|none` (how the two blocks of `[Q; K]` and `[V; W_Oᵀ]` are scaled
-    /// before the SVD, and which activations are centered; defaults equal-energy, values).
+    /// before the SVD, and which activations are centered; defaults equal-energy, values); for
+    /// zack-pq `sub_dim=N,nbits=BITS` (subspaces of N reduced channels, 2^BITS centroids each:
+    /// BITS/N bits per element; every rank becomes a multiple of N), required.
     #[arg(long)]
     config: Option<String>,
+    /// zack-pq: the ZACK part whose kept dimensions are quantized, `rotations=FILE,rate=R` (or
+    /// `eps=E`; the `zack:` spelling of `--kv`). Give `--kv` the same rotations and rate.
+    #[arg(long)]
+    zack: Option<String>,
     /// Calibration text files (repeatable), tokenized without BOS and read in order until
     /// `--tokens` tokens are taken.
     #[arg(long, required = true)]
@@ -98,7 +115,7 @@ pub struct Args {
     #[arg(long, default_value_t = 1)]
     held_out_windows: usize,
     /// Plot to this `.svg` (with text) or `.png` (lines only; first curve blue, second red):
-    /// for pq the relative reconstruction error of keys and values against the k-means
+    /// for pq and zack-pq the relative reconstruction error of keys and values against the k-means
     /// iteration, for zack the mean normalized singular values of the query/key and
     /// value/output pairs against the head dimension.
     #[arg(long)]
@@ -107,12 +124,14 @@ pub struct Args {
 
 /// `--scheme`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum SchemeChoice {
     /// MILLION: product-quantization codebooks (k-means per subspace).
     Pq,
     /// ZACK: per-KV-head rotations of the query/key and value/output pairs (SVD).
     Zack,
+    /// ZACK followed by PQ: codebooks of the reduced keys and values (k-means per subspace).
+    ZackPq,
 }
 
 /// Checks the numeric flags before anything slow runs.
@@ -134,6 +153,9 @@ fn check_args(args: &Args) -> anyhow::Result<()> {
     if args.budget.is_some() && args.scheme != SchemeChoice::Zack {
         bail!("--budget searches ZACK's removal rate: use it with --scheme zack");
     }
+    if args.zack.is_some() != (args.scheme == SchemeChoice::ZackPq) {
+        bail!("--zack names the ZACK part of --scheme zack-pq, and only of it");
+    }
     Ok(())
 }
 
@@ -143,5 +165,6 @@ fn main() -> anyhow::Result<()> {
     match args.scheme {
         SchemeChoice::Pq => pq::run_pq(&args),
         SchemeChoice::Zack => zack::run_zack(&args),
+        SchemeChoice::ZackPq => zack_pq::run_zack_pq(&args),
     }
 }

@@ -1,8 +1,10 @@
 //! `--scheme pq`: k-means codebooks for MILLION.
 
+use std::path::Path;
+
 use anyhow::Context;
 use burn::tensor::backend::Backend;
-use burn_kvcompress::{cache::LayerRecording, paths::default_model_path};
+use burn_kvcompress::{cache::LayerRecording, model::ModelConfig, paths::default_model_path};
 use burn_million_pq::{
     codebook::{train_codebooks, CalibrationSamples, TrainingReport},
     KmeansConfig, PqConfig,
@@ -18,12 +20,14 @@ use serde::Serialize;
 use crate::record::{describe, read_texts, record, Recorded};
 use crate::{Args, SchemeChoice};
 
-/// The JSON report written beside the codebooks.
+/// The JSON report written beside the codebooks (PQ's or ZACK + PQ's).
 #[derive(Serialize)]
-struct Report<'a> {
+struct Report<'a, C: Serialize> {
     scheme: SchemeChoice,
-    config: PqConfig,
+    config: C,
     config_text: String,
+    /// The ZACK part whose reduced coordinates were quantized (`zack-pq` only).
+    zack: Option<&'a str>,
     kmeans: KmeansConfig,
     threads: usize,
     model: String,
@@ -51,16 +55,16 @@ struct ReportCurves<'a> {
     values: &'a [f64],
 }
 
-/// Records K/V over the texts and keeps every layer's recordings (k-means samples from all).
-fn record_all<B: Backend>(
+/// Records K/V over the texts and keeps every layer's recordings (k-means samples from all),
+/// after `check` accepted the model.
+pub fn record_all<B: Backend>(
     device: B::Device,
     args: &Args,
-    config: PqConfig,
+    check: &dyn Fn(&ModelConfig) -> anyhow::Result<()>,
     sources: &[(String, String)],
 ) -> anyhow::Result<(Recorded, Vec<LayerRecording>)> {
     let mut layers: Vec<LayerRecording> = Vec::new();
-    let check = |model: &burn_kvcompress::model::ModelConfig| Ok(config.validate(model.head_dim)?);
-    let (recorded, _) = record::<B>(device, args, &check, sources, false, &mut |batch| {
+    let (recorded, _) = record::<B>(device, args, check, sources, false, &mut |batch| {
         layers.resize_with(batch.len(), LayerRecording::default);
         for (all, new) in layers.iter_mut().zip(batch) {
             all.keys.extend(new.keys);
@@ -69,6 +73,25 @@ fn record_all<B: Backend>(
         Ok(())
     })?;
     Ok((recorded, layers))
+}
+
+/// A progress bar over `total` k-means iterations.
+pub fn kmeans_bar(total: usize) -> ProgressBar {
+    ProgressBar::new(total as u64).with_style(
+        ProgressStyle::with_template("k-means [{bar:30}] {pos}/{len} iterations, eta {eta}").expect("template"),
+    )
+}
+
+/// The k-means settings of the flags, and the threads to train on.
+pub fn kmeans_settings(args: &Args) -> (KmeansConfig, usize) {
+    let kmeans = KmeansConfig {
+        iterations: args.iterations,
+        batch_size: args.batch_size,
+        seed: args.seed,
+        ..KmeansConfig::default()
+    };
+    let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
+    (kmeans, threads)
 }
 
 /// Trains the codebooks with a progress bar over every k-means iteration.
@@ -82,9 +105,7 @@ fn train(
 ) -> anyhow::Result<(burn_million_pq::codebook::Codebooks, TrainingReport)> {
     let g = samples.geometry;
     let total = g.layers * 2 * config.scope.groups(g.kv_heads) * config.subspaces * kmeans.iterations;
-    let bar = ProgressBar::new(total as u64).with_style(
-        ProgressStyle::with_template("k-means [{bar:30}] {pos}/{len} iterations, eta {eta}").expect("template"),
-    );
+    let bar = kmeans_bar(total);
     eprintln!(
         "training {config} codebooks for {g}: {} vectors per KV head, {} k-means x {} iterations, {threads} threads",
         samples.rows_per_head(),
@@ -102,15 +123,10 @@ fn train(
 pub fn run_pq(args: &Args) -> anyhow::Result<()> {
     let text = args.config.as_deref().context("--scheme pq needs --config m=SUBSPACES,nbits=BITS")?;
     let config: PqConfig = text.parse().with_context(|| format!("--config `{text}`"))?;
-    let kmeans = KmeansConfig {
-        iterations: args.iterations,
-        batch_size: args.batch_size,
-        seed: args.seed,
-        ..KmeansConfig::default()
-    };
-    let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
+    let (kmeans, threads) = kmeans_settings(args);
     let sources = read_texts(args)?;
-    let (recorded, layers) = with_backend!(args.backend, record_all(args, config, &sources))?;
+    let check = |model: &ModelConfig| Ok(config.validate(model.head_dim)?);
+    let (recorded, layers) = with_backend!(args.backend, record_all(args, &check, &sources))?;
     let samples = CalibrationSamples::from_recordings(&layers)?;
     let c = &recorded.model_config;
     eprintln!(
@@ -120,36 +136,64 @@ pub fn run_pq(args: &Args) -> anyhow::Result<()> {
         samples.rows_per_head(),
         recorded.seconds
     );
-    let tokens: usize = recorded.taken.iter().map(|(_, n)| n).sum();
     let calibration = describe(&recorded, args.window);
     let (books, report) = train(&samples, config, &kmeans, &recorded, &calibration, threads)?;
+    create_parent(&args.out)?;
+    books.save(&args.out)?;
+    let trained = Trained { config, config_text: config.to_string(), zack: None, kmeans, threads, report };
+    finish(args, &recorded, &calibration, &trained)
+}
 
-    if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+/// Creates the directory `path` goes in.
+pub fn create_parent(path: &Path) -> anyhow::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    books.save(&args.out)?;
-    let [keys, values] = &report.relative_error;
+    Ok(())
+}
+
+/// What a k-means calibration ran with and how it went.
+pub struct Trained<'a, C: Serialize> {
+    pub config: C,
+    pub config_text: String,
+    pub zack: Option<&'a str>,
+    pub kmeans: KmeansConfig,
+    pub threads: usize,
+    pub report: TrainingReport,
+}
+
+/// Prints the outcome of codebooks saved to `args.out`, writes the JSON report beside them and
+/// the `--plot` of the relative reconstruction error per k-means iteration.
+pub fn finish<C: Serialize>(
+    args: &Args,
+    recorded: &Recorded,
+    calibration: &str,
+    trained: &Trained<'_, C>,
+) -> anyhow::Result<()> {
+    let [keys, values] = &trained.report.relative_error;
+    let config_text = &trained.config_text;
     let last = |curve: &[f64]| curve.last().copied().unwrap_or(f64::NAN);
-    println!("codebooks: {} ({config}, calibrated on {calibration})", args.out.display());
-    println!("training: {:.1} s", report.seconds);
+    println!("codebooks: {} ({config_text}, calibrated on {calibration})", args.out.display());
+    println!("training: {:.1} s", trained.report.seconds);
     println!("relative reconstruction error: keys {:.5}, values {:.5}", last(keys), last(values));
 
     let model = args.model.clone().unwrap_or_else(default_model_path);
     let json = Report {
         scheme: args.scheme,
-        config,
-        config_text: config.to_string(),
-        kmeans,
-        threads,
+        config: &trained.config,
+        config_text: config_text.clone(),
+        zack: trained.zack,
+        kmeans: trained.kmeans,
+        threads: trained.threads,
         model: model.display().to_string(),
         model_sha256: recorded.fingerprint.to_hex(),
         codebooks: args.out.display().to_string(),
-        calibration: &calibration,
+        calibration,
         texts: recorded.taken.iter().map(|(name, tokens)| ReportText { name, tokens: *tokens }).collect(),
-        tokens,
+        tokens: recorded.taken.iter().map(|(_, n)| n).sum(),
         window: args.window,
         recording_seconds: recorded.seconds,
-        training_seconds: report.seconds,
+        training_seconds: trained.report.seconds,
         relative_error: ReportCurves { keys, values },
     };
     let json_path = write_json_beside(&args.out, &json)?;
@@ -157,7 +201,10 @@ pub fn run_pq(args: &Args) -> anyhow::Result<()> {
 
     if let Some(plot) = &args.plot {
         let curves = [Curve { name: "keys", values: keys }, Curve { name: "values", values }];
-        let title = format!("PQ {config} on {calibration}");
+        let title = match trained.zack {
+            Some(zack) => format!("ZACK ({zack}) + PQ {config_text} on {calibration}"),
+            None => format!("PQ {config_text} on {calibration}"),
+        };
         let spec = PlotSpec {
             title: &title,
             x_label: "k-means iteration (0 = after k-means++)",

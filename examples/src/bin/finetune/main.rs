@@ -319,7 +319,9 @@ fn train_and_save<B: AutodiffBackend>(
             rotations.save(&args.out)?;
             Ok((report, rotations.calibration))
         }
-        Scheme::Dense(_) | Scheme::Hack(_) | Scheme::ZackHack(_) => unreachable!("--scheme is pq or zack"),
+        Scheme::Dense(_) | Scheme::Hack(_) | Scheme::ZackHack(_) | Scheme::ZackPq(_) => {
+            unreachable!("--scheme is pq or zack")
+        }
     }
 }
 
