@@ -281,12 +281,6 @@ fn state_round_trips_bytes_are_counted_and_bad_compositions_are_refused() {
     assert!(matches!(refused, Err(ZackError::Config(_))));
 }
 
-/// The kernels' backend: CUDA when built with the `cuda` feature, wgpu otherwise (lavapipe in CI).
-#[cfg(feature = "cuda")]
-type Gpu = burn::backend::Cuda<f32, i32>;
-#[cfg(all(feature = "wgpu", not(feature = "cuda")))]
-type Gpu = burn::backend::Wgpu<f32, i32>;
-
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 #[test]
 fn on_the_gpu_the_codes_equal_the_hosts_and_attention_follows() {

@@ -11,15 +11,7 @@ use burn_zack::{
     cache::HeadLayout,
     kernels::{attention::prefill_geometry, ZackBackend},
 };
-use common::{host, uniform};
-
-/// The kernels' backend: CUDA when built with the `cuda` feature (on a GPU machine, where
-/// `examples/bench/validate_bounds.sh` runs these tests), wgpu otherwise (lavapipe in CI).
-#[cfg(feature = "cuda")]
-type Gpu = burn::backend::Cuda<f32, i32>;
-#[cfg(not(feature = "cuda"))]
-type Gpu = burn::backend::Wgpu<f32, i32>;
-type Cpu = burn::backend::NdArray<f32>;
+use common::{host, uniform, Cpu, Gpu};
 
 /// f32's unit roundoff, 2^-24.
 const F32_ROUNDOFF: f64 = f32::EPSILON as f64 / 2.0;

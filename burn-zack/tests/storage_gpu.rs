@@ -18,13 +18,6 @@ use burn_zack::{
 };
 use common::*;
 
-/// The kernels' backend: CUDA when built with the `cuda` feature (on a GPU machine, where
-/// `examples/bench/validate_bounds.sh` runs these tests), wgpu otherwise (lavapipe in CI).
-#[cfg(feature = "cuda")]
-type Gpu = burn::backend::Cuda<f32, i32>;
-#[cfg(not(feature = "cuda"))]
-type Gpu = burn::backend::Wgpu<f32, i32>;
-
 fn gpu<const D: usize>(values: Vec<f32>, shape: [usize; D]) -> Tensor<Gpu, D> {
     Tensor::from_data(TensorData::new(values, shape), &Default::default())
 }

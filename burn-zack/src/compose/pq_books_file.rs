@@ -14,7 +14,10 @@ use burn_kvcompress::{
 };
 
 use super::{ReducedCodebooks, ReducedPqConfig};
-use crate::ZackError;
+use crate::{
+    file_io::{read_file, write_file},
+    ZackError,
+};
 
 const FORMAT: &str = "burn-kvcompress/zack-pq-codebooks";
 const VERSION: &str = "1";
@@ -60,14 +63,13 @@ impl ReducedCodebooks {
             ("calibration", self.calibration.clone()),
         ];
         let bytes = serialize_tagged(FORMAT, VERSION, metadata, &tensors).map_err(format_error)?;
-        std::fs::write(path, bytes).map_err(|source| ZackError::Io { path: path.to_path_buf(), source })
+        write_file(path, bytes)
     }
 
     /// Reads codebooks written by [`save`](Self::save), checking every field and shape. Whether
     /// they fit a scheme is [`check_fits`](Self::check_fits)'s question.
     pub fn load(path: &Path) -> Result<Self, ZackError> {
-        let bytes = std::fs::read(path).map_err(|source| ZackError::Io { path: path.to_path_buf(), source })?;
-        Self::from_bytes(&bytes).map_err(|reason| ZackError::Format { path: path.to_path_buf(), reason })
+        read_file(path, Self::from_bytes)
     }
 
     fn from_bytes(bytes: &[u8]) -> Result<Self, String> {

@@ -15,7 +15,10 @@ use burn_kvcompress::{
 };
 
 use super::{HeadRotation, Pair, RotationGeometry, Rotations};
-use crate::ZackError;
+use crate::{
+    file_io::{read_file, write_file},
+    ZackError,
+};
 
 const FORMAT: &str = "burn-kvcompress/zack-rotations";
 const VERSION: &str = "1";
@@ -53,13 +56,12 @@ impl Rotations {
             ("calibration", self.calibration.clone()),
         ];
         let bytes = serialize_tagged(FORMAT, VERSION, metadata, &tensors).map_err(format_error)?;
-        std::fs::write(path, bytes).map_err(|source| ZackError::Io { path: path.to_path_buf(), source })
+        write_file(path, bytes)
     }
 
     /// Reads rotations written by [`save`](Self::save), checking every field and shape.
     pub fn load(path: &Path) -> Result<Self, ZackError> {
-        let bytes = std::fs::read(path).map_err(|source| ZackError::Io { path: path.to_path_buf(), source })?;
-        Self::from_bytes(&bytes).map_err(|reason| ZackError::Format { path: path.to_path_buf(), reason })
+        read_file(path, Self::from_bytes)
     }
 
     fn from_bytes(bytes: &[u8]) -> Result<Self, String> {

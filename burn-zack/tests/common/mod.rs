@@ -14,6 +14,13 @@ use rand::{rngs::StdRng, Rng, SeedableRng};
 
 pub type Cpu = burn_kvcompress::backend::NdArray;
 
+/// The kernels' backend: CUDA when built with the `cuda` feature (on a GPU machine, where
+/// `examples/bench/validate_bounds.sh` runs the GPU tests), wgpu otherwise (lavapipe in CI).
+#[cfg(feature = "cuda")]
+pub type Gpu = burn::backend::Cuda<f32, i32>;
+#[cfg(all(feature = "wgpu", not(feature = "cuda")))]
+pub type Gpu = burn::backend::Wgpu<f32, i32>;
+
 /// The tiny Llama of the shared references (3 layers, 4 query / 2 KV heads, head_dim 16).
 pub fn tiny_llama() -> CausalLm<Cpu> {
     let dir = shared_dir().join("reference/hf-tiny/tiny-llama");
