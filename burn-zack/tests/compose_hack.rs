@@ -59,18 +59,6 @@ fn partition_bound(values: &[f32], config: &HackConfig) -> f32 {
     rounding * step + lo.abs().max(hi.abs()) / 1024.0
 }
 
-/// Appends `len` slots as two calls to both caches.
-fn fill(caches: (&mut impl KvCache<Cpu>, &mut impl KvCache<Cpu>), len: usize, seed: u64) {
-    let first = len * 2 / 3;
-    let k = tensor(uniform(2 * 2 * len * D, seed), [2, 2, len, D]);
-    let v = tensor(uniform(2 * 2 * len * D, seed + 1), [2, 2, len, D]) * 2.0;
-    for (start, n) in [(0, first), (first, len - first)] {
-        let (k, v) = (k.clone().narrow(2, start, n), v.clone().narrow(2, start, n));
-        caches.0.append(k.clone(), v.clone()).unwrap();
-        caches.1.append(k, v).unwrap();
-    }
-}
-
 #[test]
 fn attention_is_within_the_quantization_bound_of_unquantized_zack_attention() {
     let zack = zack_scheme([16, 48]);
@@ -82,7 +70,7 @@ fn attention_is_within_the_quantization_bound_of_unquantized_zack_attention() {
         let composed = ZackHackScheme::new(zack.clone(), config).unwrap();
         let mut exact = KvScheme::<Cpu>::new_cache(&zack, 0, GEOMETRY, &Default::default());
         let mut quantized = KvScheme::<Cpu>::new_cache(&composed, 0, GEOMETRY, &Default::default());
-        fill((&mut exact, &mut quantized), len, 11);
+        fill_both((&mut exact, &mut quantized), len, D, 11);
         let (keys, values) = exact.keys_values().unwrap();
         let (keys, values) = (host(keys), host(values));
         let (key_width, value_width) = (64, 64);
@@ -156,7 +144,7 @@ fn state_round_trips_the_format_is_counted_and_bad_compositions_are_refused() {
     let device = Default::default();
     let mut cache = KvScheme::<Cpu>::new_cache(&composed, 0, GEOMETRY, &device);
     let mut plain = KvScheme::<Cpu>::new_cache(composed.zack(), 0, GEOMETRY, &device);
-    fill((&mut cache, &mut plain), 100, 21);
+    fill_both((&mut cache, &mut plain), 100, D, 21);
     // Per slot and row: keys 16·2/8 + (4 + 1) and 48·2/8 + (4 + 1) bytes; one closed block of
     // 64 channels, 64·2/8 + 4 + 1 bytes each; 36 tail slots of 64 f32.
     assert_eq!(cache.memory_bytes(), 2 * (100 * (9 + 17) + 64 * 21 + 36 * 64 * 4));

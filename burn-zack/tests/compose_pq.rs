@@ -122,18 +122,6 @@ fn samples_are_reduced_as_the_cache_reduces_and_codebooks_fit_every_head() {
     }
 }
 
-/// Appends `len` slots in two calls to both caches.
-fn fill(caches: (&mut impl KvCache<Cpu>, &mut impl KvCache<Cpu>), len: usize, seed: u64) {
-    let first = len * 2 / 3;
-    let k = tensor(uniform(2 * 2 * len * D, seed), [2, 2, len, D]);
-    let v = tensor(uniform(2 * 2 * len * D, seed + 1), [2, 2, len, D]) * 2.0;
-    for (start, n) in [(0, first), (first, len - first)] {
-        let (k, v) = (k.clone().narrow(2, start, n), v.clone().narrow(2, start, n));
-        caches.0.append(k.clone(), v.clone()).unwrap();
-        caches.1.append(k, v).unwrap();
-    }
-}
-
 /// A composed scheme with codebooks trained on synthetic recordings.
 fn composed(window: usize, config: ReducedPqConfig) -> ZackPqScheme {
     let zack = zack_scheme();
@@ -153,7 +141,7 @@ fn codes_are_nearest_centroids_and_attention_is_within_the_reconstruction_bound(
         let layout = scheme.zack().layout(layer);
         let mut exact = KvScheme::<Cpu>::new_cache(scheme.zack(), layer, GEOMETRY, &device);
         let mut coded = KvScheme::<Cpu>::new_cache(&scheme, layer, GEOMETRY, &device);
-        fill((&mut exact, &mut coded), len, 61);
+        fill_both((&mut exact, &mut coded), len, D, 61);
         // The second append kept the newest max(window, its length) slots in f32.
         let newest = window.max(len - len * 2 / 3);
         assert_eq!((coded.coded_len(), coded.recent_len()), (len - newest, newest));
@@ -227,7 +215,7 @@ fn state_round_trips_bytes_are_counted_and_bad_compositions_are_refused() {
     let layer = 2;
     let mut cache = KvScheme::<Cpu>::new_cache(&scheme, layer, GEOMETRY, &device);
     let mut plain = KvScheme::<Cpu>::new_cache(scheme.zack(), layer, GEOMETRY, &device);
-    fill((&mut cache, &mut plain), 30, 71);
+    fill_both((&mut cache, &mut plain), 30, D, 71);
     let layout = scheme.zack().layout(layer);
     let (wk, wv) = (layout.key_width(), layout.value_width());
     // 4-bit codes, 8 per word: ⌈(W / 4) / 8⌉ words per slot; 10 recent slots in f32; the layer's

@@ -3,7 +3,7 @@
 
 use burn::tensor::{backend::Backend, Tensor, TensorData};
 use burn_kvcompress::{
-    cache::{LayerRecording, RecordedTensor, RecordingScheme},
+    cache::{KvCache, LayerRecording, RecordedTensor, RecordingScheme},
     fingerprint::ModelFingerprint,
     loading::load_hf_model,
     model::{CausalLm, Logits},
@@ -81,4 +81,17 @@ pub fn synthetic_recordings(geometry: RotationGeometry, tokens: usize, seed: u64
             outputs: vec![recorded([1, h, tokens, d], seed + 3 * l + 1000)],
         })
         .collect()
+}
+
+/// Appends the same seeded keys and values (`[2, 2, len, head_dim]`, batch 2 and 2 KV heads,
+/// values scaled by 2) to both caches, in two calls: the first 2/3 of the slots, then the rest.
+pub fn fill_both(caches: (&mut impl KvCache<Cpu>, &mut impl KvCache<Cpu>), len: usize, head_dim: usize, seed: u64) {
+    let first = len * 2 / 3;
+    let k = tensor(uniform(2 * 2 * len * head_dim, seed), [2, 2, len, head_dim]);
+    let v = tensor(uniform(2 * 2 * len * head_dim, seed + 1), [2, 2, len, head_dim]) * 2.0;
+    for (start, n) in [(0, first), (first, len - first)] {
+        let (k, v) = (k.clone().narrow(2, start, n), v.clone().narrow(2, start, n));
+        caches.0.append(k.clone(), v.clone()).unwrap();
+        caches.1.append(k, v).unwrap();
+    }
 }
