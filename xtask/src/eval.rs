@@ -13,9 +13,11 @@ pub struct EvalArgs {
     /// Evaluation texts (repeatable).
     #[arg(long = "text", default_values = ["../shared/data/tempest.txt", "../shared/data/gpl-3.txt"])]
     texts: Vec<String>,
-    /// Output path without extension: `<out>.md` (table) and `<out>.json` (raw reports).
-    #[arg(long, default_value = "results/perplexity")]
-    out: String,
+    /// Output path without extension: `<out>.md` (table) and `<out>.json` (raw reports). A grid
+    /// writes one table per evaluated text, `<out>-<text>.md/.json`. Default: `results/perplexity`,
+    /// for a grid `results/<hack|pq|zack>-perplexity`.
+    #[arg(long)]
+    out: Option<String>,
     /// Backend: ndarray, wgpu or cuda (the latter two need the examples' features).
     #[arg(long, default_value = "ndarray")]
     backend: String,
@@ -27,7 +29,7 @@ pub struct EvalArgs {
     /// stored code bits per element at head dim 64) × recent window {0, 64}, beside dense. Each
     /// text is evaluated with codebooks calibrated on the other texts (never on itself); the
     /// codebooks and their training reports go to `target/pq-books/`, the k-means plots to
-    /// `results/pq-kmeans/`, and one table per evaluated text to `<out>-pq-<text>.md/.json`.
+    /// `results/pq-kmeans/`, and one table per evaluated text to `<out>-<text>.md/.json`.
     #[arg(long, conflicts_with = "hack_grid")]
     pq_grid: bool,
     /// Evaluate ZACK's grid instead: overall compression rates {0.125, 0.25, 0.375, 0.5} with the
@@ -38,14 +40,21 @@ pub struct EvalArgs {
     /// and `sub_dim=4,nbits=8`: 4 and 2 code bits per kept element, window 64, codebooks
     /// calibrated at each rate), beside dense. Each text is evaluated with
     /// rotations calibrated on the other texts; the rotations
-    /// and their reports go to `target/zack-rotations/`, the spectra plots to
-    /// `results/zack-spectra/`, and one table per evaluated text to `<out>-zack-<text>.md/.json`.
+    /// and codebooks and their reports go to `target/zack-rotations/`, the spectra plots to
+    /// `results/zack-spectra/` (the codebooks' k-means plots to `results/zack-pq-kmeans/`), and one table per evaluated text to `<out>-<text>.md/.json`.
     #[arg(long, conflicts_with_all = ["hack_grid", "pq_grid"])]
     zack_grid: bool,
     /// Print the perplexity command instead of running it (to run its binary elsewhere, e.g. a
     /// CUDA build on a GPU machine without a Rust toolchain).
     #[arg(long)]
     print_only: bool,
+}
+
+impl EvalArgs {
+    /// `--out`, else `default`.
+    fn out_or(&self, default: &str) -> String {
+        self.out.clone().unwrap_or_else(|| default.to_string())
+    }
 }
 
 /// HACK's evaluation grid in the `--kv` syntax.
@@ -113,28 +122,29 @@ fn run_all(commands: Vec<Vec<String>>, print_only: bool) -> anyhow::Result<()> {
 /// The artifact path of a calibration's tag on the text being calibrated.
 type ArtifactOf<'a> = &'a dyn Fn(&str) -> String;
 
-/// One calibration of a grid: a tag for file names and the `calibrate` arguments, given the
-/// artifact paths of other calibrations on the same text (earlier in the list).
+/// One calibration of a grid: a tag for file names, the directory under `results/` of its plot,
+/// and the `calibrate` arguments, given the artifact paths of other calibrations on the same text
+/// (earlier in the list).
 struct Calibration {
     tag: String,
+    plots: &'static str,
     args: Box<dyn Fn(ArtifactOf<'_>) -> Vec<String>>,
 }
 
 impl Calibration {
     /// A calibration whose arguments do not depend on other artifacts.
-    fn fixed(tag: String, args: Vec<String>) -> Self {
-        Self { tag, args: Box::new(move |_| args.clone()) }
+    fn fixed(tag: String, plots: &'static str, args: Vec<String>) -> Self {
+        Self { tag, plots, args: Box::new(move |_| args.clone()) }
     }
 }
 
 /// A cross-calibrated grid: each calibration runs on every text (artifact
-/// `<dir>/<text>-<tag>.safetensors`, plot `results/<plots>/<text>-<tag>.svg`), then each text is
+/// `<dir>/<text>-<tag>.safetensors`, plot `results/<its plots>/<text>-<tag>.svg`), then each text is
 /// evaluated with `kv` given the artifact path of a calibration on another text.
 fn cross_grid(
     args: &EvalArgs,
     name: &str,
     dir: &str,
-    plots: &str,
     calibrations: &[Calibration],
     kv: impl Fn(&dyn Fn(&str) -> String) -> Vec<String>,
 ) -> anyhow::Result<Vec<Vec<String>>> {
@@ -148,7 +158,7 @@ fn cross_grid(
         for text in &args.texts {
             let mut cmd = example("calibrate", &args.backend);
             cmd.extend((calibration.args)(&|tag| artifact(text, tag)));
-            let plot = format!("results/{plots}/{}-{}.svg", stem(text), calibration.tag);
+            let plot = format!("results/{}/{}-{}.svg", calibration.plots, stem(text), calibration.tag);
             let out = artifact(text, &calibration.tag);
             cmd.extend(["--text", text, "--tokens", "8192", "--out", &out, "--plot", &plot].map(String::from));
             commands.push(cmd);
@@ -165,7 +175,7 @@ fn cross_grid(
             "--text".to_string(),
             text.clone(),
             "--out".to_string(),
-            format!("{}-{name}-{}", args.out, stem(text)),
+            format!("{}-{}", args.out_or(&format!("results/{name}-perplexity")), stem(text)),
         ]);
         commands.push(cmd);
     }
@@ -177,9 +187,9 @@ fn pq_grid(args: &EvalArgs) -> anyhow::Result<Vec<Vec<String>>> {
     let tag = |config: &str| config.replace([',', '='], "_");
     let calibrations: Vec<Calibration> = PQ_CONFIGS
         .iter()
-        .map(|config| Calibration::fixed(tag(config), vec!["--config".into(), config.to_string()]))
+        .map(|config| Calibration::fixed(tag(config), "pq-kmeans", vec!["--config".into(), config.to_string()]))
         .collect();
-    cross_grid(args, "pq", "target/pq-books", "pq-kmeans", &calibrations, |books| {
+    cross_grid(args, "pq", "target/pq-books", &calibrations, |books| {
         PQ_CONFIGS
             .iter()
             .flat_map(|config| PQ_WINDOWS.map(|window| format!("pq:codebooks={},window={window}", books(&tag(config)))))
@@ -192,11 +202,16 @@ fn zack_grid(args: &EvalArgs) -> anyhow::Result<Vec<Vec<String>>> {
     let default = ZACK_CONFIGS[0].0;
     let pq_tag = |config: &str, rate: f64| format!("{default}-r{rate}-{}", config.replace([',', '='], "_"));
     let rotations = ZACK_CONFIGS.iter().map(|(tag, config)| {
-        Calibration::fixed(tag.to_string(), ["--scheme", "zack", "--config", config].map(String::from).to_vec())
+        Calibration::fixed(
+            tag.to_string(),
+            "zack-spectra",
+            ["--scheme", "zack", "--config", config].map(String::from).to_vec(),
+        )
     });
     let reduced_books = ZACK_COMPOSED_PQ.into_iter().flat_map(|config| {
         ZACK_VARIANT_RATES.iter().map(move |&rate| Calibration {
             tag: pq_tag(config, rate),
+            plots: "zack-pq-kmeans",
             args: Box::new(move |artifact| {
                 let zack = format!("rotations={},rate={rate}", artifact(default));
                 ["--scheme", "zack-pq", "--zack", &zack, "--config", config].map(String::from).to_vec()
@@ -204,7 +219,7 @@ fn zack_grid(args: &EvalArgs) -> anyhow::Result<Vec<Vec<String>>> {
         })
     });
     let calibrations: Vec<Calibration> = rotations.chain(reduced_books).collect();
-    cross_grid(args, "zack", "target/zack-rotations", "zack-spectra", &calibrations, |rotations| {
+    cross_grid(args, "zack", "target/zack-rotations", &calibrations, |rotations| {
         ZACK_CONFIGS
             .iter()
             .enumerate()
@@ -233,7 +248,13 @@ fn zack_grid(args: &EvalArgs) -> anyhow::Result<Vec<Vec<String>>> {
 pub fn eval(args: EvalArgs) -> anyhow::Result<()> {
     if !args.print_only {
         fetch_model::fetch_model()?;
-        for dir in ["target/pq-books", "results/pq-kmeans", "target/zack-rotations", "results/zack-spectra"] {
+        for dir in [
+            "target/pq-books",
+            "results/pq-kmeans",
+            "target/zack-rotations",
+            "results/zack-spectra",
+            "results/zack-pq-kmeans",
+        ] {
             std::fs::create_dir_all(dir)?;
         }
     }
@@ -251,6 +272,7 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<()> {
     for text in &args.texts {
         cmd.extend(["--text".to_string(), text.clone()]);
     }
-    cmd.extend(["--out".to_string(), args.out.clone()]);
+    let out = args.out_or(if args.hack_grid { "results/hack-perplexity" } else { "results/perplexity" });
+    cmd.extend(["--out".to_string(), out]);
     run_all(vec![cmd], args.print_only)
 }
