@@ -8,4 +8,5 @@ pub mod plot;
 pub mod reference;
 pub mod report;
 pub mod scheme_arg;
+pub mod tradeoff;
 pub mod zack_arg;

@@ -1,4 +1,6 @@
-//! Line plots of per-iteration curves (calibration objectives) with `plotters`, as SVG or PNG.
+//! Line plots with `plotters`, as SVG or PNG: per-iteration curves (calibration objectives,
+//! [`plot_curves`]) and series of (x, y) points (perplexity against bits per element,
+//! [`plot_series`]).
 //!
 //! SVG carries its text as `<text>` elements, so it needs no font. The PNG backend is built
 //! without a font feature (those need system font libraries or font files at build or run time),
@@ -11,8 +13,18 @@ use anyhow::{bail, Context};
 use plotters::{coord::ranged1d::ValueFormatter, coord::Shift, prelude::*};
 
 /// The colours of the curves, in order (the PNG has no legend).
-pub const CURVE_COLOURS: [(&str, RGBColor); 4] =
-    [("blue", RGBColor(31, 119, 180)), ("red", RGBColor(214, 39, 40)), ("green", GREEN), ("black", BLACK)];
+pub const CURVE_COLOURS: [(&str, RGBColor); 10] = [
+    ("blue", RGBColor(31, 119, 180)),
+    ("red", RGBColor(214, 39, 40)),
+    ("green", GREEN),
+    ("black", BLACK),
+    ("orange", RGBColor(255, 127, 14)),
+    ("purple", RGBColor(148, 103, 189)),
+    ("brown", RGBColor(140, 86, 75)),
+    ("pink", RGBColor(227, 119, 194)),
+    ("grey", RGBColor(127, 127, 127)),
+    ("olive", RGBColor(188, 189, 34)),
+];
 
 /// One curve: a name for the legend and one value per iteration (index = x).
 #[derive(Debug, Clone, PartialEq)]
@@ -21,6 +33,16 @@ pub struct Curve<'a> {
     pub name: &'a str,
     /// y values at x = 0, 1, 2, ...
     pub values: &'a [f64],
+}
+
+/// One series of points: a name for the legend and its (x, y) points, joined by a line in the
+/// order given and marked with dots.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    /// Legend text.
+    pub name: String,
+    /// (x, y) points.
+    pub points: Vec<(f64, f64)>,
 }
 
 /// What to draw.
@@ -56,34 +78,75 @@ impl PlotFormat {
     }
 }
 
-/// Draws `spec` to `path` (format by extension). The y axis is logarithmic when every value is
-/// positive and finite and they span a decade or more, linear otherwise.
+/// Draws `spec` to `path` (format by extension), each curve's values at x = 0, 1, 2, ... The y
+/// axis is logarithmic when every value is positive and finite and they span a decade or more,
+/// linear otherwise.
 pub fn plot_curves(path: &Path, spec: &PlotSpec<'_>) -> anyhow::Result<()> {
+    let series: Vec<Series> = spec
+        .curves
+        .iter()
+        .map(|c| Series {
+            name: c.name.to_string(),
+            points: c.values.iter().enumerate().map(|(x, &y)| (x as f64, y)).collect(),
+        })
+        .collect();
+    let count = spec.curves.iter().map(|c| c.values.len()).max().unwrap_or(1);
+    draw_file(path, &Axes { spec, series: &series, x_labels: count.clamp(2, 12), dots: false })
+}
+
+/// Draws `series` to `path` (format by extension) with `spec`'s title and axis descriptions
+/// (`spec.curves` is not read), the x axis spanning the points, the y axis chosen as in
+/// [`plot_curves`].
+pub fn plot_series(path: &Path, spec: &PlotSpec<'_>, series: &[Series]) -> anyhow::Result<()> {
+    draw_file(path, &Axes { spec, series, x_labels: 10, dots: true })
+}
+
+/// What [`draw`] draws: the series, with the spec's text.
+struct Axes<'a> {
+    spec: &'a PlotSpec<'a>,
+    series: &'a [Series],
+    x_labels: usize,
+    dots: bool,
+}
+
+fn draw_file(path: &Path, axes: &Axes<'_>) -> anyhow::Result<()> {
     let format = PlotFormat::of_path(path)?;
-    if spec.curves.len() > CURVE_COLOURS.len() {
+    if axes.series.len() > CURVE_COLOURS.len() {
         bail!("at most {} curves per plot", CURVE_COLOURS.len());
     }
     let size = (900, 560);
     let result = match format {
-        PlotFormat::Svg => draw(SVGBackend::new(path, size).into_drawing_area(), spec, true),
-        PlotFormat::Png => draw(BitMapBackend::new(path, size).into_drawing_area(), spec, false),
+        PlotFormat::Svg => draw(SVGBackend::new(path, size).into_drawing_area(), axes, true),
+        PlotFormat::Png => draw(BitMapBackend::new(path, size).into_drawing_area(), axes, false),
     };
     result.with_context(|| format!("drawing {}", path.display()))
 }
 
-fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, spec: &PlotSpec<'_>, text: bool) -> anyhow::Result<()>
+/// The finite range of `values`, or `(0, 1)` when none is finite.
+fn finite_range(values: impl Iterator<Item = f64>) -> (f64, f64) {
+    let (lo, hi) = values.filter(|v| v.is_finite()).fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    match lo > hi {
+        true => (0.0, 1.0),
+        false => (lo, hi),
+    }
+}
+
+fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, axes: &Axes<'_>, text: bool) -> anyhow::Result<()>
 where
     DB::ErrorType: 'static,
 {
+    let (spec, series) = (axes.spec, axes.series);
     let fail = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow::anyhow!("{e}");
     root.fill(&WHITE).map_err(fail)?;
-    let values = spec.curves.iter().flat_map(|c| c.values.iter().copied());
-    let last_x = spec.curves.iter().map(|c| c.values.len()).max().unwrap_or(0).saturating_sub(1).max(1) as f64;
-    let (mut lo, mut hi) =
-        values.clone().filter(|v| v.is_finite()).fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)));
-    if lo > hi {
-        (lo, hi) = (0.0, 1.0);
-    }
+    let values = series.iter().flat_map(|c| c.points.iter().map(|p| p.1));
+    let (x_lo, x_hi) = finite_range(series.iter().flat_map(|c| c.points.iter().map(|p| p.0)));
+    let x_pad = match axes.dots {
+        true => ((x_hi - x_lo) * 0.04).max(0.5),
+        false => 0.0,
+    };
+    let x_range = (x_lo - x_pad)..(x_hi + x_pad).max(x_lo + 1.0);
+    let (lo, hi) = finite_range(values.clone());
+    values.clone().filter(|v| v.is_finite()).fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)));
     // plotters puts log-axis ticks at powers of ten and their multiples: a range within one decade
     // may get none, so such ranges stay linear.
     let log = values.clone().all(|v| v.is_finite() && v > 0.0) && lo > 0.0 && hi / lo >= 10.0;
@@ -94,12 +157,12 @@ where
     }
     if log {
         let (lo, hi) = (lo / 1.1, hi * 1.1);
-        let mut chart = builder.build_cartesian_2d(0.0..last_x, (lo..hi).log_scale()).map_err(fail)?;
-        configure_and_draw(&mut chart, spec, text)
+        let mut chart = builder.build_cartesian_2d(x_range, (lo..hi).log_scale()).map_err(fail)?;
+        configure_and_draw(&mut chart, axes, text)
     } else {
         let pad = ((hi - lo) * 0.05).max(1e-12);
-        let mut chart = builder.build_cartesian_2d(0.0..last_x, (lo - pad)..(hi + pad)).map_err(fail)?;
-        configure_and_draw(&mut chart, spec, text)
+        let mut chart = builder.build_cartesian_2d(x_range, (lo - pad)..(hi + pad)).map_err(fail)?;
+        configure_and_draw(&mut chart, axes, text)
     }?;
     root.present().map_err(fail)?;
     Ok(())
@@ -107,7 +170,7 @@ where
 
 fn configure_and_draw<'a, DB, Y>(
     chart: &mut ChartContext<'a, DB, Cartesian2d<plotters::coord::types::RangedCoordf64, Y>>,
-    spec: &PlotSpec<'_>,
+    axes: &Axes<'_>,
     text: bool,
 ) -> anyhow::Result<()>
 where
@@ -116,9 +179,9 @@ where
     Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
 {
     let fail = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow::anyhow!("{e}");
-    let count = spec.curves.iter().map(|c| c.values.len()).max().unwrap_or(1);
+    let spec = axes.spec;
     let mut mesh = chart.configure_mesh();
-    mesh.x_labels(count.clamp(2, 12));
+    mesh.x_labels(axes.x_labels);
     // Without label areas (no text) plotters draws the grid but no axes or tick labels.
     match text {
         true => mesh
@@ -134,11 +197,14 @@ where
         let (w, h) = area.dim_in_pixel();
         area.draw(&Rectangle::new([(0, 0), (w as i32 - 1, h as i32 - 1)], BLACK)).map_err(fail)?;
     }
-    for (curve, (_, colour)) in spec.curves.iter().zip(CURVE_COLOURS) {
-        let points = curve.values.iter().enumerate().map(|(x, &y)| (x as f64, y));
-        let series = chart.draw_series(LineSeries::new(points, colour.stroke_width(2))).map_err(fail)?;
+    for (curve, (_, colour)) in axes.series.iter().zip(CURVE_COLOURS) {
+        let points = curve.points.iter().copied();
+        let drawn = chart.draw_series(LineSeries::new(points.clone(), colour.stroke_width(2))).map_err(fail)?;
         if text {
-            series.label(curve.name).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour));
+            drawn.label(&curve.name).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour));
+        }
+        if axes.dots {
+            chart.draw_series(points.map(|p| Circle::new(p, 4, colour.filled()))).map_err(fail)?;
         }
     }
     if text {

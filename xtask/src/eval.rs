@@ -13,8 +13,9 @@ pub struct EvalArgs {
     /// Evaluation texts (repeatable).
     #[arg(long = "text", default_values = ["../shared/data/tempest.txt", "../shared/data/gpl-3.txt"])]
     texts: Vec<String>,
-    /// Output path without extension: `<out>.md` (table) and `<out>.json` (raw reports). A grid
-    /// writes one table per evaluated text, `<out>-<text>.md/.json`. Default: `results/perplexity`,
+    /// Output path without extension: `<out>.md` (table), `<out>.json` (raw reports) and
+    /// `<out>.svg` (perplexity against bits per element; with several texts `<out>-<text>.svg`).
+    /// A grid writes one table and plot per evaluated text, `<out>-<text>.md/.json/.svg`. Default: `results/perplexity`,
     /// for a grid `results/<hack|pq|zack>-perplexity`.
     #[arg(long)]
     out: Option<String>,
@@ -171,12 +172,9 @@ fn cross_grid(
         for scheme in kv(&|tag| artifact(calibration_text, tag)) {
             cmd.extend(["--kv".to_string(), scheme]);
         }
-        cmd.extend([
-            "--text".to_string(),
-            text.clone(),
-            "--out".to_string(),
-            format!("{}-{}", args.out_or(&format!("results/{name}-perplexity")), stem(text)),
-        ]);
+        let out = format!("{}-{}", args.out_or(&format!("results/{name}-perplexity")), stem(text));
+        cmd.extend(["--text".to_string(), text.clone(), "--plot".to_string(), format!("{out}.svg")]);
+        cmd.extend(["--out".to_string(), out]);
         commands.push(cmd);
     }
     Ok(commands)
@@ -273,6 +271,6 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<()> {
         cmd.extend(["--text".to_string(), text.clone()]);
     }
     let out = args.out_or(if args.hack_grid { "results/hack-perplexity" } else { "results/perplexity" });
-    cmd.extend(["--out".to_string(), out]);
+    cmd.extend(["--plot".to_string(), format!("{out}.svg"), "--out".to_string(), out]);
     run_all(vec![cmd], args.print_only)
 }

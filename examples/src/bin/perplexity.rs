@@ -17,8 +17,9 @@ use burn_kvcompress::{
 use clap::Parser;
 use examples::{
     backend_choice::{BackendChoice, KernelBackend},
-    reference::{llamacpp_bits_per_element, load_reference_ppl},
+    reference::{llamacpp_bits_per_element, load_reference_ppl, ReferencePpl},
     scheme_arg::SchemeArg,
+    tradeoff::{plot_tradeoff, scheme_family, TradeoffPoint},
     with_backend, with_scheme,
 };
 use indicatif::{ProgressBar, ProgressStyle};
@@ -57,6 +58,11 @@ struct Args {
     /// Write the table to `<out>.md` and the raw reports to `<out>.json`.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Plot perplexity against bits per element (`.svg` with legend, or `.png`), one series per
+    /// scheme family (a scheme with its rate left free) and the llama.cpp rows. With several
+    /// texts, each text's plot is named `<stem>-<text>.<ext>`.
+    #[arg(long)]
+    plot: Option<PathBuf>,
 }
 
 struct Row {
@@ -116,25 +122,34 @@ fn run<B: KernelBackend>(device: B::Device, args: &Args) -> anyhow::Result<Vec<R
     Ok(rows)
 }
 
-fn table(rows: &[Row], args: &Args) -> anyhow::Result<String> {
+/// llama.cpp's rows from `--reference` (default: the shared file), none where the file is absent.
+fn reference_rows(args: &Args) -> anyhow::Result<Vec<ReferencePpl>> {
     let reference_path = args.reference.clone().unwrap_or_else(|| shared_dir().join("reference/llamacpp-smollm2.json"));
-    let reference = match reference_path.exists() {
+    match reference_path.exists() {
         true => load_reference_ppl(&reference_path)
-            .with_context(|| format!("malformed reference file {}", reference_path.display()))?,
+            .with_context(|| format!("malformed reference file {}", reference_path.display())),
         false => {
             eprintln!("no llama.cpp reference at {}: its rows are left out", reference_path.display());
-            Vec::new()
+            Ok(Vec::new())
         }
-    };
+    }
+}
+
+/// The texts of `rows`, in order.
+fn texts(rows: &[Row]) -> Vec<&str> {
+    let mut texts: Vec<&str> = rows.iter().map(|r| r.text.as_str()).collect();
+    texts.dedup();
+    texts
+}
+
+fn table(rows: &[Row], reference: &[ReferencePpl]) -> anyhow::Result<String> {
     let mut out = String::new();
     writeln!(
         out,
         "| text | KV cache | bits/elem | ppl | vs llama.cpp f32 | scored tokens | prefill tok/s | decode tok/s |"
     )?;
     writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|")?;
-    let mut texts: Vec<&str> = rows.iter().map(|r| r.text.as_str()).collect();
-    texts.dedup();
-    for text in texts {
+    for text in texts(rows) {
         let f32_ref = reference.iter().find(|r| r.text == text && r.kv_type == "f32").map(|r| r.ppl);
         let delta = |ppl: f64| f32_ref.map_or("n/a".to_string(), |f| format!("{:+.2}%", 100.0 * (ppl / f - 1.0)));
         for row in rows.iter().filter(|r| r.text == text) {
@@ -166,10 +181,49 @@ fn table(rows: &[Row], args: &Args) -> anyhow::Result<String> {
     Ok(out)
 }
 
+/// Writes each text's perplexity against bits per element to `path` (one text) or
+/// `<stem>-<text>.<ext>` beside it (several).
+fn plot(rows: &[Row], reference: &[ReferencePpl], path: &std::path::Path) -> anyhow::Result<()> {
+    let texts = texts(rows);
+    for text in &texts {
+        let ours = rows.iter().filter(|r| r.text == *text).map(|r| TradeoffPoint {
+            family: scheme_family(&r.report.scheme),
+            bits_per_element: r.bits_per_element,
+            ppl: r.report.ppl,
+        });
+        let theirs = reference.iter().filter(|r| r.text == *text).filter_map(|r| {
+            llamacpp_bits_per_element(&r.kv_type).map(|bits| TradeoffPoint {
+                family: "llama.cpp".into(),
+                bits_per_element: bits,
+                ppl: r.ppl,
+            })
+        });
+        let points: Vec<TradeoffPoint> = ours.chain(theirs).collect();
+        let file = match texts.len() {
+            1 => path.to_path_buf(),
+            _ => {
+                let stem = path.file_stem().map_or_else(String::new, |s| s.to_string_lossy().into_owned());
+                let text_stem = std::path::Path::new(text)
+                    .file_stem()
+                    .map_or_else(|| text.to_string(), |s| s.to_string_lossy().into_owned());
+                let ext = path.extension().map_or_else(String::new, |e| format!(".{}", e.to_string_lossy()));
+                path.with_file_name(format!("{stem}-{text_stem}{ext}"))
+            }
+        };
+        plot_tradeoff(&file, text, &points)?;
+        eprintln!("wrote {}", file.display());
+    }
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if let Some(path) = &args.plot {
+        examples::plot::PlotFormat::of_path(path)?;
+    }
     let rows = with_backend!(args.backend, run(&args))?;
-    let table = table(&rows, &args)?;
+    let reference = reference_rows(&args)?;
+    let table = table(&rows, &reference)?;
     println!("{table}");
     if let Some(out) = &args.out {
         if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -183,6 +237,9 @@ fn main() -> anyhow::Result<()> {
         std::fs::write(out.with_extension("md"), header + &table)?;
         let reports: Vec<(&str, &PerplexityReport)> = rows.iter().map(|r| (r.text.as_str(), &r.report)).collect();
         std::fs::write(out.with_extension("json"), serde_json::to_string_pretty(&reports)?)?;
+    }
+    if let Some(path) = &args.plot {
+        plot(&rows, &reference, path)?;
     }
     Ok(())
 }
