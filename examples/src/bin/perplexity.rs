@@ -63,6 +63,10 @@ struct Args {
     /// texts, each text's plot is named `<stem>-<text>.<ext>`.
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// Draw `--plot` from the raw reports a run wrote (`<out>.json`) instead of evaluating (the
+    /// model is read for its KV geometry only; `--kv`, `--text` and `--out` are not used).
+    #[arg(long, requires = "plot")]
+    replot: Option<PathBuf>,
 }
 
 struct Row {
@@ -100,7 +104,7 @@ fn run<B: KernelBackend>(device: B::Device, args: &Args) -> anyhow::Result<Vec<R
         false => None,
     };
     let schemes = args.kv.iter().map(|kv| kv.resolve(&path, &c, fingerprint)).collect::<anyhow::Result<Vec<_>>>()?;
-    let elements_per_token = (2 * c.num_layers * c.num_kv_heads * c.head_dim) as f64;
+    let elements_per_token = elements_per_token(&c);
     let config = PerplexityConfig { max_windows: args.windows, batch: args.batch, ..Default::default() };
     let texts = match args.text.is_empty() {
         true => vec![shared_dir().join("data/tempest.txt"), shared_dir().join("data/gpl-3.txt")],
@@ -140,6 +144,31 @@ fn texts(rows: &[Row]) -> Vec<&str> {
     let mut texts: Vec<&str> = rows.iter().map(|r| r.text.as_str()).collect();
     texts.dedup();
     texts
+}
+
+/// The rows of a `<out>.json` file, their bits per element from the model's KV geometry.
+fn rows_from_json(json: &std::path::Path, args: &Args) -> anyhow::Result<Vec<Row>> {
+    let text = std::fs::read_to_string(json).with_context(|| format!("reading {}", json.display()))?;
+    let reports: Vec<(String, PerplexityReport)> =
+        serde_json::from_str(&text).with_context(|| format!("{} is not a perplexity report file", json.display()))?;
+    let path = args.model.clone().unwrap_or_else(default_model_path);
+    let device = Default::default();
+    let loaded = load_model::<burn_kvcompress::backend::NdArray>(&path, &device)
+        .with_context(|| format!("loading {} (run `cargo xtask fetch-model`)", path.display()))?;
+    let elements_per_token = elements_per_token(loaded.model.config());
+    Ok(reports
+        .into_iter()
+        .map(|(text, report)| Row {
+            text,
+            bits_per_element: report.kv_bytes_per_token * 8.0 / elements_per_token,
+            report,
+        })
+        .collect())
+}
+
+/// Cached K and V elements per token, all layers.
+fn elements_per_token(c: &burn_kvcompress::model::ModelConfig) -> f64 {
+    (2 * c.num_layers * c.num_kv_heads * c.head_dim) as f64
 }
 
 fn table(rows: &[Row], reference: &[ReferencePpl]) -> anyhow::Result<String> {
@@ -221,8 +250,11 @@ fn main() -> anyhow::Result<()> {
     if let Some(path) = &args.plot {
         examples::plot::PlotFormat::of_path(path)?;
     }
-    let rows = with_backend!(args.backend, run(&args))?;
     let reference = reference_rows(&args)?;
+    if let (Some(json), Some(path)) = (&args.replot, &args.plot) {
+        return plot(&rows_from_json(json, &args)?, &reference, path);
+    }
+    let rows = with_backend!(args.backend, run(&args))?;
     let table = table(&rows, &reference)?;
     println!("{table}");
     if let Some(out) = &args.out {
