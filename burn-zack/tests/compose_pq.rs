@@ -273,6 +273,7 @@ fn state_round_trips_bytes_are_counted_and_bad_compositions_are_refused() {
 /// 10 mantissa bits of each operand, so a product is within `2^-9` of its value, relatively, and a
 /// coordinate reduced by a basis, `Σ_c k_c b_cj`, within `2^-9 Σ_c |k_c| |b_cj| ≤ 2^-9 ‖k‖₂` (unit
 /// basis columns). Exact f32 backends (lavapipe) stay far inside these bounds.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
 const MATMUL_UNIT: f32 = 1.0 / 512.0;
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
