@@ -10,6 +10,8 @@
 use std::path::Path;
 
 use anyhow::{bail, Context};
+
+use crate::report::create_parent;
 use plotters::{coord::ranged1d::ValueFormatter, coord::Shift, prelude::*};
 
 /// The colours of the curves, in order (the PNG has no legend).
@@ -109,11 +111,13 @@ struct Axes<'a> {
     dots: bool,
 }
 
+/// Draws `axes` to `path`, creating its directory.
 fn draw_file(path: &Path, axes: &Axes<'_>) -> anyhow::Result<()> {
     let format = PlotFormat::of_path(path)?;
     if axes.series.len() > CURVE_COLOURS.len() {
         bail!("at most {} curves per plot", CURVE_COLOURS.len());
     }
+    create_parent(path)?;
     let size = (900, 560);
     let result = match format {
         PlotFormat::Svg => draw(SVGBackend::new(path, size).into_drawing_area(), axes, true),
@@ -146,7 +150,6 @@ where
     };
     let x_range = (x_lo - x_pad)..(x_hi + x_pad).max(x_lo + 1.0);
     let (lo, hi) = finite_range(values.clone());
-    values.clone().filter(|v| v.is_finite()).fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)));
     // plotters puts log-axis ticks at powers of ten and their multiples: a range within one decade
     // may get none, so such ranges stay linear.
     let log = values.clone().all(|v| v.is_finite() && v > 0.0) && lo > 0.0 && hi / lo >= 10.0;

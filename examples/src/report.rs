@@ -12,6 +12,14 @@ pub fn beside(out: &Path, suffix: &str) -> PathBuf {
     path.into()
 }
 
+/// Creates the directory `path` will be written into, if it names one.
+pub fn create_parent(path: &Path) -> anyhow::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    Ok(())
+}
+
 /// Writes `report` as pretty JSON to `<out>.json` and returns that path.
 pub fn write_json_beside(out: &Path, report: &impl Serialize) -> anyhow::Result<PathBuf> {
     let path = beside(out, ".json");

@@ -93,7 +93,8 @@ mod tests {
 
         let dir = std::env::temp_dir().join(format!("tradeoff-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("t.svg");
+        // The plot's directory is created.
+        let path = dir.join("plots/t.svg");
         plot_tradeoff(&path, "tempest.txt", &points).unwrap();
         let svg = std::fs::read_to_string(&path).unwrap();
         assert!(svg.contains("tempest.txt") && svg.contains("dense") && svg.contains("<circle"), "{svg}");

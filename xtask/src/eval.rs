@@ -15,8 +15,8 @@ pub struct EvalArgs {
     texts: Vec<String>,
     /// Output path without extension: `<out>.md` (table), `<out>.json` (raw reports) and
     /// `<out>.svg` (perplexity against bits per element; with several texts `<out>-<text>.svg`).
-    /// A grid writes one table and plot per evaluated text, `<out>-<text>.md/.json/.svg`. Default: `results/perplexity`,
-    /// for a grid `results/<hack|pq|zack>-perplexity`.
+    /// A grid writes one table and plot per evaluated text, `<out>-<text>.md/.json/.svg`.
+    /// Default: `results/perplexity`, for a grid `results/<hack|pq|zack>-perplexity`.
     #[arg(long)]
     out: Option<String>,
     /// Backend: ndarray, wgpu or cuda (the latter two need the examples' features).
@@ -42,7 +42,8 @@ pub struct EvalArgs {
     /// calibrated at each rate), beside dense. Each text is evaluated with
     /// rotations calibrated on the other texts; the rotations
     /// and codebooks and their reports go to `target/zack-rotations/`, the spectra plots to
-    /// `results/zack-spectra/` (the codebooks' k-means plots to `results/zack-pq-kmeans/`), and one table per evaluated text to `<out>-<text>.md/.json`.
+    /// `results/zack-spectra/` (the codebooks' k-means plots to `results/zack-pq-kmeans/`), and
+    /// one table per evaluated text to `<out>-<text>.md/.json`.
     #[arg(long, conflicts_with_all = ["hack_grid", "pq_grid"])]
     zack_grid: bool,
     /// Print the perplexity command instead of running it (to run its binary elsewhere, e.g. a
@@ -244,17 +245,9 @@ fn zack_grid(args: &EvalArgs) -> anyhow::Result<Vec<Vec<String>>> {
 
 /// Runs the perplexity example over every text and scheme.
 pub fn eval(args: EvalArgs) -> anyhow::Result<()> {
+    // `calibrate` and `perplexity` create the directories of their artifacts and plots.
     if !args.print_only {
         fetch_model::fetch_model()?;
-        for dir in [
-            "target/pq-books",
-            "results/pq-kmeans",
-            "target/zack-rotations",
-            "results/zack-spectra",
-            "results/zack-pq-kmeans",
-        ] {
-            std::fs::create_dir_all(dir)?;
-        }
     }
     if args.pq_grid {
         return run_all(pq_grid(&args)?, args.print_only);

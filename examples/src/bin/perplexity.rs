@@ -18,6 +18,7 @@ use clap::Parser;
 use examples::{
     backend_choice::{BackendChoice, KernelBackend},
     reference::{llamacpp_bits_per_element, load_reference_ppl, ReferencePpl},
+    report::create_parent,
     scheme_arg::SchemeArg,
     tradeoff::{plot_tradeoff, scheme_family, TradeoffPoint},
     with_backend, with_scheme,
@@ -258,9 +259,7 @@ fn main() -> anyhow::Result<()> {
     let table = table(&rows, &reference)?;
     println!("{table}");
     if let Some(out) = &args.out {
-        if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)?;
-        }
+        create_parent(out)?;
         let header = format!(
             "Decode-perplexity (1024-token windows, prefill 512, 512 scored one at a time), backend {:?}.\n\
              Produced by `cargo xtask eval`.\n\n",

@@ -1,7 +1,5 @@
 //! `--scheme pq`: k-means codebooks for MILLION.
 
-use std::path::Path;
-
 use anyhow::Context;
 use burn::tensor::backend::Backend;
 use burn_kvcompress::{cache::LayerRecording, model::ModelConfig, paths::default_model_path};
@@ -11,7 +9,7 @@ use burn_million_pq::{
 };
 use examples::{
     plot::{plot_curves, Curve, PlotFormat, PlotSpec, CURVE_COLOURS},
-    report::write_json_beside,
+    report::{create_parent, write_json_beside},
     with_backend,
 };
 use indicatif::{ProgressBar, ProgressStyle};
@@ -142,14 +140,6 @@ pub fn run_pq(args: &Args) -> anyhow::Result<()> {
     books.save(&args.out)?;
     let trained = Trained { config, config_text: config.to_string(), zack: None, kmeans, threads, report };
     finish(args, &recorded, &calibration, &trained)
-}
-
-/// Creates the directory `path` goes in.
-pub fn create_parent(path: &Path) -> anyhow::Result<()> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    Ok(())
 }
 
 /// What a k-means calibration ran with and how it went.

@@ -17,7 +17,7 @@ use burn_zack::{
 };
 use examples::{
     plot::{plot_curves, Curve, PlotFormat, PlotSpec, CURVE_COLOURS},
-    report::write_json_beside,
+    report::{create_parent, write_json_beside},
     with_backend,
 };
 use indicatif::{ProgressBar, ProgressStyle};
@@ -208,9 +208,7 @@ pub fn run_zack(args: &Args) -> anyhow::Result<()> {
     let sources = read_texts(args)?;
     let (recorded, rotations, svd_seconds, budget) = with_backend!(args.backend, calibrate_on(args, config, &sources))?;
     eprintln!("recorded Q/K/V of {} in {:.1} s", rotations.geometry, recorded.seconds);
-    if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
+    create_parent(&args.out)?;
     rotations.save(&args.out)?;
     println!("rotations: {} ({config}, calibrated on {})", args.out.display(), rotations.calibration);
     println!("SVD: {svd_seconds:.2} s");

@@ -3,9 +3,9 @@
 use anyhow::Context;
 use burn_kvcompress::model::ModelConfig;
 use burn_zack::compose::{train_reduced_codebooks, ReducedPqConfig, ReducedSamples};
-use examples::with_backend;
+use examples::{report::create_parent, with_backend};
 
-use crate::pq::{create_parent, finish, kmeans_bar, kmeans_settings, record_all, Trained};
+use crate::pq::{finish, kmeans_bar, kmeans_settings, record_all, Trained};
 use crate::record::{describe, read_texts};
 use crate::Args;
 

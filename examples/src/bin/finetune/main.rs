@@ -38,7 +38,7 @@ use examples::{
     backend_choice::BackendChoice,
     memory::peak_resident_bytes,
     plot::{plot_curves, Curve, PlotFormat, PlotSpec},
-    report::{beside, write_json_beside},
+    report::{beside, create_parent, write_json_beside},
     scheme_arg::{Scheme, SchemeArg},
     with_backend,
 };
@@ -233,9 +233,7 @@ fn run<B: Backend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
         bar.set_position(p.step as u64);
         bar.set_message(format!("loss {:.4}, best held-out {:.4}", p.train_loss, p.best_held_out));
     };
-    if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
+    create_parent(&args.out)?;
     let (report, calibration) =
         train_and_save::<Autodiff<B>>(&scheme, &data, &config, args, &device, &mut on_progress)?;
     bar.finish_and_clear();
