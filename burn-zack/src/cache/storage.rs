@@ -7,14 +7,15 @@ use serde::{Deserialize, Serialize};
 
 /// Element type of the cached reduced keys and values.
 ///
-/// `F16` halves the cache, the state a transfer sends and what decode attention reads; on an
-/// H100 the decode kernel is nevertheless slower with it than with f32 for now (see
-/// `results/zack-bench-h100.md`). Each stored element is rounded to
-/// nearest f16: a relative error of at most `2^-11` (`u_h`) for values within f16's normal range
-/// (`|x| ≥ 6.1e-5`; smaller values lose at most `2^-25` absolute). Attention still computes in
-/// f32. A score `s = Σ_j q̃_j k̃_j` then moves by at most `δ = u_h Σ_j |q̃_j k̃_j|` (plus
+/// `F16` halves the cache, the state a transfer sends and what decode attention reads. Each
+/// stored element is rounded to nearest f16: a relative error of at most `2^-11` (`u_h`) for
+/// values within f16's normal range (`|x| ≥ 6.1e-5`; smaller values lose at most `2^-25`
+/// absolute). A score `s = Σ_j q̃_j k̃_j` then moves by at most `δ = u_h Σ_j |q̃_j k̃_j|` (plus
 /// `2^-25 Σ_j |q̃_j|`), which moves the softmax weights by a factor within `e^(±2δ)`; the output
-/// moves by at most `(e^(2δ) − 1 + u_h) · max|ṽ|` (tested in `tests/storage_gpu.rs`).
+/// moves by at most `(e^(2δ) − 1 + u_h) · max|ṽ|` where attention computes in f32 (tested in
+/// `tests/storage_gpu.rs`). Where decode runs on tensor cores (CUDA, see
+/// [`mma_geometry`](crate::kernels::attention::mma_geometry)), the kernel also rounds `q̃` and the
+/// softmax numerators to f16: `δ = 2 u_h Σ_j |q̃_j k̃_j|` and `(e^(2δ) − 1 + 2 u_h) · max|ṽ|`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub enum ReducedStorage {
     /// 32-bit floats, exact.

@@ -31,6 +31,8 @@
 use burn_kvcompress::kernels::{decode_slot_visible, masked_score, split_masses, split_softmax, SplitOut};
 use cubecl::prelude::*;
 
+use super::task::{read_task, HeadColumns, TaskSlots};
+
 /// Shapes fixed at compile time (one compiled kernel per model geometry and vector width).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct DecodeGeometry {
@@ -166,55 +168,19 @@ pub fn decode_kernel<E: Float, N: Size>(
     value_width: u32,
     #[comptime] geo: DecodeGeometry,
 ) {
-    let task = CUBE_POS_X;
-    let batch_row = CUBE_POS_Y;
-    let tasks = 4 * kv_heads + CUBE_COUNT_Y;
-    let kv_head = meta[(tasks + task * 4) as usize];
-    let split = meta[(tasks + task * 4 + 1) as usize];
-    let first = meta[(tasks + task * 4 + 2) as usize];
-    let count = meta[(tasks + task * 4 + 3) as usize];
-    let start = meta[(4 * kv_heads + batch_row) as usize];
-    let columns = HeadColumns {
-        key_offset: meta[(kv_head * 4) as usize],
-        key_rank: meta[(kv_head * 4 + 1) as usize],
-        value_offset: meta[(kv_head * 4 + 2) as usize],
-        value_rank: meta[(kv_head * 4 + 3) as usize],
-    };
-    let slots = TaskSlots { row0: batch_row * len + first, first, count, len, start, window };
-    let first_head = (batch_row * kv_heads + kv_head) * geo.group;
+    let task = read_task(meta, kv_heads, len, splits, window, geo.group);
+    let first_head = task.target.first_head;
 
     let mut p = SharedMemory::<f32>::new((geo.group * geo.max_chunk) as usize);
     let mut scratch = SharedMemory::<f32>::new(geo.scratch_floats as usize);
     let mut head_max = SharedMemory::<f32>::new(geo.group as usize);
     let mut head_sum = SharedMemory::<f32>::new(geo.group as usize);
 
-    task_scores(reduced_q, keys, &mut p, &mut scratch, &columns, &slots, first_head, key_width, geo);
-    split_softmax(&mut p, &mut head_max, count, geo.group, geo.max_chunk);
-    split_masses(&p, &mut head_sum, count, geo.group, geo.max_chunk);
-    let sums = value_sums(values, &p, &columns, &slots, value_width, geo);
-    let target = SplitOut { first_head, split, splits };
-    write_partials(&sums, &mut scratch, &head_max, &head_sum, out, out_max, out_sum, &columns, &target, geo);
-}
-
-/// One KV head's columns in the key and value rows.
-#[derive(CubeType)]
-struct HeadColumns {
-    key_offset: u32,
-    key_rank: u32,
-    value_offset: u32,
-    value_rank: u32,
-}
-
-/// A task's slots: `count` from slot `first` of sequences of `len` slots, whose first row is
-/// `row0` of the caches; the sequence's first real slot is `start`, its window `window` (0: none).
-#[derive(CubeType)]
-struct TaskSlots {
-    row0: u32,
-    first: u32,
-    count: u32,
-    len: u32,
-    start: u32,
-    window: u32,
+    task_scores(reduced_q, keys, &mut p, &mut scratch, &task.columns, &task.slots, first_head, key_width, geo);
+    split_softmax(&mut p, &mut head_max, task.slots.count, geo.group, geo.max_chunk);
+    split_masses(&p, &mut head_sum, task.slots.count, geo.group, geo.max_chunk);
+    let sums = value_sums(values, &p, &task.columns, &task.slots, value_width, geo);
+    write_partials(&sums, &mut scratch, &head_max, &head_sum, out, out_max, out_sum, &task.columns, &task.target, geo);
 }
 
 /// Phase 1: `p[g * max_chunk + t]` = the score of the task's slot `t` for query head `g`

@@ -2,7 +2,11 @@
 
 use burn::tensor::{f16, DType, Int, Tensor, TensorData, TensorPrimitive};
 use burn_cubecl::{
-    cubecl::{features::Plane, prelude::*},
+    cubecl::{
+        features::{MmaConfig, Plane},
+        ir::{ElemType, FloatKind},
+        prelude::*,
+    },
     BoolElement, CubeRuntime,
 };
 use burn_kvcompress::{
@@ -12,6 +16,7 @@ use burn_kvcompress::{
 
 use super::{
     kernel::{decode_kernel, DecodeGeometry},
+    mma_kernel::{mma_decode_kernel, MmaGeometry, MMA_HEADS, MMA_UNITS},
     rotate::{rotate_queries_kernel, ROTATE_COLUMNS},
 };
 use crate::{cache::HeadLayout, kernels::DecodeSchedule};
@@ -42,9 +47,54 @@ pub fn base_chunk(batch: usize, kv_heads: usize, len: usize) -> usize {
 }
 
 /// The longest split of a reduced head, for full-rank splits of `base` slots: twice `base`, so
-/// a small batch keeps enough cubes to fill the GPU, within the cube's score buffer.
-pub fn longest_split(base: usize, geo: &DecodeGeometry) -> usize {
-    (2 * base).min(geo.max_chunk as usize)
+/// a small batch keeps enough cubes to fill the GPU, within the cube's score buffer of
+/// `max_chunk` slots.
+pub fn longest_split(base: usize, max_chunk: u32) -> usize {
+    (2 * base).min(max_chunk as usize)
+}
+
+/// The most loads a lane of the tensor-core kernel holds for one round (a 128-coordinate row in
+/// vectors of 8 f16).
+pub const MMA_ROW_LOADS: u32 = 16;
+
+/// Static shared memory a CUDA kernel may declare.
+const CUDA_STATIC_SHARED: usize = 48 * 1024;
+
+/// The tensor-core kernel's compile-time shapes for `layout` with `group` query heads per KV head
+/// of `head_dim` channels, cached elements of `dtype` loaded `vector` at a time, on a device with
+/// `shared_limit` bytes of shared memory per cube whose warp matrix products are `cmma`; `None`
+/// where it does not apply: elements other than f16, no f16 `32 × 8 × 16` products into f32,
+/// more than 8 query heads per KV head, more than 128 channels, rows of more than
+/// [`MMA_ROW_LOADS`] loads (ranks that are not multiples of 8 load narrow vectors, whose many
+/// registers would spill), or no score buffer of at least 128 slots that fits the shared memory.
+pub fn mma_geometry(
+    layout: &HeadLayout,
+    (group, head_dim): (usize, usize),
+    vector: u32,
+    dtype: DType,
+    cmma: &std::collections::BTreeSet<MmaConfig>,
+    shared_limit: usize,
+) -> Option<MmaGeometry> {
+    let f16 = ElemType::Float(FloatKind::F16).into();
+    let product = MmaConfig { a_type: f16, b_type: f16, cd_type: ElemType::Float(FloatKind::F32).into(), m: 32, n: 8, k: 16 };
+    let widest = (0..layout.kv_heads())
+        .flat_map(|h| [layout.key_columns(h).len(), layout.value_columns(h).len()])
+        .max()
+        .unwrap_or(0) as u32;
+    let applies = dtype == DType::F16 && cmma.contains(&product) && group <= MMA_HEADS as usize && head_dim <= 128;
+    if !applies || widest.div_ceil(vector) > MMA_ROW_LOADS {
+        return None;
+    }
+    let geo = |max_chunk| MmaGeometry {
+        group: group as u32,
+        head_dim: head_dim as u32,
+        max_chunk,
+        vector,
+        row_loads: widest.div_ceil(vector),
+        stride: widest.next_multiple_of(32) + 8,
+    };
+    let limit = shared_limit.min(CUDA_STATIC_SHARED) as u32;
+    [MAX_CHUNK, MAX_CHUNK / 2, MAX_CHUNK / 4, MAX_CHUNK / 8].into_iter().map(geo).find(|g| g.shared_bytes() <= limit)
 }
 
 /// The kernel's compile-time shapes for `group` query heads per KV head of `head_dim` channels,
@@ -135,16 +185,34 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     let len = keys.dims()[1];
     let device = q.device();
     let kv_heads = layout.kv_heads();
+    let q = float_arg(&q);
+    let client = q.client.clone();
+    let properties = client.properties();
     let geo = decode_geometry(heads / kv_heads, d);
-    let base = base_chunk(batch, kv_heads, len).min(geo.max_chunk as usize);
-    let schedule = DecodeSchedule::plan(layout, len, base, longest_split(base, &geo));
+    let widest = client.io_optimized_vector_sizes(keys.dtype().size()).next().unwrap_or(1);
+    let vector = load_vector(layout, &geo, widest);
+    let plane_size = match properties.features.plane.contains(Plane::Ops) {
+        true => properties.hardware.plane_size_min,
+        false => 0,
+    };
+    let geo = DecodeGeometry { vector, plane: score_plane(&geo, plane_size), ..geo };
+    let mma = mma_geometry(
+        layout,
+        (heads / kv_heads, d),
+        vector,
+        keys.dtype(),
+        &properties.features.matmul.cmma,
+        properties.hardware.max_shared_memory_size,
+    )
+    .filter(|_| plane_size == 32);
+    let max_chunk = mma.map_or(geo.max_chunk, |m| m.max_chunk);
+    let base = base_chunk(batch, kv_heads, len).min(max_chunk as usize);
+    let schedule = DecodeSchedule::plan(layout, len, base, longest_split(base, max_chunk));
     // One upload per step: the head layout, each row's first real slot, the task table.
     let mut meta = step_metadata(layout, options);
     meta.extend(schedule.table());
     let words = meta.len();
     let meta = int_arg(&Tensor::<CubeF32<R, BT>, 1, Int>::from_data(TensorData::new(meta, [words]), &device));
-    let q = float_arg(&q);
-    let client = q.client.clone();
     let reduced_q = dense_output::<R, f32>(&q, batch * heads * layout.key_width());
     let widest_rank = (0..kv_heads).map(|h| layout.key_columns(h).len()).max().unwrap_or(0).max(1) as u32;
     // SAFETY: one cube per (KV head, sequence, column tile) of the grid; it reads the group's
@@ -167,45 +235,83 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
         )
     };
     let partials = SplitPartials::allocate(&reduced_q, batch * heads, schedule.splits, d);
-    let launch = match keys.dtype() {
-        DType::F16 => decode_kernel::launch_unchecked::<f16, R>,
-        _ => decode_kernel::launch_unchecked::<f32, R>,
-    };
-    let widest = client.io_optimized_vector_sizes(keys.dtype().size()).next().unwrap_or(1);
-    let properties = client.properties();
-    let plane_size = match properties.features.plane.contains(Plane::Ops) {
-        true => properties.hardware.plane_size_min,
-        false => 0,
-    };
-    let geo = DecodeGeometry { vector: load_vector(layout, &geo, widest), plane: score_plane(&geo, plane_size), ..geo };
+    let cubes = CubeCount::Static(schedule.tasks.len() as u32, batch as u32, 1);
+    let args = (
+        reduced_q.into_array_arg(),
+        float_arg(&keys).into_array_arg(),
+        float_arg(&values).into_array_arg(),
+        meta.into_array_arg(),
+        partials.output.clone().into_array_arg(),
+        partials.max.clone().into_array_arg(),
+        partials.sum.clone().into_array_arg(),
+    );
+    let scalars = (
+        kv_heads as u32,
+        len as u32,
+        schedule.splits as u32,
+        options.window.unwrap_or(0) as u32,
+        layout.key_width() as u32,
+        layout.value_width() as u32,
+    );
     // SAFETY: every task of the schedule covers slots `first..first + count` within `len` (the
     // schedule's invariant, tested in `schedule.rs`) of one head whose columns lie within the
     // caches' widths (`HeadLayout`); loads are whole vectors within a head's columns
     // (`load_vector`), clamped to the task's slots and to the head's last vector (every rank is
-    // at least one vector: a multiple of it, and not 0, as callers check), the score buffer holds `group · max_chunk` and the scratch buffer a
-    // round's partials (`score_lanes`) or `units · (block + 1)` sums, and the partials hold
-    // `heads · splits` entries. Bounds validated on CUDA: `burn_kvcompress::kernels`.
+    // at least one vector: a multiple of it, and not 0, as callers check), the score buffer
+    // holds `group · max_chunk` (tensor cores: `8 · max_chunk`, the tasks at most `max_chunk`
+    // slots, a multiple of the 32-slot rounds) and the scratch buffer a round's partials
+    // (`score_lanes`) or `units · (block + 1)` sums, a warp's tile its 32 rows of `stride ≥
+    // rank` elements, and the partials hold `heads · splits` entries. Bounds validated on CUDA:
+    // `burn_kvcompress::kernels`.
     unsafe {
-        launch(
-            &client,
-            CubeCount::Static(schedule.tasks.len() as u32, batch as u32, 1),
-            CubeDim::new_1d(UNITS),
-            geo.vector as usize,
-            reduced_q.into_array_arg(),
-            float_arg(&keys).into_array_arg(),
-            float_arg(&values).into_array_arg(),
-            meta.into_array_arg(),
-            partials.output.clone().into_array_arg(),
-            partials.max.clone().into_array_arg(),
-            partials.sum.clone().into_array_arg(),
-            kv_heads as u32,
-            len as u32,
-            schedule.splits as u32,
-            options.window.unwrap_or(0) as u32,
-            layout.key_width() as u32,
-            layout.value_width() as u32,
-            geo,
-        )
+        match (mma, keys.dtype()) {
+            (Some(mma), _) => mma_decode_kernel::launch_unchecked::<f16, R>(
+                &client,
+                cubes,
+                CubeDim::new_1d(MMA_UNITS),
+                vector as usize,
+                args.0,
+                args.1,
+                args.2,
+                args.3,
+                args.4,
+                args.5,
+                args.6,
+                scalars.0,
+                scalars.1,
+                scalars.2,
+                scalars.3,
+                scalars.4,
+                scalars.5,
+                mma,
+            ),
+            (None, dtype) => {
+                let launch = match dtype {
+                    DType::F16 => decode_kernel::launch_unchecked::<f16, R>,
+                    _ => decode_kernel::launch_unchecked::<f32, R>,
+                };
+                launch(
+                    &client,
+                    cubes,
+                    CubeDim::new_1d(UNITS),
+                    vector as usize,
+                    args.0,
+                    args.1,
+                    args.2,
+                    args.3,
+                    args.4,
+                    args.5,
+                    args.6,
+                    scalars.0,
+                    scalars.1,
+                    scalars.2,
+                    scalars.3,
+                    scalars.4,
+                    scalars.5,
+                    geo,
+                )
+            }
+        }
     };
     let out = merge_partials(partials);
     Tensor::<CubeF32<R, BT>, 1>::from_primitive(TensorPrimitive::Float(out)).reshape([batch, heads, 1, d])
@@ -222,8 +328,8 @@ mod tests {
         assert_eq!(base_chunk(1, 8, 8192), 64);
         assert_eq!(base_chunk(8, 8, 65536), 512);
         let geo = decode_geometry(4, 128);
-        assert_eq!((longest_split(256, &geo), longest_split(512, &geo)), (512, 1024));
-        assert_eq!(longest_split(512, &decode_geometry(8, 128)), 512, "8 heads' scores fill the buffer");
+        assert_eq!((longest_split(256, geo.max_chunk), longest_split(512, geo.max_chunk)), (512, 1024));
+        assert_eq!(longest_split(512, decode_geometry(8, 128).max_chunk), 512, "8 heads' scores fill the buffer");
         assert!(!supports(32, 128) && !supports(4, 512) && !supports(32, 16));
         // Llama-3 and Mistral (4 × 128), SmolLM2 (3 × 64), Llama-3-70B (8 × 128), Gemma (1 × 256).
         for (group, head_dim) in [(1, 256), (3, 64), (4, 128), (8, 128), (16, 64), (16, 128), (16, 16)] {

@@ -9,15 +9,24 @@ mod launch;
 // `#[cube]` expands the kernel into undocumented helper items.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 #[allow(missing_docs)]
+mod mma_kernel;
+// `#[cube]` expands the kernel into undocumented helper items.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[allow(missing_docs)]
 mod prefill_kernel;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod prefill_launch;
 mod reference;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod rotate;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[allow(missing_docs)]
+mod task;
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-pub use launch::{decode_launch, supports};
+pub use launch::{decode_launch, mma_geometry, supports, MMA_ROW_LOADS};
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub use mma_kernel::MmaGeometry;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub use prefill_kernel::PrefillGeometry;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
