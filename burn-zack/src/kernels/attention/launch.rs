@@ -76,7 +76,8 @@ pub fn mma_geometry(
     shared_limit: usize,
 ) -> Option<MmaGeometry> {
     let f16 = ElemType::Float(FloatKind::F16).into();
-    let product = MmaConfig { a_type: f16, b_type: f16, cd_type: ElemType::Float(FloatKind::F32).into(), m: 32, n: 8, k: 16 };
+    let product =
+        MmaConfig { a_type: f16, b_type: f16, cd_type: ElemType::Float(FloatKind::F32).into(), m: 32, n: 8, k: 16 };
     let widest = (0..layout.kv_heads())
         .flat_map(|h| [layout.key_columns(h).len(), layout.value_columns(h).len()])
         .max()

@@ -105,8 +105,10 @@ pub fn mma_decode_kernel<E: Float, N: Size>(
     #[comptime] geo: MmaGeometry,
 ) {
     let task = read_task(meta, kv_heads, len, splits, window, geo.group);
-    let mut stage =
-        SharedMemory::<Vector<E, N>>::new_aligned(comptime!((WARPS * WARP * geo.stride / geo.vector) as usize), 32usize);
+    let mut stage = SharedMemory::<Vector<E, N>>::new_aligned(
+        comptime!((WARPS * WARP * geo.stride / geo.vector) as usize),
+        32usize,
+    );
     let mut queries = SharedMemory::<E>::new_aligned(comptime!((MMA_HEADS * geo.stride) as usize), 32usize);
     let mut weights = SharedMemory::<E>::new_aligned(comptime!((WARPS * MMA_HEADS * WARP) as usize), 32usize);
     let mut p = SharedMemory::<f32>::new_aligned(comptime!((MMA_HEADS * geo.max_chunk) as usize), 32usize);
@@ -122,7 +124,18 @@ pub fn mma_decode_kernel<E: Float, N: Size>(
     split_masses(&p, &mut head_sum, task.slots.count, geo.group, geo.max_chunk);
     let sums = round_value_sums(values, &mut stage, &p, &mut weights, &task.columns, &task.slots, value_width, geo);
     sync_cube();
-    write_warp_partials(&sums, &mut p, &head_max, &head_sum, out, out_max, out_sum, task.columns.value_rank, &task.target, geo);
+    write_warp_partials(
+        &sums,
+        &mut p,
+        &head_max,
+        &head_sum,
+        out,
+        out_max,
+        out_sum,
+        task.columns.value_rank,
+        &task.target,
+        geo,
+    );
 }
 
 /// A zero `[m × 8]` f32 accumulator of products with depth 16.
@@ -142,7 +155,11 @@ fn accumulator(#[comptime] m: u32) -> Matrix<f32> {
 /// in memory as `layout`, to be loaded before use.
 #[allow(unsafe_code)]
 #[cube]
-fn operand<E: Float>(#[comptime] ident: MatrixIdent, #[comptime] m: u32, #[comptime] layout: MatrixLayout) -> Matrix<E> {
+fn operand<E: Float>(
+    #[comptime] ident: MatrixIdent,
+    #[comptime] m: u32,
+    #[comptime] layout: MatrixLayout,
+) -> Matrix<E> {
     // SAFETY: every caller loads the operand before the product that reads it.
     unsafe { Matrix::<E>::uninitialized(ident, m as usize, MMA_HEADS as usize, MMA_DEPTH as usize, layout) }
 }

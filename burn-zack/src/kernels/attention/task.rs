@@ -39,7 +39,14 @@ pub struct DecodeTaskView {
 /// (one word per sequence, `CUBE_COUNT_Y` of them), then per task `[kv_head, split, first,
 /// count]`.
 #[cube]
-pub fn read_task(meta: &Array<u32>, kv_heads: u32, len: u32, splits: u32, window: u32, #[comptime] group: u32) -> DecodeTaskView {
+pub fn read_task(
+    meta: &Array<u32>,
+    kv_heads: u32,
+    len: u32,
+    splits: u32,
+    window: u32,
+    #[comptime] group: u32,
+) -> DecodeTaskView {
     let task = CUBE_POS_X;
     let batch_row = CUBE_POS_Y;
     let tasks = 4 * kv_heads + CUBE_COUNT_Y;
