@@ -237,23 +237,32 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     };
     let partials = SplitPartials::allocate(&reduced_q, batch * heads, schedule.splits, d);
     let cubes = CubeCount::Static(schedule.tasks.len() as u32, batch as u32, 1);
-    let args = (
-        reduced_q.into_array_arg(),
-        float_arg(&keys).into_array_arg(),
-        float_arg(&values).into_array_arg(),
-        meta.into_array_arg(),
-        partials.output.clone().into_array_arg(),
-        partials.max.clone().into_array_arg(),
-        partials.sum.clone().into_array_arg(),
-    );
-    let scalars = (
-        kv_heads as u32,
-        len as u32,
-        schedule.splits as u32,
-        options.window.unwrap_or(0) as u32,
-        layout.key_width() as u32,
-        layout.value_width() as u32,
-    );
+    // Both kernels take the same arguments; they differ in their element type, cube size and
+    // compile-time geometry.
+    macro_rules! launch {
+        ($kernel:expr, $units:expr, $geo:expr) => {
+            $kernel(
+                &client,
+                cubes,
+                CubeDim::new_1d($units),
+                vector as usize,
+                reduced_q.into_array_arg(),
+                float_arg(&keys).into_array_arg(),
+                float_arg(&values).into_array_arg(),
+                meta.into_array_arg(),
+                partials.output.clone().into_array_arg(),
+                partials.max.clone().into_array_arg(),
+                partials.sum.clone().into_array_arg(),
+                kv_heads as u32,
+                len as u32,
+                schedule.splits as u32,
+                options.window.unwrap_or(0) as u32,
+                layout.key_width() as u32,
+                layout.value_width() as u32,
+                $geo,
+            )
+        };
+    }
     // SAFETY: every task of the schedule covers slots `first..first + count` within `len` (the
     // schedule's invariant, tested in `schedule.rs`) of one head whose columns lie within the
     // caches' widths (`HeadLayout`); loads are whole vectors within a head's columns
@@ -266,52 +275,9 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     // `burn_kvcompress::kernels`.
     unsafe {
         match (mma, keys.dtype()) {
-            (Some(mma), _) => mma_decode_kernel::launch_unchecked::<f16, R>(
-                &client,
-                cubes,
-                CubeDim::new_1d(MMA_UNITS),
-                vector as usize,
-                args.0,
-                args.1,
-                args.2,
-                args.3,
-                args.4,
-                args.5,
-                args.6,
-                scalars.0,
-                scalars.1,
-                scalars.2,
-                scalars.3,
-                scalars.4,
-                scalars.5,
-                mma,
-            ),
-            (None, dtype) => {
-                let launch = match dtype {
-                    DType::F16 => decode_kernel::launch_unchecked::<f16, R>,
-                    _ => decode_kernel::launch_unchecked::<f32, R>,
-                };
-                launch(
-                    &client,
-                    cubes,
-                    CubeDim::new_1d(UNITS),
-                    vector as usize,
-                    args.0,
-                    args.1,
-                    args.2,
-                    args.3,
-                    args.4,
-                    args.5,
-                    args.6,
-                    scalars.0,
-                    scalars.1,
-                    scalars.2,
-                    scalars.3,
-                    scalars.4,
-                    scalars.5,
-                    geo,
-                )
-            }
+            (Some(mma), _) => launch!(mma_decode_kernel::launch_unchecked::<f16, R>, MMA_UNITS, mma),
+            (None, DType::F16) => launch!(decode_kernel::launch_unchecked::<f16, R>, UNITS, geo),
+            (None, _) => launch!(decode_kernel::launch_unchecked::<f32, R>, UNITS, geo),
         }
     };
     let out = merge_partials(partials);
