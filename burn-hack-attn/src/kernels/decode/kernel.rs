@@ -3,12 +3,13 @@
 //! One cube per (sequence, KV head, chunk of `chunk` slots), one unit per slot of the chunk; it
 //! serves all `group` query heads of its KV head, so each packed key and value word is read and
 //! unpacked once per cube:
-//! 1. quantize the queries to 8 bits per (head, key channel group): min/max and code-sum trees
-//!    in shared memory;
+//! 1. read the group's 8-bit query codes per (head, key channel group) and their min, scale and
+//!    code sum, which [`query_kernel`](super::query_kernel) computed once per (sequence, KV head)
+//!    for all of its chunks;
 //! 2. each unit scores its slot for every head: integer dot products of Q codes with the K codes
 //!    per channel group, plus Eq. 4's corrections with the cached K sums, scaled; masked slots
 //!    excluded;
-//! 3. per (head, Π-block of the chunk): min/max score trees give the head's max `m` and the
+//! 3. per (head, Π-block of the chunk) ([`super::steps`]): min/max score trees give the head's max `m` and the
 //!    block's min/max of `p = exp(s − m)`; each unit quantizes its own `p` to 8 bits (the block's
 //!    min/max of the unnormalized `p`: the same codes as quantizing the normalized P, up to float
 //!    rounding); sum trees give each block's mass and P code sum;
@@ -26,10 +27,10 @@
 //! Chunks start at multiples of Π (`chunk` is a multiple of Π), so each of a chunk's blocks is
 //! either a closed block or lies in the tail.
 
-use burn_kvcompress::kernels::{decode_slot_visible, masked_score as masked, min_max_runs, sum_runs, SplitOut};
+use burn_kvcompress::kernels::{decode_slot_visible, masked_score as masked, SplitOut};
 use cubecl::prelude::*;
 
-use crate::kernels::eight_bit::{code8, numerator, scale8};
+use super::steps::{numerator_block_sums, quantize_numerators, write_chunk};
 
 /// Shapes fixed at compile time (one compiled kernel per model geometry and configuration).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -124,7 +125,8 @@ fn dot_word(
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked)]
 pub fn decode_kernel(
-    q: &Array<f32>,
+    q_codes: &Array<u32>,
+    q_meta: &Array<f32>,
     k_words: &Array<u32>,
     k_min: &Array<f32>,
     k_scale: &Array<f32>,
@@ -178,48 +180,20 @@ pub fn decode_kernel(
     let mut p_sum = SharedMemory::<f32>::new(comptime!((geo.group * geo.chunk / geo.partition) as usize));
     let mut block_mass = SharedMemory::<f32>::new(comptime!((geo.group * geo.chunk / geo.partition) as usize));
 
-    // 1. Q to 8 bits per (head, key group) = run `g · parts + part` of `g · d + c`.
-    let q_base = stream * group * d;
-    let mut i = t;
-    while i < group * d {
-        let v = q[(q_base + i) as usize];
-        lo[i as usize] = v;
-        hi[i as usize] = v;
-        i += units;
-    }
-    sync_cube();
-    min_max_runs(&mut lo, &mut hi, group * parts, kg);
-    let mut run = t;
-    while run < group * parts {
-        let mn = lo[(run * kg) as usize];
-        q_min[run as usize] = mn;
-        q_scale[run as usize] = scale8(mn, hi[(run * kg) as usize]);
-        run += units;
-    }
-    sync_cube();
+    // 1. The group's 8-bit query codes (two heads per word) and their runs' metadata, from
+    //    `query_kernel`.
+    let runs = comptime!(geo.group * geo.head_dim / geo.key_group);
     let mut item = t;
     while item < pairs * d {
-        let (pair, c) = (item / d, item % d);
-        let mut packed = 0u32;
-        #[unroll]
-        for half in 0..2u32 {
-            let g = 2 * pair + half;
-            if g < group {
-                let run = (g * d + c) / kg;
-                let code = code8(q[(q_base + g * d + c) as usize], q_min[run as usize], q_scale[run as usize]);
-                packed |= u32::cast_from(code) << (16 * half);
-                lo[(g * d + c) as usize] = code;
-                hi[(g * d + c) as usize] = 0.0;
-            }
-        }
-        q_pairs[item as usize] = packed;
+        q_pairs[item as usize] = q_codes[(stream * pairs * d + item) as usize];
         item += units;
     }
-    sync_cube();
-    sum_runs(&mut lo, &mut hi, group * parts, kg);
     let mut run = t;
-    while run < group * parts {
-        q_sum[run as usize] = lo[(run * kg) as usize];
+    while run < runs {
+        let at = stream * 3 * runs + run;
+        q_min[run as usize] = q_meta[at as usize];
+        q_scale[run as usize] = q_meta[(at + runs) as usize];
+        q_sum[run as usize] = q_meta[(at + 2 * runs) as usize];
         run += units;
     }
     sync_cube();
@@ -268,64 +242,31 @@ pub fn decode_kernel(
         }
     }
 
-    // 3. Softmax numerators and P to 8 bits per (head, block): run `g · chunk_blocks + b` of
-    //    `g · chunk + t`, with `b = t / Π`.
-    #[unroll]
-    for g in 0..group {
-        lo[(g * chunk + t) as usize] = score[g as usize];
-        hi[(g * chunk + t) as usize] = score[g as usize];
-    }
-    sync_cube();
-    min_max_runs(&mut lo, &mut hi, group * chunk_blocks, pi);
-    let own_block = t / pi;
-    let closed = first + own_block * pi < quantized_len;
+    // 3. Softmax numerators and P to 8 bits per (head, block), two heads' codes per packed word.
+    let closed = first + (t / pi) * pi < quantized_len;
     let mut head_max = Array::<f32>::new(comptime!(geo.group as usize));
     let mut codes = Array::<u32>::new(comptime!(2 * geo.head_pairs() as usize));
-    let mut e = Array::<f32>::new(comptime!(geo.group as usize));
     #[unroll]
     for g in 0..2 * pairs {
         codes[g as usize] = 0;
     }
-    #[unroll]
-    for g in 0..group {
-        let mut m = masked();
-        for bb in 0..chunk_blocks {
-            m = f32::max(m, hi[((g * chunk_blocks + bb) * pi) as usize]);
-        }
-        head_max[g as usize] = m;
-        let root = ((g * chunk_blocks + own_block) * pi) as usize;
-        let (s_min, s_max) = (lo[root], hi[root]);
-        e[g as usize] = numerator(score[g as usize], m);
-        if closed {
-            let p_lo = numerator(s_min, m);
-            let s = scale8(p_lo, numerator(s_max, m));
-            codes[g as usize] = u32::cast_from(code8(e[g as usize], p_lo, s));
-            if t == own_block * pi {
-                p_min[(g * chunk_blocks + own_block) as usize] = p_lo;
-                p_scale[(g * chunk_blocks + own_block) as usize] = s;
-            }
-        }
-    }
-    sync_cube();
-    #[unroll]
-    for g in 0..group {
-        p[(g * chunk + t) as usize] = e[g as usize];
-        lo[(g * chunk + t) as usize] = e[g as usize];
-        hi[(g * chunk + t) as usize] = f32::cast_from(codes[g as usize]);
-    }
+    quantize_numerators(
+        &score,
+        &mut lo,
+        &mut hi,
+        &mut p,
+        &mut p_min,
+        &mut p_scale,
+        &mut head_max,
+        &mut codes,
+        closed,
+        geo,
+    );
     #[unroll]
     for pair in 0..pairs {
         p_pairs[(pair * chunk + t) as usize] = codes[(2 * pair) as usize] | (codes[(2 * pair + 1) as usize] << 16);
     }
-    sync_cube();
-    sum_runs(&mut lo, &mut hi, group * chunk_blocks, pi);
-    let mut run = t;
-    while run < group * chunk_blocks {
-        block_mass[run as usize] = lo[(run * pi) as usize];
-        p_sum[run as usize] = hi[(run * pi) as usize];
-        run += units;
-    }
-    sync_cube();
+    numerator_block_sums(&mut lo, &mut hi, &mut block_mass, &mut p_sum, geo);
 
     // 4. Per channel, for every head: Eq. 4 over the closed blocks, f32 over the tail; unit
     //    `(part, c)` takes blocks `part, part + value_splits, …` and leaves its sums in `lo`.
@@ -387,23 +328,6 @@ pub fn decode_kernel(
     sync_cube();
 
     // 5. The chunk's unnormalized output, max and mass per head.
-    let mut item = t;
-    while item < group * d {
-        let (g, c) = (item / d, item % d);
-        let mut total = 0.0f32;
-        #[unroll]
-        for part in 0..value_splits {
-            total += lo[((part * group + g) * d + c) as usize];
-        }
-        let target = SplitOut { first_head: stream * group, split, splits };
-        target.write_output(out, g, c, total, d);
-        if c == 0 {
-            let mut l = 0.0f32;
-            for bb in 0..chunk_blocks {
-                l += block_mass[(g * chunk_blocks + bb) as usize];
-            }
-            target.write_stats(out_max, out_sum, g, head_max[g as usize], l);
-        }
-        item += units;
-    }
+    let target = SplitOut { first_head: stream * group, split, splits };
+    write_chunk(&lo, &block_mass, &head_max, out, out_max, out_sum, &target, value_splits, geo);
 }

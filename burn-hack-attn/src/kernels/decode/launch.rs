@@ -1,13 +1,16 @@
-//! Launching the fused decode kernel and its merge on a CubeCL backend.
+//! Launching the query quantization, the fused decode kernel and its merge on a CubeCL backend.
 
 use burn::tensor::{backend::Backend as BurnBackend, Tensor, TensorPrimitive};
 use burn_cubecl::{cubecl::prelude::*, BoolElement, CubeRuntime};
 use burn_kvcompress::{
     cache::AttendOptions,
-    kernels::{float_arg as float, merge_partials, CubeF32 as Backend, SplitPartials},
+    kernels::{dense_output, float_arg as float, merge_partials, CubeF32 as Backend, SplitPartials},
 };
 
-use super::kernel::{decode_kernel, DecodeGeometry};
+use super::{
+    kernel::{decode_kernel, DecodeGeometry},
+    query_kernel::query_kernel,
+};
 use crate::{
     cache::key_group,
     kernels::{
@@ -56,7 +59,25 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     let [v_min, v_scale, v_sums] = args.v_meta;
     let key_start = key_start_arg::<R, BT>(&options.key_start, &q);
     let partials = SplitPartials::allocate(&q, batch * heads, splits, d);
-    // SAFETY: slots read are `< len` (the guard before every key and tail read) and `len` is the
+    let streams = batch * kv_heads;
+    let q_codes = dense_output::<R, u32>(&q, streams * geo.head_pairs() as usize * d);
+    let q_meta = dense_output::<R, f32>(&q, streams * 3 * (heads / kv_heads) * parts);
+    // SAFETY: one cube per stream reads its group's `group · head_dim` query values of `q` and
+    // writes its `pairs · head_dim` codes and `3 · runs` metadata values, within the buffers'
+    // `streams ·` those sizes above. Bounds validated on CUDA: `burn_kvcompress::kernels`.
+    unsafe {
+        query_kernel::launch_unchecked(
+            &client,
+            CubeCount::Static(streams as u32, 1, 1),
+            CubeDim::new_1d(geo.chunk),
+            q.into_array_arg(),
+            q_codes.clone().into_array_arg(),
+            q_meta.clone().into_array_arg(),
+            geo,
+        )
+    };
+    // SAFETY: the query codes and metadata are read at `stream · pairs · head_dim + item` and
+    // `stream · 3 · runs + run`, as `query_kernel` wrote them; slots read are `< len` (the guard before every key and tail read) and `len` is the
     // caches' own length; a slot's key metadata is `part < parts ≤ key_meta_pitch` into its row
     // of `key_meta_pitch` elements (the tensors' own row pitch, or `parts` once contiguous); closed blocks are `< blocks`, the cache's block count; shared-memory
     // indices are `< group · chunk` or `< group · head_dim` by the loops' bounds; `key_start` has
@@ -67,7 +88,8 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
             &client,
             CubeCount::Static(splits as u32, (batch * kv_heads) as u32, 1),
             CubeDim::new_1d(geo.chunk),
-            q.into_array_arg(),
+            q_codes.into_array_arg(),
+            q_meta.into_array_arg(),
             args.k_words.into_array_arg(),
             k_min.into_array_arg(),
             k_scale.into_array_arg(),
