@@ -9,7 +9,7 @@
 //! 2. each unit scores its slot for every head: integer dot products of Q codes with the K codes
 //!    per channel group, plus Eq. 4's corrections with the cached K sums, scaled; masked slots
 //!    excluded;
-//! 3. per (head, Π-block of the chunk) ([`super::steps`]): min/max score trees give the head's max `m` and the
+//! 3. per (head, Π-block of the chunk): min/max score trees give the head's max `m` and the
 //!    block's min/max of `p = exp(s − m)`; each unit quantizes its own `p` to 8 bits (the block's
 //!    min/max of the unnormalized `p`: the same codes as quantizing the normalized P, up to float
 //!    rounding); sum trees give each block's mass and P code sum;
@@ -27,10 +27,10 @@
 //! Chunks start at multiples of Π (`chunk` is a multiple of Π), so each of a chunk's blocks is
 //! either a closed block or lies in the tail.
 
-use burn_kvcompress::kernels::{decode_slot_visible, masked_score as masked, SplitOut};
+use burn_kvcompress::kernels::{decode_slot_visible, masked_score as masked, min_max_runs, sum_runs, SplitOut};
 use cubecl::prelude::*;
 
-use super::steps::{numerator_block_sums, quantize_numerators, write_chunk};
+use crate::kernels::eight_bit::{code8, numerator, scale8};
 
 /// Shapes fixed at compile time (one compiled kernel per model geometry and configuration).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -79,8 +79,8 @@ impl DecodeGeometry {
         (self.chunk / self.head_dim).clamp(1, self.chunk / self.partition)
     }
 
-    /// Length of the two tree scratch arrays: a score per (head, slot) or a query value per
-    /// (head, channel).
+    /// Length of the two tree scratch arrays: a score per (head, slot), or a partial output per
+    /// (value split, head, channel).
     fn scratch(&self) -> u32 {
         self.group * self.chunk.max(self.head_dim)
     }
@@ -242,31 +242,64 @@ pub fn decode_kernel(
         }
     }
 
-    // 3. Softmax numerators and P to 8 bits per (head, block), two heads' codes per packed word.
-    let closed = first + (t / pi) * pi < quantized_len;
+    // 3. Softmax numerators and P to 8 bits per (head, block): run `g · chunk_blocks + b` of
+    //    `g · chunk + t`, with `b = t / Π`.
+    #[unroll]
+    for g in 0..group {
+        lo[(g * chunk + t) as usize] = score[g as usize];
+        hi[(g * chunk + t) as usize] = score[g as usize];
+    }
+    sync_cube();
+    min_max_runs(&mut lo, &mut hi, group * chunk_blocks, pi);
+    let own_block = t / pi;
+    let closed = first + own_block * pi < quantized_len;
     let mut head_max = Array::<f32>::new(comptime!(geo.group as usize));
     let mut codes = Array::<u32>::new(comptime!(2 * geo.head_pairs() as usize));
+    let mut e = Array::<f32>::new(comptime!(geo.group as usize));
     #[unroll]
     for g in 0..2 * pairs {
         codes[g as usize] = 0;
     }
-    quantize_numerators(
-        &score,
-        &mut lo,
-        &mut hi,
-        &mut p,
-        &mut p_min,
-        &mut p_scale,
-        &mut head_max,
-        &mut codes,
-        closed,
-        geo,
-    );
+    #[unroll]
+    for g in 0..group {
+        let mut m = masked();
+        for bb in 0..chunk_blocks {
+            m = f32::max(m, hi[((g * chunk_blocks + bb) * pi) as usize]);
+        }
+        head_max[g as usize] = m;
+        let root = ((g * chunk_blocks + own_block) * pi) as usize;
+        let (s_min, s_max) = (lo[root], hi[root]);
+        e[g as usize] = numerator(score[g as usize], m);
+        if closed {
+            let p_lo = numerator(s_min, m);
+            let s = scale8(p_lo, numerator(s_max, m));
+            codes[g as usize] = u32::cast_from(code8(e[g as usize], p_lo, s));
+            if t == own_block * pi {
+                p_min[(g * chunk_blocks + own_block) as usize] = p_lo;
+                p_scale[(g * chunk_blocks + own_block) as usize] = s;
+            }
+        }
+    }
+    sync_cube();
+    #[unroll]
+    for g in 0..group {
+        p[(g * chunk + t) as usize] = e[g as usize];
+        lo[(g * chunk + t) as usize] = e[g as usize];
+        hi[(g * chunk + t) as usize] = f32::cast_from(codes[g as usize]);
+    }
     #[unroll]
     for pair in 0..pairs {
         p_pairs[(pair * chunk + t) as usize] = codes[(2 * pair) as usize] | (codes[(2 * pair + 1) as usize] << 16);
     }
-    numerator_block_sums(&mut lo, &mut hi, &mut block_mass, &mut p_sum, geo);
+    sync_cube();
+    sum_runs(&mut lo, &mut hi, group * chunk_blocks, pi);
+    let mut run = t;
+    while run < group * chunk_blocks {
+        block_mass[run as usize] = lo[(run * pi) as usize];
+        p_sum[run as usize] = hi[(run * pi) as usize];
+        run += units;
+    }
+    sync_cube();
 
     // 4. Per channel, for every head: Eq. 4 over the closed blocks, f32 over the tail; unit
     //    `(part, c)` takes blocks `part, part + value_splits, …` and leaves its sums in `lo`.
@@ -328,6 +361,23 @@ pub fn decode_kernel(
     sync_cube();
 
     // 5. The chunk's unnormalized output, max and mass per head.
-    let target = SplitOut { first_head: stream * group, split, splits };
-    write_chunk(&lo, &block_mass, &head_max, out, out_max, out_sum, &target, value_splits, geo);
+    let mut item = t;
+    while item < group * d {
+        let (g, c) = (item / d, item % d);
+        let mut total = 0.0f32;
+        #[unroll]
+        for part in 0..value_splits {
+            total += lo[((part * group + g) * d + c) as usize];
+        }
+        let target = SplitOut { first_head: stream * group, split, splits };
+        target.write_output(out, g, c, total, d);
+        if c == 0 {
+            let mut l = 0.0f32;
+            for bb in 0..chunk_blocks {
+                l += block_mass[(g * chunk_blocks + bb) as usize];
+            }
+            target.write_stats(out_max, out_sum, g, head_max[g as usize], l);
+        }
+        item += units;
+    }
 }

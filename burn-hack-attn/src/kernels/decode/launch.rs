@@ -61,7 +61,7 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     let partials = SplitPartials::allocate(&q, batch * heads, splits, d);
     let streams = batch * kv_heads;
     let q_codes = dense_output::<R, u32>(&q, streams * geo.head_pairs() as usize * d);
-    let q_meta = dense_output::<R, f32>(&q, streams * 3 * (heads / kv_heads) * parts);
+    let q_meta = dense_output::<R, f32>(&q, streams * 3 * geo.group as usize * parts);
     // SAFETY: one cube per stream reads its group's `group · head_dim` query values of `q` and
     // writes its `pairs · head_dim` codes and `3 · runs` metadata values, within the buffers'
     // `streams ·` those sizes above. Bounds validated on CUDA: `burn_kvcompress::kernels`.
@@ -77,12 +77,13 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
         )
     };
     // SAFETY: the query codes and metadata are read at `stream · pairs · head_dim + item` and
-    // `stream · 3 · runs + run`, as `query_kernel` wrote them; slots read are `< len` (the guard before every key and tail read) and `len` is the
-    // caches' own length; a slot's key metadata is `part < parts ≤ key_meta_pitch` into its row
-    // of `key_meta_pitch` elements (the tensors' own row pitch, or `parts` once contiguous); closed blocks are `< blocks`, the cache's block count; shared-memory
-    // indices are `< group · chunk` or `< group · head_dim` by the loops' bounds; `key_start` has
-    // `batch` entries and the grid has `batch · kv_heads` rows. Bounds validated on CUDA:
-    // `burn_kvcompress::kernels`.
+    // `stream · 3 · runs + run`, as `query_kernel` wrote them; slots read are `< len` (the guard
+    // before every key and tail read) and `len` is the caches' own length; a slot's key metadata
+    // is `part < parts ≤ key_meta_pitch` into its row of `key_meta_pitch` elements (the tensors'
+    // own row pitch, or `parts` once contiguous); closed blocks are `< blocks`, the cache's block
+    // count; shared-memory indices are `< group · chunk` or `< group · head_dim` by the loops'
+    // bounds; `key_start` has `batch` entries and the grid has `batch · kv_heads` rows. Bounds
+    // validated on CUDA: `burn_kvcompress::kernels`.
     unsafe {
         decode_kernel::launch_unchecked(
             &client,

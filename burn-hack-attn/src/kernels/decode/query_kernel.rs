@@ -15,75 +15,9 @@ use cubecl::prelude::*;
 use super::kernel::DecodeGeometry;
 use crate::kernels::eight_bit::{code8, scale8};
 
-/// Quantizes the group's queries `q[q_base + g · head_dim + c]` to 8 bits per (head, key group) =
-/// run `g · parts + part`: min/max trees give `q_min` and `q_scale`, a sum tree of the codes gives
-/// `q_sum`. The codes themselves are [`query_code`]'s. Uses
-/// `lo` and `hi` as scratch; synchronizes the cube before returning.
-#[allow(clippy::too_many_arguments)]
-#[cube]
-pub fn quantize_query_runs(
-    q: &Array<f32>,
-    q_base: u32,
-    lo: &mut SharedMemory<f32>,
-    hi: &mut SharedMemory<f32>,
-    q_min: &mut SharedMemory<f32>,
-    q_scale: &mut SharedMemory<f32>,
-    q_sum: &mut SharedMemory<f32>,
-    #[comptime] geo: DecodeGeometry,
-) {
-    let (t, units) = (UNIT_POS, CUBE_DIM);
-    let n = geo.group * geo.head_dim;
-    let runs = comptime!(geo.group * geo.head_dim / geo.key_group);
-    let mut i = t;
-    while i < n {
-        let v = q[(q_base + i) as usize];
-        lo[i as usize] = v;
-        hi[i as usize] = v;
-        i += units;
-    }
-    sync_cube();
-    min_max_runs(lo, hi, runs, geo.key_group);
-    let mut run = t;
-    while run < runs {
-        let mn = lo[(run * geo.key_group) as usize];
-        q_min[run as usize] = mn;
-        q_scale[run as usize] = scale8(mn, hi[(run * geo.key_group) as usize]);
-        run += units;
-    }
-    sync_cube();
-    let mut i = t;
-    while i < n {
-        lo[i as usize] = query_code(q, q_base, i, q_min, q_scale, geo);
-        hi[i as usize] = 0.0;
-        i += units;
-    }
-    sync_cube();
-    sum_runs(lo, hi, runs, geo.key_group);
-    let mut run = t;
-    while run < runs {
-        q_sum[run as usize] = lo[(run * geo.key_group) as usize];
-        run += units;
-    }
-    sync_cube();
-}
-
-/// The 8-bit code of query value `i = g · head_dim + c` (as a float), once
-/// [`quantize_query_runs`] has set its run's min and scale.
-#[cube]
-pub fn query_code(
-    q: &Array<f32>,
-    q_base: u32,
-    i: u32,
-    q_min: &SharedMemory<f32>,
-    q_scale: &SharedMemory<f32>,
-    #[comptime] geo: DecodeGeometry,
-) -> f32 {
-    let run = (i / geo.key_group) as usize;
-    code8(q[(q_base + i) as usize], q_min[run], q_scale[run])
-}
-
 /// Quantizes the queries `q: [streams · group · head_dim]` of one stream per cube (`CUBE_POS_X`)
-/// into `q_codes` and `q_meta`; see the module documentation.
+/// into `q_codes` and `q_meta`: min/max trees per (head, key group) run give its min and scale;
+/// each code is computed once, packed two heads per word and summed by a tree per run.
 #[cube(launch_unchecked)]
 pub fn query_kernel(
     q: &Array<f32>,
@@ -92,17 +26,41 @@ pub fn query_kernel(
     #[comptime] geo: DecodeGeometry,
 ) {
     let stream = CUBE_POS_X;
-    let (group, d) = (geo.group, geo.head_dim);
+    let (t, units) = (UNIT_POS, CUBE_DIM);
+    let (group, d, kg) = (geo.group, geo.head_dim, geo.key_group);
     let pairs = comptime!(geo.head_pairs());
     let runs = comptime!(geo.group * geo.head_dim / geo.key_group);
     let mut lo = SharedMemory::<f32>::new(comptime!((geo.group * geo.head_dim) as usize));
     let mut hi = SharedMemory::<f32>::new(comptime!((geo.group * geo.head_dim) as usize));
     let mut q_min = SharedMemory::<f32>::new(runs as usize);
     let mut q_scale = SharedMemory::<f32>::new(runs as usize);
-    let mut q_sum = SharedMemory::<f32>::new(runs as usize);
     let q_base = stream * group * d;
-    quantize_query_runs(q, q_base, &mut lo, &mut hi, &mut q_min, &mut q_scale, &mut q_sum, geo);
-    let mut item = UNIT_POS;
+    let meta_base = stream * 3 * runs;
+
+    // Run `g · parts + part` of `g · d + c`: min and scale.
+    let mut i = t;
+    while i < group * d {
+        let v = q[(q_base + i) as usize];
+        lo[i as usize] = v;
+        hi[i as usize] = v;
+        i += units;
+    }
+    sync_cube();
+    min_max_runs(&mut lo, &mut hi, runs, kg);
+    let mut run = t;
+    while run < runs {
+        let mn = lo[(run * kg) as usize];
+        let sc = scale8(mn, hi[(run * kg) as usize]);
+        q_min[run as usize] = mn;
+        q_scale[run as usize] = sc;
+        q_meta[(meta_base + run) as usize] = mn;
+        q_meta[(meta_base + runs + run) as usize] = sc;
+        run += units;
+    }
+    sync_cube();
+
+    // The codes, packed two heads per word and left in `lo` for the sum tree.
+    let mut item = t;
     while item < pairs * d {
         let (pair, c) = (item / d, item % d);
         let mut packed = 0u32;
@@ -110,19 +68,21 @@ pub fn query_kernel(
         for half in 0..2u32 {
             let g = 2 * pair + half;
             if g < group {
-                let code = query_code(q, q_base, g * d + c, &q_min, &q_scale, geo);
+                let run = (g * d + c) / kg;
+                let code = code8(q[(q_base + g * d + c) as usize], q_min[run as usize], q_scale[run as usize]);
                 packed |= u32::cast_from(code) << (16 * half);
+                lo[(g * d + c) as usize] = code;
+                hi[(g * d + c) as usize] = 0.0;
             }
         }
         q_codes[(stream * pairs * d + item) as usize] = packed;
-        item += CUBE_DIM;
+        item += units;
     }
-    let mut run = UNIT_POS;
+    sync_cube();
+    sum_runs(&mut lo, &mut hi, runs, kg);
+    let mut run = t;
     while run < runs {
-        let at = stream * 3 * runs + run;
-        q_meta[at as usize] = q_min[run as usize];
-        q_meta[(at + runs) as usize] = q_scale[run as usize];
-        q_meta[(at + 2 * runs) as usize] = q_sum[run as usize];
-        run += CUBE_DIM;
+        q_meta[(meta_base + 2 * runs + run) as usize] = lo[(run * kg) as usize];
+        run += units;
     }
 }
