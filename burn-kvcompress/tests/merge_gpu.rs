@@ -69,13 +69,16 @@ fn merge_equals_a_plain_log_sum_exp_merge() {
             for c in 0..head_dim {
                 let terms = (0..splits).map(|s| output[(h * splits + s) * head_dim + c] as f64 * weights[s]);
                 let (num, abs): (f64, f64) = terms.fold((0.0, 0.0), |(n, a), t| (n + t, a + t.abs()));
-                // u = 2^-24. Each weight e^(m_s − M) is off by a relative `ε_w = u·|m_s − M| +
-                // 4u` (the rounded difference, a few ulps of exp), and each sum of `splits`
-                // products adds `splits · u` relative to the sum of absolute terms; numerator and
-                // denominator each so, the quotient by at most `2 (splits·u + ε_w) · Σ|o_s w_s| / l`.
+                // u = 2^-24. Each weight e^(m_s − M) is the kernel's e^(m_s − m_p) · e^(m_p − M)
+                // (m_p: the max of the split's part, between m_s and M): off by a relative
+                // `ε_w = 2u·|m_s − M| + 9u` (two rounded differences, each no larger than
+                // |m_s − M|, a few ulps of each exp, and their product), and each sum of
+                // `splits` products adds `splits · u` relative to the sum of absolute terms;
+                // numerator and denominator each so, the quotient by at most
+                // `2 (splits·u + ε_w) · Σ|o_s w_s| / l`.
                 let u = f64::from(f32::EPSILON) / 2.0;
                 let spread = (0..splits).map(|s| (max[h * splits + s] as f64 - m).abs().min(40.0)).fold(0.0, f64::max);
-                let bound = 2.0 * (splits as f64 * u + spread * u + 4.0 * u) * abs / mass;
+                let bound = 2.0 * (splits as f64 * u + 2.0 * spread * u + 9.0 * u) * abs / mass;
                 let diff = (got[h * head_dim + c] as f64 - num / mass).abs();
                 assert!(diff <= bound, "case {case}, head {h}, channel {c}: off by {diff:e} > {bound:e}");
             }

@@ -25,14 +25,14 @@ const MERGE_TILE: u32 = 32;
 const MERGE_UNITS: u32 = 512;
 
 /// One cube per (query head, tile of `tile` channels), `parts` units per channel; see the module
-/// documentation. `tree_width` is half the units rounded up to a power of two (the max's first
-/// tree level).
+/// documentation.
 ///
-/// Every unit takes part in the head's max `M` (a shared-memory tree over the units), then unit
-/// `(c, part)` sums `o_s e^(m_s − M)` and `l_s e^(m_s − M)` over splits `part, part + parts, …`,
-/// and the parts' sums are added in shared memory. A head's splits are thus read by all its units
-/// at once rather than walked by one unit per channel. Units of a last, partial tile past
-/// `head_dim` take part in the trees but read and write nothing else.
+/// Unit `(part, c)` merges splits `part, part + parts, …` of its channel on its own, against its
+/// splits' own max `m_p`: `o_p = Σ_s o_s e^(m_s − m_p)`, `l_p = Σ_s l_s e^(m_s − m_p)`. One unit
+/// per channel then merges the parts the same way, `o = Σ_p o_p e^(m_p − M) / Σ_p l_p e^(m_p −
+/// M)` with `M = max_p m_p`. A head's splits are thus read by all its units at once, with one
+/// cube synchronization. A part without splits has `m_p` = [`masked_score`] and `o_p = l_p = 0`.
+/// Units of a last, partial tile past `head_dim` read and write nothing.
 #[cube(launch_unchecked)]
 pub fn merge_kernel(
     partial: &Array<f32>,
@@ -40,7 +40,6 @@ pub fn merge_kernel(
     partial_sum: &Array<f32>,
     out: &mut Array<f32>,
     splits: u32,
-    tree_width: u32,
     #[comptime] head_dim: u32,
     #[comptime] tile: u32,
     #[comptime] parts: u32,
@@ -48,32 +47,21 @@ pub fn merge_kernel(
     let head = CUBE_POS_X;
     let unit = UNIT_POS;
     let units = comptime!(tile * parts);
-    let mut shared = SharedMemory::<f32>::new(comptime!(units as usize));
-    let mut m = masked_score();
-    let mut s = unit;
-    while s < splits {
-        m = f32::max(m, partial_max[(head * splits + s) as usize]);
-        s += units;
-    }
-    shared[unit as usize] = m;
-    sync_cube();
-    let mut width = tree_width;
-    while width > 0 {
-        if unit < width && unit + width < units {
-            shared[unit as usize] = f32::max(shared[unit as usize], shared[(unit + width) as usize]);
-        }
-        sync_cube();
-        width /= 2;
-    }
-    let m = shared[0];
-    sync_cube();
-
+    let mut part_max = SharedMemory::<f32>::new(comptime!(units as usize));
+    let mut part_sum = SharedMemory::<f32>::new(comptime!(units as usize));
+    let mut part_out = SharedMemory::<f32>::new(comptime!(units as usize));
     let lane = unit % tile;
     let c = CUBE_POS_Y * tile + lane;
     let part = unit / tile;
+    let mut m = masked_score();
     let mut l = 0.0f32;
     let mut o = 0.0f32;
     if c < head_dim {
+        let mut s = part;
+        while s < splits {
+            m = f32::max(m, partial_max[(head * splits + s) as usize]);
+            s += parts;
+        }
         let mut s = part;
         while s < splits {
             let w = f32::exp(partial_max[(head * splits + s) as usize] - m);
@@ -82,24 +70,23 @@ pub fn merge_kernel(
             s += parts;
         }
     }
-    shared[unit as usize] = o;
-    sync_cube();
-    // The parts' `l` (the same in every channel of a part) are added the same way.
-    let mut total = 0.0f32;
-    if part == 0 {
-        #[unroll]
-        for q in 0..parts {
-            total += shared[(q * tile + lane) as usize];
-        }
-    }
-    sync_cube();
-    shared[unit as usize] = l;
+    part_max[unit as usize] = m;
+    part_sum[unit as usize] = l;
+    part_out[unit as usize] = o;
     sync_cube();
     if part == 0 && c < head_dim {
+        let mut top = masked_score();
+        #[unroll]
+        for q in 0..parts {
+            top = f32::max(top, part_max[(q * tile + lane) as usize]);
+        }
+        let mut total = 0.0f32;
         let mut mass = 0.0f32;
         #[unroll]
         for q in 0..parts {
-            mass += shared[(q * tile + lane) as usize];
+            let w = f32::exp(part_max[(q * tile + lane) as usize] - top);
+            total += part_out[(q * tile + lane) as usize] * w;
+            mass += part_sum[(q * tile + lane) as usize] * w;
         }
         out[(head * head_dim + c) as usize] = total / mass;
     }
@@ -188,7 +175,6 @@ pub fn merge_partials<R: CubeRuntime>(partials: SplitPartials<R>) -> CubeTensor<
             sum.into_array_arg(),
             out.clone().into_array_arg(),
             splits as u32,
-            units.next_power_of_two() / 2,
             head_dim as u32,
             tile,
             parts,
