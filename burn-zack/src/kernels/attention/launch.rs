@@ -4,7 +4,7 @@ use burn::tensor::{f16, DType, Int, Tensor, TensorData, TensorPrimitive};
 use burn_cubecl::{
     cubecl::{
         features::{MmaConfig, Plane},
-        ir::{ElemType, FloatKind},
+        ir::{DeviceProperties, ElemType, FloatKind},
         prelude::*,
     },
     BoolElement, CubeRuntime,
@@ -57,23 +57,23 @@ pub fn longest_split(base: usize, max_chunk: u32) -> usize {
 /// vectors of 8 f16).
 pub const MMA_ROW_LOADS: u32 = 16;
 
-/// Static shared memory a CUDA kernel may declare.
-const CUDA_STATIC_SHARED: usize = 48 * 1024;
+/// Cubes of the tensor-core kernel an SM should hold at once: its longest task is the longest
+/// whose shared memory fits this many times in a cube's limit (else once).
+const MMA_CUBES_PER_SM: usize = 3;
 
 /// The tensor-core kernel's compile-time shapes for `layout` with `group` query heads per KV head
 /// of `head_dim` channels, cached elements of `dtype` loaded `vector` at a time, on a device with
-/// `shared_limit` bytes of shared memory per cube whose warp matrix products are `cmma`; `None`
-/// where it does not apply: elements other than f16, no f16 `32 × 8 × 16` products into f32,
-/// more than 8 query heads per KV head, more than 128 channels, rows of more than
-/// [`MMA_ROW_LOADS`] loads (ranks that are not multiples of 8 load narrow vectors, whose many
-/// registers would spill), or no score buffer of at least 128 slots that fits the shared memory.
+/// `properties`; `None` where it does not apply: elements other than f16, no f16 `32 × 8 × 16`
+/// warp products into f32 (`cmma`) or no asynchronous copies, more than 8 query heads per KV head,
+/// more than 128 channels, loads of one element (an asynchronous copy moves at least 4 bytes),
+/// rows of more than [`MMA_ROW_LOADS`] loads, or no score buffer of at least 128 slots that fits
+/// the shared memory.
 pub fn mma_geometry(
     layout: &HeadLayout,
     (group, head_dim): (usize, usize),
     vector: u32,
     dtype: DType,
-    cmma: &std::collections::BTreeSet<MmaConfig>,
-    shared_limit: usize,
+    properties: &DeviceProperties,
 ) -> Option<MmaGeometry> {
     let f16 = ElemType::Float(FloatKind::F16).into();
     let product =
@@ -82,7 +82,13 @@ pub fn mma_geometry(
         .flat_map(|h| [layout.key_columns(h).len(), layout.value_columns(h).len()])
         .max()
         .unwrap_or(0) as u32;
-    let applies = dtype == DType::F16 && cmma.contains(&product) && group <= MMA_HEADS as usize && head_dim <= 128;
+    let features = &properties.features;
+    let applies = dtype == DType::F16
+        && features.matmul.cmma.contains(&product)
+        && features.copy_async
+        && group <= MMA_HEADS as usize
+        && head_dim <= 128
+        && vector >= 2;
     if !applies || widest.div_ceil(vector) > MMA_ROW_LOADS {
         return None;
     }
@@ -94,8 +100,14 @@ pub fn mma_geometry(
         row_loads: widest.div_ceil(vector),
         stride: widest.next_multiple_of(32) + 8,
     };
-    let limit = shared_limit.min(CUDA_STATIC_SHARED) as u32;
-    [MAX_CHUNK, MAX_CHUNK / 2, MAX_CHUNK / 4, MAX_CHUNK / 8].into_iter().map(geo).find(|g| g.shared_bytes() <= limit)
+    let limit = properties.hardware.max_shared_memory_size;
+    let chunks = [MAX_CHUNK, MAX_CHUNK / 2, MAX_CHUNK / 4, MAX_CHUNK / 8].map(geo);
+    let bytes = |g: &MmaGeometry| g.shared_bytes() as usize;
+    chunks
+        .iter()
+        .find(|g| MMA_CUBES_PER_SM * bytes(g) <= limit)
+        .or_else(|| chunks.iter().find(|g| bytes(g) <= limit))
+        .copied()
 }
 
 /// The kernel's compile-time shapes for `group` query heads per KV head of `head_dim` channels,
@@ -197,15 +209,8 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
         false => 0,
     };
     let geo = DecodeGeometry { vector, plane: score_plane(&geo, plane_size), ..geo };
-    let mma = mma_geometry(
-        layout,
-        (heads / kv_heads, d),
-        vector,
-        keys.dtype(),
-        &properties.features.matmul.cmma,
-        properties.hardware.max_shared_memory_size,
-    )
-    .filter(|_| plane_size == 32);
+    let mma =
+        mma_geometry(layout, (heads / kv_heads, d), vector, keys.dtype(), properties).filter(|_| plane_size == 32);
     let max_chunk = mma.map_or(geo.max_chunk, |m| m.max_chunk);
     let base = base_chunk(batch, kv_heads, len).min(max_chunk as usize);
     let schedule = DecodeSchedule::plan(layout, len, base, longest_split(base, max_chunk));
@@ -270,8 +275,9 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     // at least one vector: a multiple of it, and not 0, as callers check), the score buffer
     // holds `group · max_chunk` (tensor cores: `8 · max_chunk`, the tasks at most `max_chunk`
     // slots, a multiple of the 32-slot rounds) and the scratch buffer a round's partials
-    // (`score_lanes`) or `units · (block + 1)` sums, a warp's tile its 32 rows of `stride ≥
-    // rank` elements, and the partials hold `heads · splits` entries. Bounds validated on CUDA:
+    // (`score_lanes`) or `units · (block + 1)` sums, a warp's tile (in each of the two buffers)
+    // its 32 rows of `stride ≥ rank` elements (asynchronous copies: whole vectors of 4 to 16
+    // bytes, aligned as the loads), and the partials hold `heads · splits` entries. Bounds validated on CUDA:
     // `burn_kvcompress::kernels`.
     unsafe {
         match (mma, keys.dtype()) {

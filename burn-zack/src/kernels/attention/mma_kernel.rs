@@ -5,11 +5,15 @@
 //!
 //! The cubes, their tasks, the split softmax and the partial outputs are those of the scalar
 //! kernel. What differs is how the four warps of a cube turn the task's slots into scores and
-//! value sums, 32 slots (a round) at a time, warps taking rounds in turn:
-//! 1. staging: the warp loads the 32 slots' reduced rows of the task's KV head, consecutive lanes
-//!    on consecutive vectors of a row (`rank / vector` loads per lane, all issued before any is
-//!    stored; slots past the task read its last slot), into its `32 × stride` f16 tile in shared
-//!    memory;
+//! value sums, 32 slots (a warp's round) at a time, the cube's warps taking 128 slots (a cube
+//! round) in step:
+//! 1. staging: each lane copies its part of the warp's 32 reduced rows of the task's KV head
+//!    straight from global to shared memory with asynchronous copies (`cp.async`), consecutive
+//!    lanes on consecutive vectors of a row (`rank / vector` copies per lane; slots past the task
+//!    read its last slot), into the warp's `32 × stride` f16 tile of one of two buffers. The next
+//!    cube round's copies are issued before the wait for the current one's (each buffer has its
+//!    barrier), so two rounds are in flight while a warp waits and one while it computes; the
+//!    first value round is issued before the softmax;
 //! 2. scores: `S = K̃ Q̃ᵀ`, `[32 slots × 8 heads]`, as `⌈rank / 16⌉` products of the tile's
 //!    `32 × 16` column blocks with `16 × 8` blocks of the group's reduced queries (rounded to
 //!    f16, zero past the rank and for heads past the group), stored to the cube's score buffer;
@@ -28,7 +32,10 @@
 use burn_kvcompress::kernels::{decode_slot_visible, masked_score, split_masses, split_softmax, SplitOut};
 use cubecl::{
     cmma::{self, Matrix, MatrixIdent, MatrixLayout},
-    prelude::*,
+    prelude::{
+        barrier::{copy_async, Barrier},
+        *,
+    },
 };
 
 use super::task::{read_task, DecodeTaskView, HeadColumns, TaskSlots};
@@ -45,6 +52,10 @@ pub const MMA_HEADS: u32 = 8;
 pub const MMA_DEPTH: u32 = 16;
 /// Channels per value product (its `m`).
 const CHANNEL_BLOCK: u32 = 32;
+/// Staged tile buffers per warp: one round lands while the other is computed.
+const STAGE_BUFFERS: u32 = 2;
+/// Bytes of the even and odd rounds' barriers in shared memory.
+const BARRIER_BYTES: u32 = STAGE_BUFFERS * 8;
 
 /// Shapes fixed at compile time (one compiled kernel per model geometry and head layout width).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -56,7 +67,8 @@ pub struct MmaGeometry {
     /// The longest task, in slots: a multiple of the 32-slot rounds, at least
     /// [`MmaGeometry::out_stride`].
     pub max_chunk: u32,
-    /// Elements of one load: divides every head's column offset and rank, the rows' widths and 8.
+    /// Elements of one load: divides every head's column offset and rank, the rows' widths and 8;
+    /// at least 2 (an asynchronous copy moves 4, 8 or 16 bytes).
     pub vector: u32,
     /// Loads of the widest head's row (its rank over `vector`).
     pub row_loads: u32,
@@ -76,11 +88,17 @@ impl MmaGeometry {
         self.channel_blocks() * CHANNEL_BLOCK
     }
 
-    /// Bytes of shared memory one cube uses: the warps' staged tiles and weights, the queries, the
-    /// scores, the per-head max and mass and the softmax's reduction lanes.
+    /// Bytes of shared memory one cube uses: the warps' two buffers of staged tiles and their
+    /// weights, the queries, the scores, the per-head max and mass, the softmax's reduction lanes
+    /// and the copies' barriers.
     pub fn shared_bytes(&self) -> u32 {
-        let halves = WARPS * WARP * self.stride + MMA_HEADS * self.stride + WARPS * MMA_HEADS * WARP;
-        2 * halves + 4 * (MMA_HEADS * self.max_chunk + self.group * (2 + 16))
+        let halves = STAGE_BUFFERS * WARPS * WARP * self.stride + MMA_HEADS * self.stride + WARPS * MMA_HEADS * WARP;
+        2 * halves + 4 * (MMA_HEADS * self.max_chunk + self.group * (2 + 16)) + BARRIER_BYTES
+    }
+
+    /// Vectors of one buffer of staged tiles (the four warps' `32 × stride` tiles).
+    fn buffer_vectors(&self) -> u32 {
+        WARPS * WARP * self.stride / self.vector
     }
 }
 
@@ -105,10 +123,8 @@ pub fn mma_decode_kernel<E: Float, N: Size>(
     #[comptime] geo: MmaGeometry,
 ) {
     let task = read_task(meta, kv_heads, len, splits, window, geo.group);
-    let mut stage = SharedMemory::<Vector<E, N>>::new_aligned(
-        comptime!((WARPS * WARP * geo.stride / geo.vector) as usize),
-        32usize,
-    );
+    let mut stage =
+        SharedMemory::<Vector<E, N>>::new_aligned(comptime!((STAGE_BUFFERS * geo.buffer_vectors()) as usize), 32usize);
     let mut queries = SharedMemory::<E>::new_aligned(comptime!((MMA_HEADS * geo.stride) as usize), 32usize);
     let mut weights = SharedMemory::<E>::new_aligned(comptime!((WARPS * MMA_HEADS * WARP) as usize), 32usize);
     let mut p = SharedMemory::<f32>::new_aligned(comptime!((MMA_HEADS * geo.max_chunk) as usize), 32usize);
@@ -117,12 +133,36 @@ pub fn mma_decode_kernel<E: Float, N: Size>(
 
     clear_stage(&mut stage, geo);
     stage_queries(reduced_q, &mut queries, &task, key_width, geo);
+    // Barriers of the even and odd cube rounds' copies (initializing them synchronizes the cube:
+    // the tiles are cleared before any copy lands in them).
+    let even = Barrier::shared(MMA_UNITS, UNIT_POS == 0);
+    let odd = Barrier::shared(MMA_UNITS, UNIT_POS == 0);
+    let (columns, slots) = (&task.columns, &task.slots);
+    let key_cells = lane_cells(columns.key_rank, geo);
+    issue_round(keys, &mut stage, &key_cells, slots, 0, key_width, columns.key_offset, columns.key_rank, geo);
+    even.commit_copy_async();
+    round_scores(keys, &mut stage, &even, &odd, &key_cells, &queries, &mut p, columns, slots, key_width, geo);
+    // The first value round is copied while the softmax runs (both buffers are free: the last
+    // score round ended with the barrier's wait and a warp synchronization).
+    let value_cells = lane_cells(columns.value_rank, geo);
+    issue_round(values, &mut stage, &value_cells, slots, 0, value_width, columns.value_offset, columns.value_rank, geo);
+    even.commit_copy_async();
     sync_cube();
-    round_scores(keys, &mut stage, &queries, &mut p, &task.columns, &task.slots, key_width, geo);
-    sync_cube();
-    split_softmax(&mut p, &mut head_max, task.slots.count, geo.group, geo.max_chunk);
-    split_masses(&p, &mut head_sum, task.slots.count, geo.group, geo.max_chunk);
-    let sums = round_value_sums(values, &mut stage, &p, &mut weights, &task.columns, &task.slots, value_width, geo);
+    split_softmax(&mut p, &mut head_max, slots.count, geo.group, geo.max_chunk);
+    split_masses(&p, &mut head_sum, slots.count, geo.group, geo.max_chunk);
+    let sums = round_value_sums(
+        values,
+        &mut stage,
+        &even,
+        &odd,
+        &value_cells,
+        &p,
+        &mut weights,
+        columns,
+        slots,
+        value_width,
+        geo,
+    );
     sync_cube();
     write_warp_partials(
         &sums,
@@ -169,7 +209,7 @@ fn operand<E: Float>(
 #[cube]
 fn clear_stage<E: Float, N: Size>(stage: &mut SharedMemory<Vector<E, N>>, #[comptime] geo: MmaGeometry) {
     let mut i = UNIT_POS;
-    while i < comptime!(WARPS * WARP * geo.stride / geo.vector) {
+    while i < comptime!(STAGE_BUFFERS * geo.buffer_vectors()) {
         stage[i as usize] = Vector::<E, N>::new(E::cast_from(0.0f32));
         i += MMA_UNITS;
     }
@@ -215,52 +255,87 @@ fn lane_cells(rank: u32, #[comptime] geo: MmaGeometry) -> Array<u32> {
     cells
 }
 
-/// Stages the round of 32 slots from the task's slot `round` into the calling warp's tile: row
-/// `i` of the tile is slot `round + i` (the task's last slot past it), `rank` elements from column
-/// `offset` of rows of `width`, loaded as [`lane_cells`] places them (every load issued before any
-/// is stored). Synchronizes the warp before returning.
+/// The first vector of the calling warp's tile for cube round `cube_round` (buffer
+/// `cube_round % 2`).
+#[cube]
+fn warp_tile(cube_round: u32, #[comptime] geo: MmaGeometry) -> u32 {
+    (cube_round % STAGE_BUFFERS) * geo.buffer_vectors() + (UNIT_POS / WARP) * WARP * geo.stride / geo.vector
+}
+
+/// Issues the calling lane's asynchronous copies of cube round `cube_round` into the warp's tile:
+/// row `i` of the tile is slot `cube_round · 128 + warp · 32 + i` of the task (its last slot past
+/// it), `rank` elements from column `offset` of rows of `width`, placed as [`lane_cells`] says.
+/// A warp whose round starts past the task copies nothing. The caller commits the copies to the
+/// barrier it then waits on.
 #[allow(clippy::too_many_arguments)]
 #[cube]
-fn stage_round<E: Float, N: Size>(
+fn issue_round<E: Float, N: Size>(
     src: &Array<Vector<E, N>>,
     stage: &mut SharedMemory<Vector<E, N>>,
     cells: &Array<u32>,
     slots: &TaskSlots,
-    round: u32,
+    cube_round: u32,
     width: u32,
     offset: u32,
     rank: u32,
     #[comptime] geo: MmaGeometry,
 ) {
     let loads = rank / geo.vector;
-    let tile = (UNIT_POS / WARP) * WARP;
+    let round = cube_round * WARPS * WARP + (UNIT_POS / WARP) * WARP;
+    let tile = warp_tile(cube_round, geo);
     let row_vectors = geo.stride / geo.vector;
-    let mut held = Array::<Vector<E, N>>::new(comptime!(geo.row_loads as usize));
-    #[unroll]
-    for m in 0..geo.row_loads {
-        if m < loads {
-            let cell = cells[m as usize];
-            let row = u32::min(round + (cell >> 16), slots.count - 1);
-            held[m as usize] = src[(((slots.row0 + row) * width + offset) / geo.vector + (cell & 0xFFFF)) as usize];
+    if round < slots.count {
+        #[unroll]
+        for m in 0..geo.row_loads {
+            if m < loads {
+                let cell = cells[m as usize];
+                let row = u32::min(round + (cell >> 16), slots.count - 1);
+                let from = (((slots.row0 + row) * width + offset) / geo.vector + (cell & 0xFFFF)) as usize;
+                let to = (tile + (cell >> 16) * row_vectors + (cell & 0xFFFF)) as usize;
+                copy_async(&src.slice(from, from + 1), &mut stage.slice_mut(to, to + 1), geo.vector);
+            }
         }
     }
-    #[unroll]
-    for m in 0..geo.row_loads {
-        if m < loads {
-            let cell = cells[m as usize];
-            stage[((tile + (cell >> 16)) * row_vectors + (cell & 0xFFFF)) as usize] = held[m as usize];
-        }
+}
+
+/// Issues and commits to `next` the copies of the round after `cube_round`, if the task has one,
+/// then waits on `this` for cube round `cube_round`'s: a warp has two rounds in flight while it
+/// waits, and the next lands while this one is computed. Rounds alternate between the two
+/// barriers (and the two buffers), so a wait never waits for the newer round's copies.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn next_round<E: Float, N: Size>(
+    src: &Array<Vector<E, N>>,
+    stage: &mut SharedMemory<Vector<E, N>>,
+    this: &Shared<Barrier>,
+    next: &Shared<Barrier>,
+    cells: &Array<u32>,
+    slots: &TaskSlots,
+    cube_round: u32,
+    width: u32,
+    offset: u32,
+    rank: u32,
+    #[comptime] geo: MmaGeometry,
+) {
+    if (cube_round + 1) * WARPS * WARP < slots.count {
+        issue_round(src, stage, cells, slots, cube_round + 1, width, offset, rank, geo);
+        next.commit_copy_async();
     }
-    sync_plane();
+    this.arrive_and_wait();
 }
 
 /// Phase 2: each warp's rounds' scores into `p[h * max_chunk + t]` (rows `h < 8`; rows past the
 /// group are products with zero queries), [`masked_score`] where the query does not see slot `t`.
+/// The first round's copies are issued and committed to `even` by the caller; even cube rounds
+/// wait on `even`, odd ones on `odd`.
 #[allow(clippy::too_many_arguments)]
 #[cube]
 fn round_scores<E: Float, N: Size>(
     keys: &Array<Vector<E, N>>,
     stage: &mut SharedMemory<Vector<E, N>>,
+    even: &Shared<Barrier>,
+    odd: &Shared<Barrier>,
+    cells: &Array<u32>,
     queries: &SharedMemory<E>,
     p: &mut SharedMemory<f32>,
     columns: &HeadColumns,
@@ -268,44 +343,87 @@ fn round_scores<E: Float, N: Size>(
     key_width: u32,
     #[comptime] geo: MmaGeometry,
 ) {
-    let warp = UNIT_POS / WARP;
-    let tile = warp * WARP * geo.stride;
-    let depth = columns.key_rank.div_ceil(MMA_DEPTH);
-    let cells = lane_cells(columns.key_rank, geo);
-    let mut round = warp * WARP;
-    while round < slots.count {
-        stage_round(keys, stage, &cells, slots, round, key_width, columns.key_offset, columns.key_rank, geo);
-        let scores = accumulator(WARP);
-        let mut d = 0u32;
-        while d < depth {
-            let k = operand::<E>(MatrixIdent::A, WARP, MatrixLayout::RowMajor);
-            cmma::load(&k, &stage.slice(((tile + d * MMA_DEPTH) / geo.vector) as usize, stage.len()), geo.stride);
-            let q = operand::<E>(MatrixIdent::B, WARP, MatrixLayout::ColMajor);
-            cmma::load(&q, &queries.slice((d * MMA_DEPTH) as usize, queries.len()), geo.stride);
-            cmma::execute::<E, E, f32, f32>(&k, &q, &scores, &scores);
-            d += 1;
+    let (offset, rank) = (columns.key_offset, columns.key_rank);
+    let depth = rank.div_ceil(MMA_DEPTH);
+    let mut cube_round = 0u32;
+    while cube_round * WARPS * WARP < slots.count {
+        next_round(keys, stage, even, odd, cells, slots, cube_round, key_width, offset, rank, geo);
+        score_round(stage, queries, p, slots, cube_round, depth, geo);
+        cube_round += 1;
+        if cube_round * WARPS * WARP < slots.count {
+            next_round(keys, stage, odd, even, cells, slots, cube_round, key_width, offset, rank, geo);
+            score_round(stage, queries, p, slots, cube_round, depth, geo);
+            cube_round += 1;
         }
-        cmma::store(&mut p.slice_mut(round as usize, p.len()), &scores, geo.max_chunk, MatrixLayout::ColMajor);
-        sync_plane();
-        let t = round + UNIT_POS % WARP;
-        if t < slots.count && !decode_slot_visible(slots.first + t, slots.len, slots.start, slots.window) {
-            #[unroll]
-            for h in 0..geo.group {
-                p[(h * geo.max_chunk + t) as usize] = masked_score();
-            }
+    }
+}
+
+/// The scores of the calling warp's 32 slots of cube round `cube_round` (none past the task),
+/// from its staged tile and the queries' first `16 · depth` coordinates. Ends with a warp
+/// synchronization, after which the tile may be overwritten.
+#[cube]
+fn score_round<E: Float, N: Size>(
+    stage: &SharedMemory<Vector<E, N>>,
+    queries: &SharedMemory<E>,
+    p: &mut SharedMemory<f32>,
+    slots: &TaskSlots,
+    cube_round: u32,
+    depth: u32,
+    #[comptime] geo: MmaGeometry,
+) {
+    let round = cube_round * WARPS * WARP + (UNIT_POS / WARP) * WARP;
+    if round < slots.count {
+        score_tile(stage, queries, p, slots, round, warp_tile(cube_round, geo) * geo.vector, depth, geo);
+    }
+    sync_plane();
+}
+
+/// The scores of 32 slots from slot `round`, staged at element `tile`.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn score_tile<E: Float, N: Size>(
+    stage: &SharedMemory<Vector<E, N>>,
+    queries: &SharedMemory<E>,
+    p: &mut SharedMemory<f32>,
+    slots: &TaskSlots,
+    round: u32,
+    tile: u32,
+    depth: u32,
+    #[comptime] geo: MmaGeometry,
+) {
+    let scores = accumulator(WARP);
+    let mut d = 0u32;
+    while d < depth {
+        let k = operand::<E>(MatrixIdent::A, WARP, MatrixLayout::RowMajor);
+        cmma::load(&k, &stage.slice(((tile + d * MMA_DEPTH) / geo.vector) as usize, stage.len()), geo.stride);
+        let q = operand::<E>(MatrixIdent::B, WARP, MatrixLayout::ColMajor);
+        cmma::load(&q, &queries.slice((d * MMA_DEPTH) as usize, queries.len()), geo.stride);
+        cmma::execute::<E, E, f32, f32>(&k, &q, &scores, &scores);
+        d += 1;
+    }
+    cmma::store(&mut p.slice_mut(round as usize, p.len()), &scores, geo.max_chunk, MatrixLayout::ColMajor);
+    sync_plane();
+    let t = round + UNIT_POS % WARP;
+    if t < slots.count && !decode_slot_visible(slots.first + t, slots.len, slots.start, slots.window) {
+        #[unroll]
+        for h in 0..geo.group {
+            p[(h * geo.max_chunk + t) as usize] = masked_score();
         }
-        round += WARPS * WARP;
     }
 }
 
 /// Phase 3: the calling warp's `Σ_t exp(s_t − m) · ṽ_t` over its rounds, per block of 32
 /// channels, as `[32 channels × 8 heads]` accumulators (zero where the block starts past the
-/// value rank).
+/// value rank). The first round's copies are issued and committed to `even` by the caller; even
+/// cube rounds wait on `even`, odd ones on `odd`.
 #[allow(clippy::too_many_arguments)]
 #[cube]
 fn round_value_sums<E: Float, N: Size>(
     values: &Array<Vector<E, N>>,
     stage: &mut SharedMemory<Vector<E, N>>,
+    even: &Shared<Barrier>,
+    odd: &Shared<Barrier>,
+    cells: &Array<u32>,
     p: &SharedMemory<f32>,
     weights: &mut SharedMemory<E>,
     columns: &HeadColumns,
@@ -313,20 +431,47 @@ fn round_value_sums<E: Float, N: Size>(
     value_width: u32,
     #[comptime] geo: MmaGeometry,
 ) -> Sequence<Matrix<f32>> {
-    let warp = UNIT_POS / WARP;
-    let lane = UNIT_POS % WARP;
-    let tile = warp * WARP * geo.stride;
-    let own = warp * MMA_HEADS * WARP;
-    let rank = columns.value_rank;
+    let (offset, rank) = (columns.value_offset, columns.value_rank);
     let mut sums = Sequence::<Matrix<f32>>::new();
     #[unroll]
     for _ in 0..geo.channel_blocks() {
         sums.push(accumulator(CHANNEL_BLOCK));
     }
-    let cells = lane_cells(rank, geo);
-    let mut round = warp * WARP;
-    while round < slots.count {
-        stage_round(values, stage, &cells, slots, round, value_width, columns.value_offset, rank, geo);
+    let mut cube_round = 0u32;
+    while cube_round * WARPS * WARP < slots.count {
+        next_round(values, stage, even, odd, cells, slots, cube_round, value_width, offset, rank, geo);
+        value_round(stage, p, weights, &sums, slots, cube_round, rank, geo);
+        cube_round += 1;
+        if cube_round * WARPS * WARP < slots.count {
+            next_round(values, stage, odd, even, cells, slots, cube_round, value_width, offset, rank, geo);
+            value_round(stage, p, weights, &sums, slots, cube_round, rank, geo);
+            cube_round += 1;
+        }
+    }
+    sums
+}
+
+/// Adds the calling warp's 32 slots of cube round `cube_round` (none past the task) to its value
+/// sums `sums`, from its staged tile of rows of `rank` elements and the slots' `exp(s − m)` in
+/// `p`. Ends with a warp synchronization, after which the tile may be overwritten.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn value_round<E: Float, N: Size>(
+    stage: &SharedMemory<Vector<E, N>>,
+    p: &SharedMemory<f32>,
+    weights: &mut SharedMemory<E>,
+    sums: &Sequence<Matrix<f32>>,
+    slots: &TaskSlots,
+    cube_round: u32,
+    rank: u32,
+    #[comptime] geo: MmaGeometry,
+) {
+    let warp = UNIT_POS / WARP;
+    let lane = UNIT_POS % WARP;
+    let own = warp * MMA_HEADS * WARP;
+    let round = cube_round * WARPS * WARP + warp * WARP;
+    if round < slots.count {
+        let tile = warp_tile(cube_round, geo) * geo.vector;
         // This round's weights, `[8 heads × 32 slots]`: zero past the task and the group.
         let t = round + lane;
         #[unroll]
@@ -353,10 +498,8 @@ fn round_value_sums<E: Float, N: Size>(
                 }
             }
         }
-        sync_plane();
-        round += WARPS * WARP;
     }
-    sums
+    sync_plane();
 }
 
 /// Phase 4: adds up the warps' value sums (stored to `p`, as many warps a pass as fit) and
