@@ -4,8 +4,12 @@
 //! dot product, the softmax, the `P·V` row). Each head's slots are cut into splits of
 //! `base · (2·head_dim + 1) / c_g` slots (clamped to `[base, max]`), so a split of a reduced head
 //! is longer and every cube does about the work of `base` full-rank slots. The paper maps tasks to
-//! SMs greedily, longest first (LPT); a GPU dispatches cubes in index order as SMs free up, so
-//! listing the tasks by descending cost is that greedy schedule.
+//! SMs greedily, longest first (LPT). Here the tasks are listed by their first slot, longest first
+//! among tasks of the same first slot: a GPU dispatches cubes in index order as SMs free up, so
+//! the cubes that run at once read the same rows of the cache, where every head's reduced
+//! coordinates of a slot lie side by side (one head's share of a row is 64 to 192 bytes at rank
+//! 0.5 and head dim 128). Listed by cost instead, the cubes running at once read one or two
+//! heads' shares of every row along the whole sequence: the same bytes, in more DRAM pages.
 
 use crate::cache::HeadLayout;
 
@@ -26,7 +30,8 @@ pub struct DecodeTask {
 /// The tasks of one decode step over `len` slots.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecodeSchedule {
-    /// Tasks, most expensive first; every (KV head, split < `splits`) appears once.
+    /// Tasks by first slot, most expensive first among equal first slots; every (KV head, split <
+    /// `splits`) appears once.
     pub tasks: Vec<DecodeTask>,
     /// Splits per head in the partial buffers: the most any head needs.
     pub splits: usize,
@@ -61,7 +66,7 @@ impl DecodeSchedule {
             }
         }
         let mut order: Vec<usize> = (0..tasks.len()).collect();
-        order.sort_by_key(|&i| std::cmp::Reverse(costs[i]));
+        order.sort_by_key(|&i| (tasks[i].first, std::cmp::Reverse(costs[i])));
         Self { tasks: order.into_iter().map(|i| tasks[i]).collect(), splits }
     }
 
@@ -103,7 +108,10 @@ mod tests {
                     t.count as usize * (layout.qk_ranks[t.kv_head as usize] + layout.vo_ranks[t.kv_head as usize] + 1)
                 })
                 .collect();
-            assert!(costs.windows(2).all(|w| w[0] >= w[1]), "longest first");
+            let firsts: Vec<u32> = plan.tasks.iter().map(|t| t.first).collect();
+            assert!(firsts.windows(2).all(|w| w[0] <= w[1]), "by first slot");
+            let ties = plan.tasks.windows(2).zip(costs.windows(2));
+            assert!(ties.filter(|(t, _)| t[0].first == t[1].first).all(|(_, c)| c[0] >= c[1]), "longest first");
         }
         // At 1000 slots the full head needs 16 splits of ≤ 64·129 work; the reduced heads' splits
         // carry about as much (168·49 = 8232; 256·3 = 768, capped by `max`).
