@@ -188,6 +188,41 @@ fn decode_kernel_equals_the_reference_on_uneven_heads() {
     }
 }
 
+/// Score of the spike slots in [`decode_kernel_follows_a_score_that_rises_within_a_split`]:
+/// more than the tensor-core kernel's rescale margin (8) above the other slots' scores.
+const SPIKE_SCORE: f32 = 9.0;
+
+#[test]
+fn decode_kernel_follows_a_score_that_rises_within_a_split() {
+    // 8 full-rank KV heads of 128 channels, one query head each: on an H100 the tensor-core
+    // kernel takes 4 KV heads per cube (8 do not fit its shared memory) and splits 8192 slots
+    // into 66 splits of 128 (4 rounds). Slot `s` scores about 0 (keys scaled by 0.01), except
+    // every 128th from slot 100, whose key is `SPIKE_SCORE · q̃ / |q̃|²`: the split's reference
+    // max moves by more than its margin in its last round, after 100 slots whose mass (e^-9 each,
+    // about 1% of the total) the rescale must keep.
+    let layout = HeadLayout { head_dim: 128, qk_ranks: vec![128; 8], vo_ranks: vec![128; 8] };
+    let mut case = Case::new(layout, 1, 1, [8192, 1], None, 9100);
+    let (d, kw, scale) = (case.layout.head_dim, case.layout.key_width(), case.options.scale);
+    for x in &mut case.keys {
+        *x *= 0.01;
+    }
+    for h in 0..case.heads {
+        let columns = case.layout.key_columns(h);
+        let reduced: Vec<f32> = columns
+            .clone()
+            .map(|j| scale * (0..d).map(|c| case.q[h * d + c] * case.basis[c * kw + j]).sum::<f32>())
+            .collect();
+        let norm2: f32 = reduced.iter().map(|x| x * x).sum();
+        for slot in (100..case.len).step_by(128) {
+            for (j, x) in columns.clone().zip(&reduced) {
+                case.keys[slot * kw + j] = SPIKE_SCORE * x / norm2;
+            }
+        }
+    }
+    let roundoffs = decode_roundoffs(1, 128, FloatDType::F16);
+    check(&case.rounded_to_f16(), FloatDType::F16, roundoffs, "rising scores, f16");
+}
+
 #[test]
 fn prefill_kernel_equals_the_reference_on_uneven_heads() {
     let layout =

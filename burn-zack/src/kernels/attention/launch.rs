@@ -2,11 +2,7 @@
 
 use burn::tensor::{f16, DType, Int, Tensor, TensorData, TensorPrimitive};
 use burn_cubecl::{
-    cubecl::{
-        features::{MmaConfig, Plane},
-        ir::{DeviceProperties, ElemType, FloatKind},
-        prelude::*,
-    },
+    cubecl::{features::Plane, prelude::*},
     BoolElement, CubeRuntime,
 };
 use burn_kvcompress::{
@@ -16,7 +12,8 @@ use burn_kvcompress::{
 
 use super::{
     kernel::{decode_kernel, DecodeGeometry},
-    mma_kernel::{mma_decode_kernel, MmaGeometry, MMA_HEADS, MMA_UNITS},
+    mma_kernel::mma_decode_kernel,
+    mma_launch::{mma_geometry, RowSplits, StagedTiles},
     rotate::{rotate_queries_kernel, ROTATE_COLUMNS},
 };
 use crate::{cache::HeadLayout, kernels::DecodeSchedule};
@@ -51,63 +48,6 @@ pub fn base_chunk(batch: usize, kv_heads: usize, len: usize) -> usize {
 /// `max_chunk` slots.
 pub fn longest_split(base: usize, max_chunk: u32) -> usize {
     (2 * base).min(max_chunk as usize)
-}
-
-/// The most loads a lane of the tensor-core kernel holds for one round (a 128-coordinate row in
-/// vectors of 8 f16).
-pub const MMA_ROW_LOADS: u32 = 16;
-
-/// Cubes of the tensor-core kernel an SM should hold at once: its longest task is the longest
-/// whose shared memory fits this many times in a cube's limit (else once).
-const MMA_CUBES_PER_SM: usize = 3;
-
-/// The tensor-core kernel's compile-time shapes for `layout` with `group` query heads per KV head
-/// of `head_dim` channels, cached elements of `dtype` loaded `vector` at a time, on a device with
-/// `properties`; `None` where it does not apply: elements other than f16, no f16 `32 × 8 × 16`
-/// warp products into f32 (`cmma`) or no asynchronous copies, more than 8 query heads per KV head,
-/// more than 128 channels, loads of one element (an asynchronous copy moves at least 4 bytes),
-/// rows of more than [`MMA_ROW_LOADS`] loads, or no score buffer of at least 128 slots that fits
-/// the shared memory.
-pub fn mma_geometry(
-    layout: &HeadLayout,
-    (group, head_dim): (usize, usize),
-    vector: u32,
-    dtype: DType,
-    properties: &DeviceProperties,
-) -> Option<MmaGeometry> {
-    let f16 = ElemType::Float(FloatKind::F16).into();
-    let product =
-        MmaConfig { a_type: f16, b_type: f16, cd_type: ElemType::Float(FloatKind::F32).into(), m: 32, n: 8, k: 16 };
-    let widest = (0..layout.kv_heads())
-        .flat_map(|h| [layout.key_columns(h).len(), layout.value_columns(h).len()])
-        .max()
-        .unwrap_or(0) as u32;
-    let features = &properties.features;
-    let applies = dtype == DType::F16
-        && features.matmul.cmma.contains(&product)
-        && features.copy_async
-        && group <= MMA_HEADS as usize
-        && head_dim <= 128
-        && vector >= 2;
-    if !applies || widest.div_ceil(vector) > MMA_ROW_LOADS {
-        return None;
-    }
-    let geo = |max_chunk| MmaGeometry {
-        group: group as u32,
-        head_dim: head_dim as u32,
-        max_chunk,
-        vector,
-        row_loads: widest.div_ceil(vector),
-        stride: widest.next_multiple_of(32) + 8,
-    };
-    let limit = properties.hardware.max_shared_memory_size;
-    let chunks = [MAX_CHUNK, MAX_CHUNK / 2, MAX_CHUNK / 4, MAX_CHUNK / 8].map(geo);
-    let bytes = |g: &MmaGeometry| g.shared_bytes() as usize;
-    chunks
-        .iter()
-        .find(|g| MMA_CUBES_PER_SM * bytes(g) <= limit)
-        .or_else(|| chunks.iter().find(|g| bytes(g) <= limit))
-        .copied()
 }
 
 /// The kernel's compile-time shapes for `group` query heads per KV head of `head_dim` channels,
@@ -211,12 +151,25 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     let geo = DecodeGeometry { vector, plane: score_plane(&geo, plane_size), ..geo };
     let mma =
         mma_geometry(layout, (heads / kv_heads, d), vector, keys.dtype(), properties).filter(|_| plane_size == 32);
-    let max_chunk = mma.map_or(geo.max_chunk, |m| m.max_chunk);
-    let base = base_chunk(batch, kv_heads, len).min(max_chunk as usize);
-    let schedule = DecodeSchedule::plan(layout, len, base, longest_split(base, max_chunk));
-    // One upload per step: the head layout, each row's first real slot, the task table.
+    // One upload per step: the head layout, each row's first real slot, then the scalar kernel's
+    // task table or the tensor-core kernel's tiles. `split_word` is the kernels' twelfth argument:
+    // the splits per head (scalar) or the slots per split (tensor cores).
     let mut meta = step_metadata(layout, options);
-    meta.extend(schedule.table());
+    let (cubes, units, splits, split_word) = match mma {
+        Some(mma) => {
+            let rows = RowSplits::for_device(&mma, layout, batch, len, properties);
+            meta.extend(StagedTiles::new(layout, mma.heads as usize).table.iter().map(|&w| w as i32));
+            let cubes = CubeCount::Static(rows.splits as u32, kv_heads as u32 / mma.heads, batch as u32);
+            (cubes, mma.units(), rows.splits, rows.chunk)
+        }
+        None => {
+            let base = base_chunk(batch, kv_heads, len).min(geo.max_chunk as usize);
+            let schedule = DecodeSchedule::plan(layout, len, base, longest_split(base, geo.max_chunk));
+            meta.extend(schedule.table());
+            let cubes = CubeCount::Static(schedule.tasks.len() as u32, batch as u32, 1);
+            (cubes, UNITS, schedule.splits, schedule.splits)
+        }
+    };
     let words = meta.len();
     let meta = int_arg(&Tensor::<CubeF32<R, BT>, 1, Int>::from_data(TensorData::new(meta, [words]), &device));
     let reduced_q = dense_output::<R, f32>(&q, batch * heads * layout.key_width());
@@ -240,16 +193,15 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
             UNITS,
         )
     };
-    let partials = SplitPartials::allocate(&reduced_q, batch * heads, schedule.splits, d);
-    let cubes = CubeCount::Static(schedule.tasks.len() as u32, batch as u32, 1);
+    let partials = SplitPartials::allocate(&reduced_q, batch * heads, splits, d);
     // Both kernels take the same arguments; they differ in their element type, cube size and
     // compile-time geometry.
     macro_rules! launch {
-        ($kernel:expr, $units:expr, $geo:expr) => {
+        ($kernel:expr, $geo:expr) => {
             $kernel(
                 &client,
                 cubes,
-                CubeDim::new_1d($units),
+                CubeDim::new_1d(units),
                 vector as usize,
                 reduced_q.into_array_arg(),
                 float_arg(&keys).into_array_arg(),
@@ -260,7 +212,7 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
                 partials.sum.clone().into_array_arg(),
                 kv_heads as u32,
                 len as u32,
-                schedule.splits as u32,
+                split_word as u32,
                 options.window.unwrap_or(0) as u32,
                 layout.key_width() as u32,
                 layout.value_width() as u32,
@@ -268,22 +220,24 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
             )
         };
     }
-    // SAFETY: every task of the schedule covers slots `first..first + count` within `len` (the
-    // schedule's invariant, tested in `schedule.rs`) of one head whose columns lie within the
-    // caches' widths (`HeadLayout`); loads are whole vectors within a head's columns
-    // (`load_vector`), clamped to the task's slots and to the head's last vector (every rank is
-    // at least one vector: a multiple of it, and not 0, as callers check), the score buffer
-    // holds `group · max_chunk` (tensor cores: `8 · max_chunk`, the tasks at most `max_chunk`
-    // slots, a multiple of the 32-slot rounds) and the scratch buffer a round's partials
-    // (`score_lanes`) or `units · (block + 1)` sums, a warp's tile (in each of the two buffers)
-    // its 32 rows of `stride ≥ rank` elements (asynchronous copies: whole vectors of 4 to 16
-    // bytes, aligned as the loads), and the partials hold `heads · splits` entries. Bounds validated on CUDA:
+    // SAFETY: scalar kernel: every task of the schedule covers slots `first..first + count`
+    // within `len` (the schedule's invariant, tested in `schedule.rs`) of one head whose columns
+    // lie within the caches' widths (`HeadLayout`); loads are whole vectors within a head's
+    // columns (`load_vector`), clamped to the task's slots and to the head's last vector (every
+    // rank is at least one vector: a multiple of it, and not 0, as callers check), the score
+    // buffer holds `group · max_chunk` and the scratch buffer a round's partials (`score_lanes`)
+    // or `units · (block + 1)` sums. Tensor cores: every split's slots `split · chunk ..` (at
+    // most `chunk`) lie within `len` (`RowSplits`: no split is empty), copies are whole vectors
+    // of a group's columns (within the row widths) clamped to the split's last slot, into its
+    // head's tile of `32 × stride` elements, `stride` past the columns the products read
+    // (`key_stride`, `value_stride`), the tiles of a cube within a buffer (`StagedTiles`). Both:
+    // the partials hold `heads · splits` entries. Bounds validated on CUDA:
     // `burn_kvcompress::kernels`.
     unsafe {
         match (mma, keys.dtype()) {
-            (Some(mma), _) => launch!(mma_decode_kernel::launch_unchecked::<f16, R>, MMA_UNITS, mma),
-            (None, DType::F16) => launch!(decode_kernel::launch_unchecked::<f16, R>, UNITS, geo),
-            (None, _) => launch!(decode_kernel::launch_unchecked::<f32, R>, UNITS, geo),
+            (Some(mma), _) => launch!(mma_decode_kernel::launch_unchecked::<f16, R>, mma),
+            (None, DType::F16) => launch!(decode_kernel::launch_unchecked::<f16, R>, geo),
+            (None, _) => launch!(decode_kernel::launch_unchecked::<f32, R>, geo),
         }
     };
     let out = merge_partials(partials);

@@ -3,33 +3,42 @@
 //! reduced cache is held as f16 ([`MmaGeometry`]); elsewhere the scalar kernel
 //! ([`decode_kernel`](super::kernel::decode_kernel)) runs.
 //!
-//! The cubes, their tasks, the split softmax and the partial outputs are those of the scalar
-//! kernel. What differs is how the four warps of a cube turn the task's slots into scores and
-//! value sums, 32 slots (a warp's round) at a time, the cube's warps taking 128 slots (a cube
-//! round) in step:
-//! 1. staging: each lane copies its part of the warp's 32 reduced rows of the task's KV head
-//!    straight from global to shared memory with asynchronous copies (`cp.async`), consecutive
-//!    lanes on consecutive vectors of a row (`rank / vector` copies per lane; slots past the task
-//!    read its last slot), into the warp's `32 × stride` f16 tile of one of two buffers. The next
-//!    cube round's copies are issued before the wait for the current one's (each buffer has its
-//!    barrier), so two rounds are in flight while a warp waits and one while it computes; the
-//!    first value round is issued before the softmax;
-//! 2. scores: `S = K̃ Q̃ᵀ`, `[32 slots × 8 heads]`, as `⌈rank / 16⌉` products of the tile's
-//!    `32 × 16` column blocks with `16 × 8` blocks of the group's reduced queries (rounded to
-//!    f16, zero past the rank and for heads past the group), stored to the cube's score buffer;
-//! 3. after the split softmax, values: per block of 32 channels, `Oᵀ += Ṽᵀ Pᵀ`, `[32 channels ×
-//!    8 heads]`, from the staged value tile and the round's `exp(s − m)` rounded to f16, held in
-//!    the warp's accumulators across its rounds;
-//! 4. the warps' accumulators are added up in shared memory (the score buffer, in passes) and
-//!    written as the task's split.
+//! A cube works on whole cache rows: one range of slots (a split) of one sequence, for a group
+//! of `heads` KV heads whose columns lie side by side in the rows (every KV head where the shared
+//! memory allows), one warp per KV head. The cube's rows are thus read as contiguous runs of
+//! `Σ rank` elements, and every cube does the same work whatever the heads' ranks: the step's
+//! cubes are sized to fill the GPU once (`mma_launch`), and the load balance across uneven heads
+//! comes from each cube holding all of them.
+//!
+//! Per round of 32 slots:
+//! 1. staging: the cube's units copy the round's key and value rows (the group's columns) from
+//!    global to shared memory with asynchronous copies (`cp.async`), consecutive units on
+//!    consecutive vectors of a row, each vector into its head's tile (`32 × stride` f16, the
+//!    stride padded past the rank so that the tiles' rows fall in distinct banks; slots past the
+//!    split read its last slot). The next round's copies are issued before the wait for this
+//!    one's, into the other of two buffers (each with its barrier);
+//! 2. scores (each warp, its head): `S = K̃ Q̃ᵀ`, `[32 slots × 8 heads]`, as `⌈rank / 16⌉`
+//!    products of the key tile's `32 × 16` column blocks with `16 × 8` blocks of the group's
+//!    reduced queries (rounded to f16, zero past the rank and for heads past the group), stored
+//!    to the warp's scratch; each lane takes its slot's scores;
+//! 3. online softmax: the warp keeps per query head a reference `m` and its lanes' masses; a
+//!    round whose max exceeds `m` by more than [`RESCALE_MARGIN`] moves `m` to it and rescales the
+//!    masses and the value sums (through the scratch), so the weights `exp(s − m)` stay below
+//!    `e^8` (f16 holds them) and `m` moves a few times per split;
+//! 4. values: per block of 32 channels, `Oᵀ += Ṽᵀ Pᵀ`, `[32 channels × 8 heads]`, from the
+//!    value tile and the round's weights rounded to f16, held in the warp's accumulators.
+//!
+//! The warp then writes its heads' unnormalized outputs (0 past the value rank), `m` and mass as
+//! the split's partials, which the log-sum-exp merge combines (it only needs each split's output
+//! and mass to share their reference `m`).
 //!
 //! Precision: the products are exact and accumulate in f32; the rounding of `q̃` to f16 moves a
-//! score by at most `2^-11 · Σ_j |q̃_j k̃_j|`, and the rounding of `exp(s − m)` (the mass `l` is
-//! summed from the f32 values) moves the output by at most `2^-11 · max |ṽ|`. The staged tiles
-//! hold zeros or cached values (finite) past a head's rank, where the queries are zero and the
-//! output is discarded.
+//! score by at most `2^-11 · Σ_j |q̃_j k̃_j|`, and the rounding of `exp(s − m)` (the mass is summed
+//! from the f32 values) moves the output by at most `2^-11 · max |ṽ|`; a rescale multiplies
+//! f32 sums by `exp(m_old − m_new)`, one more rounding. The staged tiles hold zeros or cached
+//! values (finite) past a head's rank, where the queries are zero and the output is discarded.
 
-use burn_kvcompress::kernels::{decode_slot_visible, masked_score, split_masses, split_softmax, SplitOut};
+use burn_kvcompress::kernels::{decode_slot_visible, masked_score, SplitOut};
 use cubecl::{
     cmma::{self, Matrix, MatrixIdent, MatrixLayout},
     prelude::{
@@ -38,72 +47,131 @@ use cubecl::{
     },
 };
 
-use super::task::{read_task, DecodeTaskView, HeadColumns, TaskSlots};
+use super::task::TaskSlots;
 
 /// Lanes of a warp, and the slots of a round (the products' `m`).
 pub const WARP: u32 = 32;
-/// Warps per cube.
-pub const WARPS: u32 = 4;
-/// Units per cube.
-pub const MMA_UNITS: u32 = WARP * WARPS;
 /// Query heads per product (the products' `n`): a group of up to 8, padded with zero queries.
 pub const MMA_HEADS: u32 = 8;
 /// Reduced coordinates, or slots, per product (the products' `k`).
 pub const MMA_DEPTH: u32 = 16;
 /// Channels per value product (its `m`).
-const CHANNEL_BLOCK: u32 = 32;
-/// Staged tile buffers per warp: one round lands while the other is computed.
-const STAGE_BUFFERS: u32 = 2;
-/// Bytes of the even and odd rounds' barriers in shared memory.
+pub const CHANNEL_BLOCK: u32 = 32;
+/// Buffers of staged rows: one round lands while the other is computed.
+pub const STAGE_BUFFERS: u32 = 2;
+/// Bytes of the two buffers' barriers in shared memory.
 const BARRIER_BYTES: u32 = STAGE_BUFFERS * 8;
+/// Floats between the columns of a warp's `[32 × 8]` scratch (32, padded by 4 so that the
+/// columns of a stored product fall in distinct banks).
+const SCRATCH_LD: u32 = 36;
+/// How far a round's max score may exceed a head's reference `m` before `m` moves: the weights
+/// `exp(s − m)` stay below `e^8 ≈ 2981`, well within f16.
+pub const RESCALE_MARGIN: f32 = 8.0;
+/// Copy cells of a unit that copy nothing.
+const NO_CELL: u32 = u32::MAX;
+/// Where a copy cell's vector within the row starts: the 16 bits below it hold the vector in
+/// the shared buffer.
+const CELL_VECTOR_SHIFT: u32 = 16;
+/// Where a copy cell's row of the round starts (the 10 bits below it: the vector in the row).
+const CELL_ROW_SHIFT: u32 = 26;
+/// The most vectors a copy cell addresses in a buffer.
+pub const CELL_BUFFER_VECTORS: u32 = 1 << CELL_VECTOR_SHIFT;
+/// The most vectors a copy cell addresses in a row.
+pub const CELL_ROW_VECTORS: u32 = 1 << (CELL_ROW_SHIFT - CELL_VECTOR_SHIFT);
+/// Words per KV head of the step metadata's tile table: `[key_tile, key_stride, value_tile,
+/// value_stride]`, in elements from the start of a buffer (value tiles follow the key tiles).
+pub const TILE_WORDS: u32 = 4;
 
-/// Shapes fixed at compile time (one compiled kernel per model geometry and head layout width).
+/// Shapes fixed at compile time (one compiled kernel per model geometry and head layout).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct MmaGeometry {
     /// Query heads per KV head, at most 8.
     pub group: u32,
-    /// Channels of an uncompressed head (the output width), at most 128.
+    /// Channels of an uncompressed head (the output width).
     pub head_dim: u32,
-    /// The longest task, in slots: a multiple of the 32-slot rounds, at least
-    /// [`MmaGeometry::out_stride`].
-    pub max_chunk: u32,
-    /// Elements of one load: divides every head's column offset and rank, the rows' widths and 8;
+    /// KV heads per cube (one warp each); their columns lie side by side.
+    pub heads: u32,
+    /// Elements of one copy: divides every head's column offset and rank and the rows' widths;
     /// at least 2 (an asynchronous copy moves 4, 8 or 16 bytes).
     pub vector: u32,
-    /// Loads of the widest head's row (its rank over `vector`).
-    pub row_loads: u32,
-    /// Elements between staged rows: the widest rank rounded up to 32, plus 8
-    /// (16 bytes), so that the lanes' 16-byte stores of consecutive rows fall in distinct banks.
-    pub stride: u32,
+    /// Elements of one buffer's key tiles (the widest group's).
+    pub key_tiles: u32,
+    /// Elements of one buffer's value tiles (the widest group's), after the key tiles.
+    pub value_tiles: u32,
+    /// Elements between one head's reduced queries in shared memory (the widest key tile's
+    /// stride).
+    pub query_stride: u32,
+    /// Key products per round of the widest head: its rank over 16, rounded up.
+    pub key_depth: u32,
+    /// Copies per unit per round, for keys and for values (the widest group's).
+    pub cells: u32,
 }
 
 impl MmaGeometry {
+    /// Units per cube.
+    pub fn units(&self) -> u32 {
+        WARP * self.heads
+    }
+
     /// Blocks of 32 channels of an output head.
     pub fn channel_blocks(&self) -> u32 {
         self.head_dim.div_ceil(CHANNEL_BLOCK)
     }
 
-    /// Floats between heads of a warp's output block in shared memory.
-    pub fn out_stride(&self) -> u32 {
-        self.channel_blocks() * CHANNEL_BLOCK
+    /// Elements of one buffer of staged rows.
+    pub fn buffer_elements(&self) -> u32 {
+        self.key_tiles + self.value_tiles
     }
 
-    /// Bytes of shared memory one cube uses: the warps' two buffers of staged tiles and their
-    /// weights, the queries, the scores, the per-head max and mass, the softmax's reduction lanes
-    /// and the copies' barriers.
+    /// Bytes of shared memory one cube uses: the two buffers of staged rows, the reduced
+    /// queries, the warps' weights and scratch, and the copies' barriers.
     pub fn shared_bytes(&self) -> u32 {
-        let halves = STAGE_BUFFERS * WARPS * WARP * self.stride + MMA_HEADS * self.stride + WARPS * MMA_HEADS * WARP;
-        2 * halves + 4 * (MMA_HEADS * self.max_chunk + self.group * (2 + 16)) + BARRIER_BYTES
-    }
-
-    /// Vectors of one buffer of staged tiles (the four warps' `32 × stride` tiles).
-    fn buffer_vectors(&self) -> u32 {
-        WARPS * WARP * self.stride / self.vector
+        let halves = STAGE_BUFFERS * self.buffer_elements() + self.heads * MMA_HEADS * (self.query_stride + WARP);
+        2 * halves + 4 * self.heads * MMA_HEADS * SCRATCH_LD + BARRIER_BYTES
     }
 }
 
-/// One task of ZACK decode attention on tensor cores; see the module documentation. The
-/// arguments are those of [`decode_kernel`](super::kernel::decode_kernel), with `E` f16.
+/// A KV head's key columns and ranks in the cache rows, and its tiles in a staging buffer.
+#[derive(CubeType)]
+struct StagedHead {
+    key_offset: u32,
+    key_rank: u32,
+    value_rank: u32,
+    key_tile: u32,
+    key_stride: u32,
+    value_tile: u32,
+    value_stride: u32,
+}
+
+/// How the calling unit copies a round of one cache's rows: `cells[m]` packs the vector of the
+/// round's rows it copies (row, vector within the row's `first_column..` run) and where it goes
+/// in a buffer, or [`NO_CELL`].
+#[derive(CubeType)]
+struct CopyPlan {
+    cells: Array<u32>,
+    first_column: u32,
+    width: u32,
+}
+
+/// The log-sum-exp state of a warp's query heads: the reference `max` (uniform over the warp)
+/// and each lane's share of the mass.
+#[derive(CubeType)]
+struct WarpSoftmax {
+    max: Array<f32>,
+    mass: Array<f32>,
+}
+
+/// Decode attention of one split of one sequence for one group of KV heads; see the module
+/// documentation.
+///
+/// - `reduced_q`: `[batch, kv_heads · group, key_width]` f32, the reduced, scaled queries;
+/// - `keys`, `values`: `[batch, len, key_width]` and `[batch, len, value_width]` (f16), in
+///   vectors of `geo.vector`;
+/// - `meta`: per KV head `[key_offset, key_rank, value_offset, value_rank]`, then each sequence's
+///   first real slot, then per KV head its [`TILE_WORDS`] tile words;
+/// - `out`, `out_max`, `out_sum`: the partials, `[batch · kv_heads · group, splits, head_dim]`
+///   and `[…, splits]`;
+/// - cube `(split, group of KV heads, sequence)`: slots `split · chunk ..` (at most `chunk`).
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked)]
 pub fn mma_decode_kernel<E: Float, N: Size>(
@@ -116,74 +184,92 @@ pub fn mma_decode_kernel<E: Float, N: Size>(
     out_sum: &mut Array<f32>,
     kv_heads: u32,
     len: u32,
-    splits: u32,
+    chunk: u32,
     window: u32,
     key_width: u32,
     value_width: u32,
     #[comptime] geo: MmaGeometry,
 ) {
-    let task = read_task(meta, kv_heads, len, splits, window, geo.group);
-    let mut stage =
-        SharedMemory::<Vector<E, N>>::new_aligned(comptime!((STAGE_BUFFERS * geo.buffer_vectors()) as usize), 32usize);
-    let mut queries = SharedMemory::<E>::new_aligned(comptime!((MMA_HEADS * geo.stride) as usize), 32usize);
-    let mut weights = SharedMemory::<E>::new_aligned(comptime!((WARPS * MMA_HEADS * WARP) as usize), 32usize);
-    let mut p = SharedMemory::<f32>::new_aligned(comptime!((MMA_HEADS * geo.max_chunk) as usize), 32usize);
-    let mut head_max = SharedMemory::<f32>::new(geo.group as usize);
-    let mut head_sum = SharedMemory::<f32>::new(geo.group as usize);
+    let batch_row = CUBE_POS_Z;
+    let first_kv = CUBE_POS_Y * geo.heads;
+    let first = CUBE_POS_X * chunk;
+    let tiles_at = 4 * kv_heads + CUBE_COUNT_Z;
+    let slots = TaskSlots {
+        row0: batch_row * len + first,
+        first,
+        count: u32::min(chunk, len - first),
+        len,
+        start: meta[(4 * kv_heads + batch_row) as usize],
+        window,
+    };
+    let kv_head = first_kv + UNIT_POS / WARP;
+    let head = staged_head(meta, tiles_at, kv_head);
+    let target =
+        SplitOut { first_head: (batch_row * kv_heads + kv_head) * geo.group, split: CUBE_POS_X, splits: CUBE_COUNT_X };
+    let mut stage = SharedMemory::<Vector<E, N>>::new_aligned(
+        comptime!((STAGE_BUFFERS * geo.buffer_elements() / geo.vector) as usize),
+        32usize,
+    );
+    let mut queries =
+        SharedMemory::<E>::new_aligned(comptime!((geo.heads * MMA_HEADS * geo.query_stride) as usize), 32usize);
+    let mut weights = SharedMemory::<E>::new_aligned(comptime!((geo.heads * MMA_HEADS * WARP) as usize), 32usize);
+    let mut scratch =
+        SharedMemory::<f32>::new_aligned(comptime!((geo.heads * MMA_HEADS * SCRATCH_LD) as usize), 32usize);
 
     clear_stage(&mut stage, geo);
-    stage_queries(reduced_q, &mut queries, &task, key_width, geo);
-    // Barriers of the even and odd cube rounds' copies (initializing them synchronizes the cube:
-    // the tiles are cleared before any copy lands in them).
-    let even = Barrier::shared(MMA_UNITS, UNIT_POS == 0);
-    let odd = Barrier::shared(MMA_UNITS, UNIT_POS == 0);
-    let (columns, slots) = (&task.columns, &task.slots);
-    let key_cells = lane_cells(columns.key_rank, geo);
-    issue_round(keys, &mut stage, &key_cells, slots, 0, key_width, columns.key_offset, columns.key_rank, geo);
+    stage_queries(reduced_q, &mut queries, &mut weights, &head, target.first_head, key_width, geo);
+    let key_plan = plan_copies(meta, tiles_at, first_kv, key_width, 0u32, geo);
+    let value_plan = plan_copies(meta, tiles_at, first_kv, value_width, 2u32, geo);
+    // Barriers of the even and odd rounds' copies (initializing them synchronizes the cube: the
+    // buffers are cleared before any copy lands in them).
+    let even = Barrier::shared(geo.units(), UNIT_POS == 0);
+    let odd = Barrier::shared(geo.units(), UNIT_POS == 0);
+    issue_round(keys, values, &mut stage, &key_plan, &value_plan, &slots, 0, geo);
     even.commit_copy_async();
-    round_scores(keys, &mut stage, &even, &odd, &key_cells, &queries, &mut p, columns, slots, key_width, geo);
-    // The first value round is copied while the softmax runs (both buffers are free: the last
-    // score round ended with the barrier's wait and a warp synchronization).
-    let value_cells = lane_cells(columns.value_rank, geo);
-    issue_round(values, &mut stage, &value_cells, slots, 0, value_width, columns.value_offset, columns.value_rank, geo);
-    even.commit_copy_async();
-    sync_cube();
-    split_softmax(&mut p, &mut head_max, slots.count, geo.group, geo.max_chunk);
-    split_masses(&p, &mut head_sum, slots.count, geo.group, geo.max_chunk);
-    let sums = round_value_sums(
-        values,
-        &mut stage,
-        &even,
-        &odd,
-        &value_cells,
-        &p,
-        &mut weights,
-        columns,
-        slots,
-        value_width,
-        geo,
-    );
-    sync_cube();
-    write_warp_partials(
-        &sums,
-        &mut p,
-        &head_max,
-        &head_sum,
-        out,
-        out_max,
-        out_sum,
-        task.columns.value_rank,
-        &task.target,
-        geo,
-    );
+
+    let mut softmax =
+        WarpSoftmax { max: Array::<f32>::new(geo.group as usize), mass: Array::<f32>::new(geo.group as usize) };
+    #[unroll]
+    for g in 0..geo.group {
+        softmax.max[g as usize] = masked_score();
+        softmax.mass[g as usize] = 0.0;
+    }
+    let mut sums = Sequence::<Matrix<f32>>::new();
+    #[unroll]
+    for _ in 0..geo.channel_blocks() {
+        sums.push(accumulator());
+    }
+    let rounds = slots.count.div_ceil(WARP);
+    let mut round = 0u32;
+    while round < rounds {
+        if round + 1 < rounds {
+            issue_round(keys, values, &mut stage, &key_plan, &value_plan, &slots, round + 1, geo);
+            odd.commit_copy_async();
+        }
+        even.arrive_and_wait();
+        attend_round(&stage, &queries, &mut weights, &mut scratch, &head, &slots, round, &mut softmax, &sums, geo);
+        sync_cube();
+        round += 1;
+        if round < rounds {
+            if round + 1 < rounds {
+                issue_round(keys, values, &mut stage, &key_plan, &value_plan, &slots, round + 1, geo);
+                even.commit_copy_async();
+            }
+            odd.arrive_and_wait();
+            attend_round(&stage, &queries, &mut weights, &mut scratch, &head, &slots, round, &mut softmax, &sums, geo);
+            sync_cube();
+            round += 1;
+        }
+    }
+    write_partials(&sums, &mut scratch, &softmax, &head, &target, out, out_max, out_sum, geo);
 }
 
-/// A zero `[m × 8]` f32 accumulator of products with depth 16.
+/// A zero `[32 × 8]` f32 accumulator of products with depth 16.
 #[cube]
-fn accumulator(#[comptime] m: u32) -> Matrix<f32> {
+fn accumulator() -> Matrix<f32> {
     Matrix::<f32>::from_value(
         MatrixIdent::Accumulator,
-        m as usize,
+        WARP as usize,
         MMA_HEADS as usize,
         MMA_DEPTH as usize,
         MatrixLayout::Undefined,
@@ -191,378 +277,324 @@ fn accumulator(#[comptime] m: u32) -> Matrix<f32> {
     )
 }
 
-/// An operand (`ident` A: `[m × 16]`, B: `[16 × 8]`) of products of shape `m × 8 × 16`, laid out
-/// in memory as `layout`, to be loaded before use.
+/// An operand (`ident` A: `[32 × 16]`, B: `[16 × 8]`) of `32 × 8 × 16` products, laid out in
+/// memory as `layout`, to be loaded before use.
 #[allow(unsafe_code)]
 #[cube]
-fn operand<E: Float>(
-    #[comptime] ident: MatrixIdent,
-    #[comptime] m: u32,
-    #[comptime] layout: MatrixLayout,
-) -> Matrix<E> {
+fn operand<E: Float>(#[comptime] ident: MatrixIdent, #[comptime] layout: MatrixLayout) -> Matrix<E> {
     // SAFETY: every caller loads the operand before the product that reads it.
-    unsafe { Matrix::<E>::uninitialized(ident, m as usize, MMA_HEADS as usize, MMA_DEPTH as usize, layout) }
+    unsafe { Matrix::<E>::uninitialized(ident, WARP as usize, MMA_HEADS as usize, MMA_DEPTH as usize, layout) }
 }
 
-/// Zeros every staged tile, so that columns past a head's rank hold finite values (zeros, or
-/// another head's cached values once a round has written them).
+/// KV head `kv_head`'s columns (the metadata's first words) and tiles (its tile table at
+/// `tiles_at`).
 #[cube]
-fn clear_stage<E: Float, N: Size>(stage: &mut SharedMemory<Vector<E, N>>, #[comptime] geo: MmaGeometry) {
-    let mut i = UNIT_POS;
-    while i < comptime!(STAGE_BUFFERS * geo.buffer_vectors()) {
-        stage[i as usize] = Vector::<E, N>::new(E::cast_from(0.0f32));
-        i += MMA_UNITS;
+fn staged_head(meta: &Array<u32>, tiles_at: u32, kv_head: u32) -> StagedHead {
+    let (at, tile) = (kv_head * 4, tiles_at + kv_head * TILE_WORDS);
+    StagedHead {
+        key_offset: meta[at as usize],
+        key_rank: meta[(at + 1) as usize],
+        value_rank: meta[(at + 3) as usize],
+        key_tile: meta[tile as usize],
+        key_stride: meta[(tile + 1) as usize],
+        value_tile: meta[(tile + 2) as usize],
+        value_stride: meta[(tile + 3) as usize],
     }
 }
 
-/// `queries[h * stride + j]` = the group's reduced query `h` at the head's coordinate `j`,
-/// rounded to f16, for `h < 8` and `j < stride`: zero past the rank and for `h ≥ group`.
+/// Zeros both staging buffers, so that the columns past a head's rank, which no copy writes,
+/// hold zeros.
+#[cube]
+fn clear_stage<E: Float, N: Size>(stage: &mut SharedMemory<Vector<E, N>>, #[comptime] geo: MmaGeometry) {
+    let mut i = UNIT_POS;
+    while i < comptime!(STAGE_BUFFERS * geo.buffer_elements() / geo.vector) {
+        stage[i as usize] = Vector::<E, N>::new(E::cast_from(0.0f32));
+        i += geo.units();
+    }
+}
+
+/// The calling warp's reduced queries, `queries[w · 8 · stride + h · stride + j]` = query head
+/// `h` of its KV head at coordinate `j`, rounded to f16 (zero past the rank and for `h ≥
+/// group`), and its weights tile cleared (the rows past the group stay zero).
+#[allow(clippy::too_many_arguments)]
 #[cube]
 fn stage_queries<E: Float>(
     reduced_q: &Array<f32>,
     queries: &mut SharedMemory<E>,
-    task: &DecodeTaskView,
+    weights: &mut SharedMemory<E>,
+    head: &StagedHead,
+    first_head: u32,
     key_width: u32,
     #[comptime] geo: MmaGeometry,
 ) {
-    let mut i = UNIT_POS;
-    while i < comptime!(MMA_HEADS * geo.stride) {
-        let (h, j) = (i / geo.stride, i % geo.stride);
+    let warp = UNIT_POS / WARP;
+    let mut i = UNIT_POS % WARP;
+    while i < comptime!(MMA_HEADS * geo.query_stride) {
+        let (h, j) = (i / geo.query_stride, i % geo.query_stride);
         let mut x = 0.0f32;
-        if h < geo.group && j < task.columns.key_rank {
-            x = reduced_q[((task.target.first_head + h) * key_width + task.columns.key_offset + j) as usize];
+        if h < geo.group && j < head.key_rank {
+            x = reduced_q[((first_head + h) * key_width + head.key_offset + j) as usize];
         }
-        queries[i as usize] = E::cast_from(x);
-        i += MMA_UNITS;
+        queries[(warp * MMA_HEADS * geo.query_stride + i) as usize] = E::cast_from(x);
+        i += WARP;
     }
-}
-
-/// Where the calling lane's loads of a round fall for rows of `rank` elements (`loads = rank /
-/// vector` vectors): load `m` is vector `(lane + 32 m) % loads` of the round's row `(lane + 32 m)
-/// / loads`, packed as `row << 16 | vector`, so that consecutive lanes read consecutive vectors of
-/// a row (whole sectors) and a warp's 32 rows take `loads` loads per lane. The same for every
-/// round of a phase: the divisions run once.
-#[cube]
-fn lane_cells(rank: u32, #[comptime] geo: MmaGeometry) -> Array<u32> {
-    let loads = rank / geo.vector;
-    let lane = UNIT_POS % WARP;
-    let mut cells = Array::<u32>::new(geo.row_loads as usize);
     #[unroll]
-    for m in 0..geo.row_loads {
-        let e = lane + m * WARP;
-        cells[m as usize] = ((e / loads) << 16) | (e % loads);
+    for h in 0..MMA_HEADS {
+        weights[(warp * MMA_HEADS * WARP + h * WARP + UNIT_POS % WARP) as usize] = E::cast_from(0.0f32);
     }
-    cells
 }
 
-/// The first vector of the calling warp's tile for cube round `cube_round` (buffer
-/// `cube_round % 2`).
+/// The calling unit's copies of one cache (`part` 0: keys, 2: values, the words of the head
+/// records and of their tiles): vector `e = unit + m · units` of the
+/// round's `32 × (Σ rank / vector)` vectors of the group's columns is vector `e % per_row` of row
+/// `e / per_row`, copied into the tile of the head whose columns hold it.
+#[allow(clippy::too_many_arguments)]
 #[cube]
-fn warp_tile(cube_round: u32, #[comptime] geo: MmaGeometry) -> u32 {
-    (cube_round % STAGE_BUFFERS) * geo.buffer_vectors() + (UNIT_POS / WARP) * WARP * geo.stride / geo.vector
+fn plan_copies(
+    meta: &Array<u32>,
+    tiles_at: u32,
+    first_kv: u32,
+    width: u32,
+    #[comptime] part: u32,
+    #[comptime] geo: MmaGeometry,
+) -> CopyPlan {
+    let last = first_kv + geo.heads - 1;
+    let first_column = meta[(first_kv * 4 + part) as usize];
+    let end = meta[(last * 4 + part) as usize] + meta[(last * 4 + part + 1) as usize];
+    let per_row = (end - first_column) / geo.vector;
+    let mut cells = Array::<u32>::new(geo.cells as usize);
+    #[unroll]
+    for m in 0..geo.cells {
+        let e = UNIT_POS + m * geo.units();
+        // `NO_CELL`, written as a literal: a runtime variable (a constant's name is comptime).
+        let mut cell = 0xFFFF_FFFFu32;
+        if e < WARP * per_row {
+            let (row, v) = (e / per_row, e % per_row);
+            let column = first_column + v * geo.vector;
+            let mut kv = first_kv;
+            #[unroll]
+            for i in 1..geo.heads {
+                if column >= meta[((first_kv + i) * 4 + part) as usize] {
+                    kv = first_kv + i;
+                }
+            }
+            let tile = meta[(tiles_at + kv * TILE_WORDS + part) as usize];
+            let stride = meta[(tiles_at + kv * TILE_WORDS + part + 1) as usize];
+            let at = tile + row * stride + column - meta[(kv * 4 + part) as usize];
+            cell = (row << CELL_ROW_SHIFT) | (v << CELL_VECTOR_SHIFT) | (at / geo.vector);
+        }
+        cells[m as usize] = cell;
+    }
+    CopyPlan { cells, first_column, width }
 }
 
-/// Issues the calling lane's asynchronous copies of cube round `cube_round` into the warp's tile:
-/// row `i` of the tile is slot `cube_round · 128 + warp · 32 + i` of the task (its last slot past
-/// it), `rank` elements from column `offset` of rows of `width`, placed as [`lane_cells`] says.
-/// A warp whose round starts past the task copies nothing. The caller commits the copies to the
-/// barrier it then waits on.
+/// Issues the calling unit's asynchronous copies of round `round` (slots `32 · round ..` of the
+/// split, its last slot past it) of `src` into buffer `round % 2`, as `plan` says.
+#[cube]
+fn issue_copies<E: Float, N: Size>(
+    src: &Array<Vector<E, N>>,
+    stage: &mut SharedMemory<Vector<E, N>>,
+    plan: &CopyPlan,
+    slots: &TaskSlots,
+    round: u32,
+    #[comptime] geo: MmaGeometry,
+) {
+    let buffer = (round % STAGE_BUFFERS) * comptime!(geo.buffer_elements() / geo.vector);
+    let row_mask = comptime!(CELL_ROW_VECTORS - 1);
+    let to_mask = comptime!(CELL_BUFFER_VECTORS - 1);
+    #[unroll]
+    for m in 0..geo.cells {
+        let cell = plan.cells[m as usize];
+        if cell != NO_CELL {
+            let slot = u32::min(round * WARP + (cell >> CELL_ROW_SHIFT), slots.count - 1);
+            let row_start = ((slots.row0 + slot) * plan.width + plan.first_column) / geo.vector;
+            let from = (row_start + ((cell >> CELL_VECTOR_SHIFT) & row_mask)) as usize;
+            let to = (buffer + (cell & to_mask)) as usize;
+            copy_async(&src.slice(from, from + 1), &mut stage.slice_mut(to, to + 1), geo.vector);
+        }
+    }
+}
+
+/// Issues round `round`'s key and value copies; the caller commits them to the round's barrier.
 #[allow(clippy::too_many_arguments)]
 #[cube]
 fn issue_round<E: Float, N: Size>(
-    src: &Array<Vector<E, N>>,
-    stage: &mut SharedMemory<Vector<E, N>>,
-    cells: &Array<u32>,
-    slots: &TaskSlots,
-    cube_round: u32,
-    width: u32,
-    offset: u32,
-    rank: u32,
-    #[comptime] geo: MmaGeometry,
-) {
-    let loads = rank / geo.vector;
-    let round = cube_round * WARPS * WARP + (UNIT_POS / WARP) * WARP;
-    let tile = warp_tile(cube_round, geo);
-    let row_vectors = geo.stride / geo.vector;
-    if round < slots.count {
-        #[unroll]
-        for m in 0..geo.row_loads {
-            if m < loads {
-                let cell = cells[m as usize];
-                let row = u32::min(round + (cell >> 16), slots.count - 1);
-                let from = (((slots.row0 + row) * width + offset) / geo.vector + (cell & 0xFFFF)) as usize;
-                let to = (tile + (cell >> 16) * row_vectors + (cell & 0xFFFF)) as usize;
-                copy_async(&src.slice(from, from + 1), &mut stage.slice_mut(to, to + 1), geo.vector);
-            }
-        }
-    }
-}
-
-/// Issues and commits to `next` the copies of the round after `cube_round`, if the task has one,
-/// then waits on `this` for cube round `cube_round`'s: a warp has two rounds in flight while it
-/// waits, and the next lands while this one is computed. Rounds alternate between the two
-/// barriers (and the two buffers), so a wait never waits for the newer round's copies.
-#[allow(clippy::too_many_arguments)]
-#[cube]
-fn next_round<E: Float, N: Size>(
-    src: &Array<Vector<E, N>>,
-    stage: &mut SharedMemory<Vector<E, N>>,
-    this: &Shared<Barrier>,
-    next: &Shared<Barrier>,
-    cells: &Array<u32>,
-    slots: &TaskSlots,
-    cube_round: u32,
-    width: u32,
-    offset: u32,
-    rank: u32,
-    #[comptime] geo: MmaGeometry,
-) {
-    if (cube_round + 1) * WARPS * WARP < slots.count {
-        issue_round(src, stage, cells, slots, cube_round + 1, width, offset, rank, geo);
-        next.commit_copy_async();
-    }
-    this.arrive_and_wait();
-}
-
-/// Phase 2: each warp's rounds' scores into `p[h * max_chunk + t]` (rows `h < 8`; rows past the
-/// group are products with zero queries), [`masked_score`] where the query does not see slot `t`.
-/// The first round's copies are issued and committed to `even` by the caller; even cube rounds
-/// wait on `even`, odd ones on `odd`.
-#[allow(clippy::too_many_arguments)]
-#[cube]
-fn round_scores<E: Float, N: Size>(
     keys: &Array<Vector<E, N>>,
-    stage: &mut SharedMemory<Vector<E, N>>,
-    even: &Shared<Barrier>,
-    odd: &Shared<Barrier>,
-    cells: &Array<u32>,
-    queries: &SharedMemory<E>,
-    p: &mut SharedMemory<f32>,
-    columns: &HeadColumns,
-    slots: &TaskSlots,
-    key_width: u32,
-    #[comptime] geo: MmaGeometry,
-) {
-    let (offset, rank) = (columns.key_offset, columns.key_rank);
-    let depth = rank.div_ceil(MMA_DEPTH);
-    let mut cube_round = 0u32;
-    while cube_round * WARPS * WARP < slots.count {
-        next_round(keys, stage, even, odd, cells, slots, cube_round, key_width, offset, rank, geo);
-        score_round(stage, queries, p, slots, cube_round, depth, geo);
-        cube_round += 1;
-        if cube_round * WARPS * WARP < slots.count {
-            next_round(keys, stage, odd, even, cells, slots, cube_round, key_width, offset, rank, geo);
-            score_round(stage, queries, p, slots, cube_round, depth, geo);
-            cube_round += 1;
-        }
-    }
-}
-
-/// The scores of the calling warp's 32 slots of cube round `cube_round` (none past the task),
-/// from its staged tile and the queries' first `16 · depth` coordinates. Ends with a warp
-/// synchronization, after which the tile may be overwritten.
-#[cube]
-fn score_round<E: Float, N: Size>(
-    stage: &SharedMemory<Vector<E, N>>,
-    queries: &SharedMemory<E>,
-    p: &mut SharedMemory<f32>,
-    slots: &TaskSlots,
-    cube_round: u32,
-    depth: u32,
-    #[comptime] geo: MmaGeometry,
-) {
-    let round = cube_round * WARPS * WARP + (UNIT_POS / WARP) * WARP;
-    if round < slots.count {
-        score_tile(stage, queries, p, slots, round, warp_tile(cube_round, geo) * geo.vector, depth, geo);
-    }
-    sync_plane();
-}
-
-/// The scores of 32 slots from slot `round`, staged at element `tile`.
-#[allow(clippy::too_many_arguments)]
-#[cube]
-fn score_tile<E: Float, N: Size>(
-    stage: &SharedMemory<Vector<E, N>>,
-    queries: &SharedMemory<E>,
-    p: &mut SharedMemory<f32>,
-    slots: &TaskSlots,
-    round: u32,
-    tile: u32,
-    depth: u32,
-    #[comptime] geo: MmaGeometry,
-) {
-    let scores = accumulator(WARP);
-    let mut d = 0u32;
-    while d < depth {
-        let k = operand::<E>(MatrixIdent::A, WARP, MatrixLayout::RowMajor);
-        cmma::load(&k, &stage.slice(((tile + d * MMA_DEPTH) / geo.vector) as usize, stage.len()), geo.stride);
-        let q = operand::<E>(MatrixIdent::B, WARP, MatrixLayout::ColMajor);
-        cmma::load(&q, &queries.slice((d * MMA_DEPTH) as usize, queries.len()), geo.stride);
-        cmma::execute::<E, E, f32, f32>(&k, &q, &scores, &scores);
-        d += 1;
-    }
-    cmma::store(&mut p.slice_mut(round as usize, p.len()), &scores, geo.max_chunk, MatrixLayout::ColMajor);
-    sync_plane();
-    let t = round + UNIT_POS % WARP;
-    if t < slots.count && !decode_slot_visible(slots.first + t, slots.len, slots.start, slots.window) {
-        #[unroll]
-        for h in 0..geo.group {
-            p[(h * geo.max_chunk + t) as usize] = masked_score();
-        }
-    }
-}
-
-/// Phase 3: the calling warp's `Σ_t exp(s_t − m) · ṽ_t` over its rounds, per block of 32
-/// channels, as `[32 channels × 8 heads]` accumulators (zero where the block starts past the
-/// value rank). The first round's copies are issued and committed to `even` by the caller; even
-/// cube rounds wait on `even`, odd ones on `odd`.
-#[allow(clippy::too_many_arguments)]
-#[cube]
-fn round_value_sums<E: Float, N: Size>(
     values: &Array<Vector<E, N>>,
     stage: &mut SharedMemory<Vector<E, N>>,
-    even: &Shared<Barrier>,
-    odd: &Shared<Barrier>,
-    cells: &Array<u32>,
-    p: &SharedMemory<f32>,
-    weights: &mut SharedMemory<E>,
-    columns: &HeadColumns,
+    key_plan: &CopyPlan,
+    value_plan: &CopyPlan,
     slots: &TaskSlots,
-    value_width: u32,
+    round: u32,
     #[comptime] geo: MmaGeometry,
-) -> Sequence<Matrix<f32>> {
-    let (offset, rank) = (columns.value_offset, columns.value_rank);
-    let mut sums = Sequence::<Matrix<f32>>::new();
-    #[unroll]
-    for _ in 0..geo.channel_blocks() {
-        sums.push(accumulator(CHANNEL_BLOCK));
-    }
-    let mut cube_round = 0u32;
-    while cube_round * WARPS * WARP < slots.count {
-        next_round(values, stage, even, odd, cells, slots, cube_round, value_width, offset, rank, geo);
-        value_round(stage, p, weights, &sums, slots, cube_round, rank, geo);
-        cube_round += 1;
-        if cube_round * WARPS * WARP < slots.count {
-            next_round(values, stage, odd, even, cells, slots, cube_round, value_width, offset, rank, geo);
-            value_round(stage, p, weights, &sums, slots, cube_round, rank, geo);
-            cube_round += 1;
-        }
-    }
-    sums
+) {
+    issue_copies(keys, stage, key_plan, slots, round, geo);
+    issue_copies(values, stage, value_plan, slots, round, geo);
 }
 
-/// Adds the calling warp's 32 slots of cube round `cube_round` (none past the task) to its value
-/// sums `sums`, from its staged tile of rows of `rank` elements and the slots' `exp(s − m)` in
-/// `p`. Ends with a warp synchronization, after which the tile may be overwritten.
+/// Steps 2 to 4 of the module documentation for the calling warp's head over round `round`,
+/// staged in buffer `round % 2`.
 #[allow(clippy::too_many_arguments)]
 #[cube]
-fn value_round<E: Float, N: Size>(
+fn attend_round<E: Float, N: Size>(
     stage: &SharedMemory<Vector<E, N>>,
-    p: &SharedMemory<f32>,
+    queries: &SharedMemory<E>,
     weights: &mut SharedMemory<E>,
-    sums: &Sequence<Matrix<f32>>,
+    scratch: &mut SharedMemory<f32>,
+    head: &StagedHead,
     slots: &TaskSlots,
-    cube_round: u32,
-    rank: u32,
+    round: u32,
+    softmax: &mut WarpSoftmax,
+    sums: &Sequence<Matrix<f32>>,
     #[comptime] geo: MmaGeometry,
 ) {
     let warp = UNIT_POS / WARP;
     let lane = UNIT_POS % WARP;
-    let own = warp * MMA_HEADS * WARP;
-    let round = cube_round * WARPS * WARP + warp * WARP;
-    if round < slots.count {
-        let tile = warp_tile(cube_round, geo) * geo.vector;
-        // This round's weights, `[8 heads × 32 slots]`: zero past the task and the group.
-        let t = round + lane;
-        #[unroll]
-        for h in 0..MMA_HEADS {
-            let mut w = 0.0f32;
-            if h < geo.group && t < slots.count {
-                w = p[(h * geo.max_chunk + t) as usize];
-            }
-            weights[(own + h * WARP + lane) as usize] = E::cast_from(w);
+    let buffer = (round % STAGE_BUFFERS) * geo.buffer_elements();
+    let own = warp * MMA_HEADS * SCRATCH_LD;
+    let scores = accumulator();
+    #[unroll]
+    for d in 0..geo.key_depth {
+        if d * MMA_DEPTH < head.key_rank {
+            let k = operand::<E>(MatrixIdent::A, MatrixLayout::RowMajor);
+            let at = (buffer + head.key_tile + d * MMA_DEPTH) / geo.vector;
+            cmma::load(&k, &stage.slice(at as usize, stage.len()), head.key_stride);
+            let q = operand::<E>(MatrixIdent::B, MatrixLayout::ColMajor);
+            let q_at = warp * MMA_HEADS * geo.query_stride + d * MMA_DEPTH;
+            cmma::load(&q, &queries.slice(q_at as usize, queries.len()), geo.query_stride);
+            cmma::execute::<E, E, f32, f32>(&k, &q, &scores, &scores);
         }
-        sync_plane();
+    }
+    cmma::store(&mut scratch.slice_mut(own as usize, scratch.len()), &scores, SCRATCH_LD, MatrixLayout::ColMajor);
+    sync_plane();
+    let t = round * WARP + lane;
+    let visible = t < slots.count && decode_slot_visible(slots.first + t, slots.len, slots.start, slots.window);
+    let mut s = Array::<f32>::new(geo.group as usize);
+    let mut factor = Array::<f32>::new(geo.group as usize);
+    let mut rescale = false;
+    #[unroll]
+    for g in 0..geo.group {
+        s[g as usize] = select(visible, scratch[(own + g * SCRATCH_LD + lane) as usize], masked_score());
+        let top = plane_max(s[g as usize]);
+        factor[g as usize] = 1.0;
+        if top > softmax.max[g as usize] + RESCALE_MARGIN {
+            // 0 while the reference is the masked score: nothing has been summed yet.
+            factor[g as usize] = f32::exp(softmax.max[g as usize] - top);
+            rescale = rescale || softmax.max[g as usize] > masked_score();
+            softmax.mass[g as usize] *= factor[g as usize];
+            softmax.max[g as usize] = top;
+        }
+    }
+    if rescale {
+        rescale_sums(sums, scratch, &factor, head.value_rank, geo);
+    }
+    let own_weights = warp * MMA_HEADS * WARP;
+    #[unroll]
+    for g in 0..geo.group {
+        let w = select(visible, f32::exp(s[g as usize] - softmax.max[g as usize]), 0.0);
+        softmax.mass[g as usize] += w;
+        weights[(own_weights + g * WARP + lane) as usize] = E::cast_from(w);
+    }
+    sync_plane();
+    #[unroll]
+    for d in 0..comptime!(WARP / MMA_DEPTH) {
+        let w = operand::<E>(MatrixIdent::B, MatrixLayout::ColMajor);
+        cmma::load(&w, &weights.slice((own_weights + d * MMA_DEPTH) as usize, weights.len()), WARP);
         #[unroll]
-        for d in 0..comptime!(WARP / MMA_DEPTH) {
-            let w = operand::<E>(MatrixIdent::B, CHANNEL_BLOCK, MatrixLayout::ColMajor);
-            cmma::load(&w, &weights.slice((own + d * MMA_DEPTH) as usize, weights.len()), WARP);
-            #[unroll]
-            for c in 0..geo.channel_blocks() {
-                if c * CHANNEL_BLOCK < rank {
-                    let v = operand::<E>(MatrixIdent::A, CHANNEL_BLOCK, MatrixLayout::ColMajor);
-                    let at = (tile + d * MMA_DEPTH * geo.stride + c * CHANNEL_BLOCK) / geo.vector;
-                    cmma::load(&v, &stage.slice(at as usize, stage.len()), geo.stride);
-                    let acc = sums.index(c as usize);
-                    cmma::execute::<E, E, f32, f32>(&v, &w, acc, acc);
-                }
+        for c in 0..geo.channel_blocks() {
+            if c * CHANNEL_BLOCK < head.value_rank {
+                let v = operand::<E>(MatrixIdent::A, MatrixLayout::ColMajor);
+                let at =
+                    (buffer + head.value_tile + d * MMA_DEPTH * head.value_stride + c * CHANNEL_BLOCK) / geo.vector;
+                cmma::load(&v, &stage.slice(at as usize, stage.len()), head.value_stride);
+                let acc = sums.index(c as usize);
+                cmma::execute::<E, E, f32, f32>(&v, &w, acc, acc);
             }
         }
     }
-    sync_plane();
 }
 
-/// Phase 4: adds up the warps' value sums (stored to `p`, as many warps a pass as fit) and
-/// writes each head's unnormalized output (0 past the value rank), max and mass as the task's
-/// split. The caller synchronizes the cube first (`p` is overwritten).
+/// Multiplies query head `g`'s column of the calling warp's value sums by `factor[g]`, a block
+/// of 32 channels at a time through its scratch (blocks past the value rank hold zeros).
+#[cube]
+fn rescale_sums(
+    sums: &Sequence<Matrix<f32>>,
+    scratch: &mut SharedMemory<f32>,
+    factor: &Array<f32>,
+    value_rank: u32,
+    #[comptime] geo: MmaGeometry,
+) {
+    let own = (UNIT_POS / WARP) * MMA_HEADS * SCRATCH_LD;
+    let lane = UNIT_POS % WARP;
+    #[unroll]
+    for c in 0..geo.channel_blocks() {
+        if c * CHANNEL_BLOCK < value_rank {
+            let acc = sums.index(c as usize);
+            cmma::store(&mut scratch.slice_mut(own as usize, scratch.len()), acc, SCRATCH_LD, MatrixLayout::ColMajor);
+            sync_plane();
+            #[unroll]
+            for g in 0..geo.group {
+                scratch[(own + g * SCRATCH_LD + lane) as usize] *= factor[g as usize];
+            }
+            sync_plane();
+            cmma::load_with_layout(
+                acc,
+                &scratch.slice(own as usize, scratch.len()),
+                SCRATCH_LD,
+                MatrixLayout::ColMajor,
+            );
+            sync_plane();
+        }
+    }
+}
+
+/// Writes the calling warp's query heads' unnormalized outputs (0 past the value rank), their
+/// reference max and mass as the split's partials.
 #[allow(clippy::too_many_arguments)]
 #[cube]
-fn write_warp_partials(
+fn write_partials(
     sums: &Sequence<Matrix<f32>>,
-    p: &mut SharedMemory<f32>,
-    head_max: &SharedMemory<f32>,
-    head_sum: &SharedMemory<f32>,
+    scratch: &mut SharedMemory<f32>,
+    softmax: &WarpSoftmax,
+    head: &StagedHead,
+    target: &SplitOut,
     out: &mut Array<f32>,
     out_max: &mut Array<f32>,
     out_sum: &mut Array<f32>,
-    value_rank: u32,
-    target: &SplitOut,
     #[comptime] geo: MmaGeometry,
 ) {
-    let warp = UNIT_POS / WARP;
-    let stride = geo.out_stride();
-    let per_pass = comptime!(geo.max_chunk / geo.out_stride());
-    let per_unit = comptime!((geo.group * geo.head_dim).div_ceil(MMA_UNITS));
-    let mut o = Array::<f32>::new(per_unit as usize);
+    let own = (UNIT_POS / WARP) * MMA_HEADS * SCRATCH_LD;
+    let lane = UNIT_POS % WARP;
     #[unroll]
-    for i in 0..per_unit {
-        o[i as usize] = 0.0;
-    }
-    #[unroll]
-    for pass in 0..comptime!(WARPS.div_ceil(per_pass)) {
-        if warp / per_pass == pass {
-            let at = (warp % per_pass) * MMA_HEADS * stride;
+    for c in 0..geo.channel_blocks() {
+        let block = c * CHANNEL_BLOCK < head.value_rank;
+        if block {
+            cmma::store(
+                &mut scratch.slice_mut(own as usize, scratch.len()),
+                sums.index(c as usize),
+                SCRATCH_LD,
+                MatrixLayout::ColMajor,
+            );
+        }
+        sync_plane();
+        let channel = c * CHANNEL_BLOCK + lane;
+        if channel < geo.head_dim {
             #[unroll]
-            for c in 0..geo.channel_blocks() {
-                let slice = &mut p.slice_mut((at + c * CHANNEL_BLOCK) as usize, p.len());
-                cmma::store(slice, sums.index(c as usize), stride, MatrixLayout::ColMajor);
-            }
-        }
-        sync_cube();
-        #[unroll]
-        for i in 0..per_unit {
-            let e = UNIT_POS + i * MMA_UNITS;
-            if e < geo.group * geo.head_dim {
-                let (h, c) = (e / geo.head_dim, e % geo.head_dim);
-                #[unroll]
-                for w in 0..per_pass {
-                    if pass * per_pass + w < WARPS {
-                        o[i as usize] += p[(w * MMA_HEADS * stride + h * stride + c) as usize];
-                    }
+            for g in 0..geo.group {
+                let mut x = 0.0f32;
+                if block && channel < head.value_rank {
+                    x = scratch[(own + g * SCRATCH_LD + lane) as usize];
                 }
+                target.write_output(out, g, channel, x, geo.head_dim);
             }
         }
-        sync_cube();
+        sync_plane();
     }
     #[unroll]
-    for i in 0..per_unit {
-        let e = UNIT_POS + i * MMA_UNITS;
-        if e < geo.group * geo.head_dim {
-            let (h, c) = (e / geo.head_dim, e % geo.head_dim);
-            target.write_output(out, h, c, select(c < value_rank, o[i as usize], 0.0), geo.head_dim);
+    for g in 0..geo.group {
+        let mass = plane_sum(softmax.mass[g as usize]);
+        if lane == 0 {
+            target.write_stats(out_max, out_sum, g, softmax.max[g as usize], mass);
         }
-    }
-    if UNIT_POS < geo.group {
-        target.write_stats(out_max, out_sum, UNIT_POS, head_max[UNIT_POS as usize], head_sum[UNIT_POS as usize]);
     }
 }

@@ -10,6 +10,8 @@ mod launch;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 #[allow(missing_docs)]
 mod mma_kernel;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod mma_launch;
 // `#[cube]` expands the kernel into undocumented helper items.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 #[allow(missing_docs)]
@@ -24,9 +26,11 @@ mod rotate;
 mod task;
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-pub use launch::{decode_launch, mma_geometry, supports, MMA_ROW_LOADS};
+pub use launch::{decode_launch, supports};
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub use mma_kernel::MmaGeometry;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub use mma_launch::{key_stride, mma_geometry, value_stride, RowSplits, StagedTiles};
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub use prefill_kernel::PrefillGeometry;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
