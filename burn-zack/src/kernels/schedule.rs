@@ -1,4 +1,7 @@
-//! Load balancing of the decode kernel across uneven heads (the paper's §5.3, adapted).
+//! Load balancing of the scalar decode kernel across uneven heads (the paper's §5.3, adapted).
+//! The tensor-core kernel balances another way: each of its cubes takes every KV head (or an
+//! equal group of them) of a range of slots, so all its cubes do the same work
+//! (`attention::RowSplits`).
 //!
 //! The work of one slot of KV head `g` is proportional to `c_g = k_qk + k_vo + 1` (the score's
 //! dot product, the softmax, the `P·V` row). Each head's slots are cut into splits of
