@@ -17,7 +17,8 @@ use crate::cache::HeadLayout;
 const MAX_CUBE_HEADS: usize = 8;
 /// The most channels of an output head (4 blocks of value sums per warp).
 const MAX_HEAD_DIM: usize = 128;
-/// Warps an SM holds at once (H100 and its predecessors since Volta: 64).
+/// Warps an SM holds at once: 64 on A100 and H100. Where an SM holds fewer, splits sized for
+/// 64 leave a partial second wave of cubes.
 const SM_WARPS: usize = 64;
 
 /// Elements between the staged rows of a head's keys of rank `rank`: the columns the score
