@@ -26,10 +26,11 @@ const F16_ROUNDOFF: f64 = 1.0 / 2048.0;
 
 /// Upper bounds on the unit roundoffs `(score_u, operand_u)` of the decode kernel that runs a
 /// case of `group` query heads per KV head of `head_dim` channels with a cache of `dtype`: CUDA's
-/// tensor-core kernel (f16 caches, groups up to 8, up to 128 channels, rows of at most 16 loads:
-/// `burn_zack::kernels::attention::mma_geometry`; elsewhere these bounds are loose) rounds the reduced queries and the softmax numerators to f16 (`operand_u`) and
-/// accumulates products in f32 on tensor cores, whose additions may truncate (`2 · 2^-24`); the
-/// scalar kernel computes in f32 throughout.
+/// tensor-core kernel (f16 caches, groups up to 8, up to 128 channels, loads of at least 2
+/// elements: `burn_zack::kernels::attention::mma_geometry`; elsewhere these bounds are loose)
+/// rounds the reduced queries and the softmax numerators to f16 (`operand_u`) and accumulates
+/// products in f32 on tensor cores, whose additions may truncate (`2 · 2^-24`); the scalar
+/// kernel computes in f32 throughout.
 fn decode_roundoffs(group: usize, head_dim: usize, dtype: FloatDType) -> (f64, f64) {
     let tensor_cores = cfg!(feature = "cuda") && dtype == FloatDType::F16 && group <= 8 && head_dim <= 128;
     match tensor_cores {

@@ -13,7 +13,7 @@ use burn_kvcompress::{
 use super::{
     kernel::{decode_kernel, DecodeGeometry},
     mma_kernel::mma_decode_kernel,
-    mma_launch::{mma_geometry, RowSplits, StagedTiles},
+    mma_launch::{mma_geometry, RowSplits},
     rotate::{rotate_queries_kernel, ROTATE_COLUMNS},
 };
 use crate::{cache::HeadLayout, kernels::DecodeSchedule};
@@ -155,10 +155,10 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     // task table or the tensor-core kernel's tiles. `split_word` is the kernels' twelfth argument:
     // the splits per head (scalar) or the slots per split (tensor cores).
     let mut meta = step_metadata(layout, options);
-    let (cubes, units, splits, split_word) = match mma {
-        Some(mma) => {
-            let rows = RowSplits::for_device(&mma, layout, batch, len, properties);
-            meta.extend(StagedTiles::new(layout, mma.heads as usize).table.iter().map(|&w| w as i32));
+    let (cubes, units, splits, split_word) = match &mma {
+        Some((mma, tiles)) => {
+            let rows = RowSplits::for_device(mma, layout, batch, len, properties);
+            meta.extend(tiles.table.iter().map(|&w| w as i32));
             let cubes = CubeCount::Static(rows.splits as u32, kv_heads as u32 / mma.heads, batch as u32);
             (cubes, mma.units(), rows.splits, rows.chunk)
         }
@@ -235,7 +235,7 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     // `burn_kvcompress::kernels`.
     unsafe {
         match (mma, keys.dtype()) {
-            (Some(mma), _) => launch!(mma_decode_kernel::launch_unchecked::<f16, R>, mma),
+            (Some((mma, _)), _) => launch!(mma_decode_kernel::launch_unchecked::<f16, R>, mma),
             (None, DType::F16) => launch!(decode_kernel::launch_unchecked::<f16, R>, geo),
             (None, _) => launch!(decode_kernel::launch_unchecked::<f32, R>, geo),
         }

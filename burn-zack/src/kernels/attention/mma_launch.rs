@@ -46,6 +46,8 @@ pub struct StagedTiles {
     pub key_tiles: usize,
     /// Elements of a buffer's value tiles.
     pub value_tiles: usize,
+    /// The most key or value columns of one cube's heads (the widest run of a row it stages).
+    pub widest_row: usize,
 }
 
 impl StagedTiles {
@@ -60,6 +62,11 @@ impl StagedTiles {
         let value = |h: usize| value_stride(layout.vo_ranks[h]);
         let key_tiles = groups.iter().map(|g| span(g, &key)).max().unwrap_or(0);
         let value_tiles = groups.iter().map(|g| span(g, &value)).max().unwrap_or(0);
+        let widest_row = groups
+            .iter()
+            .flat_map(|g| [layout.qk_ranks[g.clone()].iter().sum(), layout.vo_ranks[g.clone()].iter().sum()])
+            .max()
+            .unwrap_or(0);
         let mut table = Vec::with_capacity(TILE_WORDS as usize * layout.kv_heads());
         for group in &groups {
             let (mut key_at, mut value_at) = (0, key_tiles);
@@ -69,24 +76,24 @@ impl StagedTiles {
                 value_at += WARP as usize * value(h);
             }
         }
-        Self { table, key_tiles, value_tiles }
+        Self { table, key_tiles, value_tiles, widest_row }
     }
 }
 
 /// The tensor-core kernel's compile-time shapes for `layout` with `group` query heads per KV head
 /// of `head_dim` channels, cached elements of `dtype` copied `vector` at a time, on a device with
 /// `properties`: the most KV heads per cube (a divisor of the KV heads, at most 8) whose shared
-/// memory fits. `None` where it does not apply: elements other than f16, no f16 `32 × 8 × 16`
-/// warp products into f32 (`cmma`) or no asynchronous copies, more than 8 query heads per KV
-/// head, more than 128 channels, copies of one element (an asynchronous copy moves at least 4 bytes), or not even one KV
-/// head per cube fits the shared memory.
+/// memory fits, with the heads' tiles. `None` where it does not apply: elements other than f16,
+/// no f16 `32 × 8 × 16` warp products into f32 (`cmma`) or no asynchronous copies, more than 8
+/// query heads per KV head, more than 128 channels, copies of one element (an asynchronous copy
+/// moves at least 4 bytes), or not even one KV head per cube fits the shared memory.
 pub fn mma_geometry(
     layout: &HeadLayout,
     (group, head_dim): (usize, usize),
     vector: u32,
     dtype: DType,
     properties: &DeviceProperties,
-) -> Option<MmaGeometry> {
+) -> Option<(MmaGeometry, StagedTiles)> {
     let f16 = ElemType::Float(FloatKind::F16).into();
     let product =
         MmaConfig { a_type: f16, b_type: f16, cd_type: ElemType::Float(FloatKind::F32).into(), m: 32, n: 8, k: 16 };
@@ -105,16 +112,7 @@ pub fn mma_geometry(
     let limit = properties.hardware.max_shared_memory_size;
     (1..=kv_heads.min(MAX_CUBE_HEADS)).rev().filter(|heads| kv_heads.is_multiple_of(*heads)).find_map(|heads| {
         let tiles = StagedTiles::new(layout, heads);
-        let per_row = (0..kv_heads)
-            .step_by(heads)
-            .flat_map(|first| {
-                let keys: usize = layout.qk_ranks[first..first + heads].iter().sum();
-                let values: usize = layout.vo_ranks[first..first + heads].iter().sum();
-                [keys, values]
-            })
-            .max()
-            .unwrap_or(0)
-            / vector as usize;
+        let per_row = tiles.widest_row / vector as usize;
         let geo = MmaGeometry {
             group: group as u32,
             head_dim: head_dim as u32,
@@ -127,7 +125,7 @@ pub fn mma_geometry(
             cells: (WARP as usize * per_row).div_ceil(WARP as usize * heads) as u32,
         };
         let addressable = (geo.buffer_elements() / vector) < CELL_BUFFER_VECTORS && per_row < CELL_ROW_VECTORS as usize;
-        (addressable && geo.shared_bytes() as usize <= limit).then_some(geo)
+        (addressable && geo.shared_bytes() as usize <= limit).then_some((geo, tiles))
     })
 }
 
@@ -182,6 +180,8 @@ mod tests {
         let tiles = StagedTiles::new(&layout(&[32, 40, 96, 16], &[40, 64, 8, 128]), 2);
         // Key strides 40, 56 | 104, 24; value strides 72, 72 | 40, 136.
         assert_eq!((tiles.key_tiles, tiles.value_tiles), (32 * 128, 32 * 176));
+        // Columns of a row per cube: keys 72 | 112, values 104 | 136.
+        assert_eq!(tiles.widest_row, 136);
         let key_end = 32 * 128;
         assert_eq!(
             tiles.table,
