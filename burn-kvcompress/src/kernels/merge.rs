@@ -20,9 +20,25 @@ pub fn masked_score() -> f32 {
 /// so a batch-1 decode of 32 heads still fills a GPU's multiprocessors.
 const MERGE_TILE: u32 = 32;
 
-/// Units per merge cube: `MERGE_UNITS / tile` units per channel, each walking every
-/// `parts`-th split.
-const MERGE_UNITS: u32 = 512;
+/// The most units of a merge cube.
+const MAX_MERGE_UNITS: u32 = 1024;
+
+/// Units an SM runs at once (A100, H100): the merge's units are sized to fill the GPU once.
+const SM_UNITS: u32 = 2048;
+
+/// Units per channel where the device does not report its multiprocessors.
+const DEFAULT_PARTS: u32 = 16;
+
+/// Units per channel of a merge of `splits` splits in `cubes` cubes of `tile` channels on `sms`
+/// multiprocessors: a power of two, as many as one wave of units holds (a second wave would only
+/// wait for the first), at most the splits rounded up to a power of two (more would idle) and
+/// at most [`MAX_MERGE_UNITS`] per cube.
+fn merge_parts(cubes: u32, tile: u32, splits: u32, sms: Option<u32>) -> u32 {
+    let cap = (MAX_MERGE_UNITS / tile).min(splits.next_power_of_two());
+    let wave = sms.map_or(DEFAULT_PARTS, |sms| sms * SM_UNITS / (cubes * tile).max(1));
+    let parts = wave.clamp(1, cap);
+    1 << parts.ilog2()
+}
 
 /// One cube per (query head, tile of `tile` channels), `parts` units per channel; see the module
 /// documentation.
@@ -160,7 +176,9 @@ pub fn merge_partials<R: CubeRuntime>(partials: SplitPartials<R>) -> CubeTensor<
     let out = dense_output::<R, f32>(&output, heads * head_dim);
     let client = output.client.clone();
     let tile = MERGE_TILE.min(head_dim as u32);
-    let parts = MERGE_UNITS / tile;
+    let tiles = (head_dim as u32).div_ceil(tile);
+    let sms = client.properties().hardware.num_streaming_multiprocessors;
+    let parts = merge_parts(heads as u32 * tiles, tile, splits as u32, sms);
     let units = parts * tile;
     // SAFETY: one cube per (head `< heads`, tile of channels); its units read parts `< splits`
     // and channels `< head_dim` (the guard) of buffers `SplitPartials::allocate` sized `heads · splits (· head_dim)`, and
@@ -168,7 +186,7 @@ pub fn merge_partials<R: CubeRuntime>(partials: SplitPartials<R>) -> CubeTensor<
     unsafe {
         merge_kernel::launch_unchecked(
             &client,
-            CubeCount::Static(heads as u32, (head_dim as u32).div_ceil(tile), 1),
+            CubeCount::Static(heads as u32, tiles, 1),
             CubeDim::new_1d(units),
             output.into_array_arg(),
             max.into_array_arg(),
@@ -181,4 +199,26 @@ pub fn merge_partials<R: CubeRuntime>(partials: SplitPartials<R>) -> CubeTensor<
         )
     };
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_units_fill_one_wave_and_no_more_than_the_splits_use() {
+        // ZACK at 32K on 132 SMs: batch 8 (256 heads × 4 tiles, 32 splits), batch 1 (32 heads).
+        assert_eq!(merge_parts(1024, 32, 32, Some(132)), 8);
+        assert_eq!(merge_parts(128, 32, 256, Some(132)), 32);
+        // Few splits: no idle parts; 7 splits take 8 parts (one idles), 1 split one part.
+        assert_eq!(merge_parts(4, 32, 7, Some(132)), 8);
+        assert_eq!(merge_parts(4, 32, 1, Some(132)), 1);
+        // More cubes than a wave: one unit per channel; no device count: the default.
+        assert_eq!(merge_parts(100_000, 32, 64, Some(132)), 1);
+        assert_eq!(merge_parts(4, 16, 64, None), DEFAULT_PARTS);
+        for (cubes, tile, splits) in [(1, 32, 1000), (3, 16, 5), (777, 32, 40)] {
+            let parts = merge_parts(cubes, tile, splits, Some(132));
+            assert!(parts.is_power_of_two() && parts * tile <= MAX_MERGE_UNITS);
+        }
+    }
 }
