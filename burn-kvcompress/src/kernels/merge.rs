@@ -23,8 +23,10 @@ const MERGE_TILE: u32 = 32;
 /// The most units of a merge cube.
 const MAX_MERGE_UNITS: u32 = 1024;
 
-/// Units an SM runs at once (A100, H100): the merge's units are sized to fill the GPU once.
-const SM_UNITS: u32 = 2048;
+/// Units an SM holds at once: 2048 (64 warps) on A100 and H100. Kernels size their launches to
+/// fill the GPU once with it (this merge, ZACK's tensor-core decode); where an SM holds fewer, a
+/// launch so sized leaves a partial second wave.
+pub const SM_UNITS: u32 = 2048;
 
 /// Units per channel where the device does not report its multiprocessors.
 const DEFAULT_PARTS: u32 = 16;

@@ -7,6 +7,7 @@ use burn_cubecl::cubecl::{
     features::MmaConfig,
     ir::{DeviceProperties, ElemType, FloatKind},
 };
+use burn_kvcompress::kernels::SM_UNITS;
 
 use super::mma_kernel::{
     MmaGeometry, CELL_BUFFER_VECTORS, CELL_ROW_VECTORS, CHANNEL_BLOCK, MMA_DEPTH, MMA_HEADS, TILE_WORDS, WARP,
@@ -17,9 +18,8 @@ use crate::cache::HeadLayout;
 const MAX_CUBE_HEADS: usize = 8;
 /// The most channels of an output head (4 blocks of value sums per warp).
 const MAX_HEAD_DIM: usize = 128;
-/// Warps an SM holds at once: 64 on A100 and H100. Where an SM holds fewer, splits sized for
-/// 64 leave a partial second wave of cubes.
-const SM_WARPS: usize = 64;
+/// Warps an SM holds at once ([`SM_UNITS`] over the warp's lanes).
+const SM_WARPS: usize = (SM_UNITS / WARP) as usize;
 
 /// Elements between the staged rows of a head's keys of rank `rank`: the columns the score
 /// products read (the rank rounded up to 16), plus 8 (16 bytes), so that the rows of a product's
