@@ -34,6 +34,9 @@ mod runs;
 // `#[cube]` expands each function into undocumented helper items.
 #[allow(missing_docs)]
 mod softmax;
+// `#[cube]` expands each function into undocumented helper items.
+#[allow(missing_docs)]
+pub mod warp_mma;
 
 pub use buffers::{dense_output, float_arg, int_arg, pitched_rows_arg, CubeF32};
 pub use mask::{decode_slot_visible, first_visible_slot, slot_visible};

@@ -38,7 +38,14 @@
 //! f32 sums by `exp(m_old − m_new)`, one more rounding. The staged tiles hold zeros or cached
 //! values (finite) past a head's rank, where the queries are zero and the output is discarded.
 
-use burn_kvcompress::kernels::{decode_slot_visible, masked_score, SplitOut};
+use burn_kvcompress::kernels::{
+    decode_slot_visible,
+    warp_mma::{
+        accumulator, add_values, clear_weights, operand, value_sums, warp_softmax, weigh_round, write_warp_partials,
+        WarpSoftmax, MMA_DEPTH, MMA_HEADS, SCRATCH_LD, WARP, WARP_SHARED_BYTES,
+    },
+    SplitOut,
+};
 use cubecl::{
     cmma::{self, Matrix, MatrixIdent, MatrixLayout},
     prelude::{
@@ -49,24 +56,10 @@ use cubecl::{
 
 use super::task::TaskSlots;
 
-/// Lanes of a warp, and the slots of a round (the products' `m`).
-pub const WARP: u32 = 32;
-/// Query heads per product (the products' `n`): a group of up to 8, padded with zero queries.
-pub const MMA_HEADS: u32 = 8;
-/// Reduced coordinates, or slots, per product (the products' `k`).
-pub const MMA_DEPTH: u32 = 16;
-/// Channels per value product (its `m`).
-pub const CHANNEL_BLOCK: u32 = 32;
 /// Buffers of staged rows: one round lands while the other is computed.
 pub const STAGE_BUFFERS: u32 = 2;
 /// Bytes of the two buffers' barriers in shared memory.
 const BARRIER_BYTES: u32 = STAGE_BUFFERS * 8;
-/// Floats between the columns of a warp's `[32 × 8]` scratch (32, padded by 4 so that the
-/// columns of a stored product fall in distinct banks).
-const SCRATCH_LD: u32 = 36;
-/// How far a round's max score may exceed a head's reference `m` before `m` moves: the weights
-/// `exp(s − m)` stay below `e^8 ≈ 2981`, well within f16.
-pub const RESCALE_MARGIN: f32 = 8.0;
 /// Copy cells of a unit that copy nothing.
 const NO_CELL: u32 = u32::MAX;
 /// Where a copy cell's vector within the row starts: the 16 bits below it hold the vector in
@@ -113,11 +106,6 @@ impl MmaGeometry {
         WARP * self.heads
     }
 
-    /// Blocks of 32 channels of an output head.
-    pub fn channel_blocks(&self) -> u32 {
-        self.head_dim.div_ceil(CHANNEL_BLOCK)
-    }
-
     /// Elements of one buffer of staged rows.
     pub fn buffer_elements(&self) -> u32 {
         self.key_tiles + self.value_tiles
@@ -126,8 +114,8 @@ impl MmaGeometry {
     /// Bytes of shared memory one cube uses: the two buffers of staged rows, the reduced
     /// queries, the warps' weights and scratch, and the copies' barriers.
     pub fn shared_bytes(&self) -> u32 {
-        let halves = STAGE_BUFFERS * self.buffer_elements() + self.heads * MMA_HEADS * (self.query_stride + WARP);
-        2 * halves + 4 * self.heads * MMA_HEADS * SCRATCH_LD + BARRIER_BYTES
+        let halves = STAGE_BUFFERS * self.buffer_elements() + self.heads * MMA_HEADS * self.query_stride;
+        2 * halves + self.heads * WARP_SHARED_BYTES + BARRIER_BYTES
     }
 }
 
@@ -151,14 +139,6 @@ struct CopyPlan {
     cells: Array<u32>,
     first_column: u32,
     width: u32,
-}
-
-/// The log-sum-exp state of a warp's query heads: the reference `max` (uniform over the warp)
-/// and each lane's share of the mass.
-#[derive(CubeType)]
-struct WarpSoftmax {
-    max: Array<f32>,
-    mass: Array<f32>,
 }
 
 /// Decode attention of one split of one sequence for one group of KV heads; see the module
@@ -217,7 +197,8 @@ pub fn mma_decode_kernel<E: Float, N: Size>(
         SharedMemory::<f32>::new_aligned(comptime!((geo.heads * MMA_HEADS * SCRATCH_LD) as usize), 32usize);
 
     clear_stage(&mut stage, geo);
-    stage_queries(reduced_q, &mut queries, &mut weights, &head, target.first_head, key_width, geo);
+    stage_queries(reduced_q, &mut queries, &head, target.first_head, key_width, geo);
+    clear_weights(&mut weights);
     let key_plan = plan_copies(meta, tiles_at, first_kv, key_width, 0u32, geo);
     let value_plan = plan_copies(meta, tiles_at, first_kv, value_width, 2u32, geo);
     // Barriers of the even and odd rounds' copies (initializing them synchronizes the cube: the
@@ -227,18 +208,8 @@ pub fn mma_decode_kernel<E: Float, N: Size>(
     issue_round(keys, values, &mut stage, &key_plan, &value_plan, &slots, 0, geo);
     even.commit_copy_async();
 
-    let mut softmax =
-        WarpSoftmax { max: Array::<f32>::new(geo.group as usize), mass: Array::<f32>::new(geo.group as usize) };
-    #[unroll]
-    for g in 0..geo.group {
-        softmax.max[g as usize] = masked_score();
-        softmax.mass[g as usize] = 0.0;
-    }
-    let mut sums = Sequence::<Matrix<f32>>::new();
-    #[unroll]
-    for _ in 0..geo.channel_blocks() {
-        sums.push(accumulator());
-    }
+    let mut softmax = warp_softmax(geo.group);
+    let sums = value_sums(geo.head_dim);
     let rounds = slots.count.div_ceil(WARP);
     let mut round = 0u32;
     while round < rounds {
@@ -261,29 +232,18 @@ pub fn mma_decode_kernel<E: Float, N: Size>(
             round += 1;
         }
     }
-    write_partials(&sums, &mut scratch, &softmax, &head, &target, out, out_max, out_sum, geo);
-}
-
-/// A zero `[32 × 8]` f32 accumulator of products with depth 16.
-#[cube]
-fn accumulator() -> Matrix<f32> {
-    Matrix::<f32>::from_value(
-        MatrixIdent::Accumulator,
-        WARP as usize,
-        MMA_HEADS as usize,
-        MMA_DEPTH as usize,
-        MatrixLayout::Undefined,
-        0.0,
-    )
-}
-
-/// An operand (`ident` A: `[32 × 16]`, B: `[16 × 8]`) of `32 × 8 × 16` products, laid out in
-/// memory as `layout`, to be loaded before use.
-#[allow(unsafe_code)]
-#[cube]
-fn operand<E: Float>(#[comptime] ident: MatrixIdent, #[comptime] layout: MatrixLayout) -> Matrix<E> {
-    // SAFETY: every caller loads the operand before the product that reads it.
-    unsafe { Matrix::<E>::uninitialized(ident, WARP as usize, MMA_HEADS as usize, MMA_DEPTH as usize, layout) }
+    write_warp_partials(
+        &sums,
+        &mut scratch,
+        &softmax,
+        head.value_rank,
+        &target,
+        out,
+        out_max,
+        out_sum,
+        geo.group,
+        geo.head_dim,
+    );
 }
 
 /// KV head `kv_head`'s columns (the metadata's first words) and tiles (its tile table at
@@ -315,13 +275,11 @@ fn clear_stage<E: Float, N: Size>(stage: &mut SharedMemory<Vector<E, N>>, #[comp
 
 /// The calling warp's reduced queries, `queries[w · 8 · stride + h · stride + j]` = query head
 /// `h` of its KV head at coordinate `j`, rounded to f16 (zero past the rank and for `h ≥
-/// group`), and its weights tile cleared (the rows past the group stay zero).
-#[allow(clippy::too_many_arguments)]
+/// group`).
 #[cube]
 fn stage_queries<E: Float>(
     reduced_q: &Array<f32>,
     queries: &mut SharedMemory<E>,
-    weights: &mut SharedMemory<E>,
     head: &StagedHead,
     first_head: u32,
     key_width: u32,
@@ -337,10 +295,6 @@ fn stage_queries<E: Float>(
         }
         queries[(warp * MMA_HEADS * geo.query_stride + i) as usize] = E::cast_from(x);
         i += WARP;
-    }
-    #[unroll]
-    for h in 0..MMA_HEADS {
-        weights[(warp * MMA_HEADS * WARP + h * WARP + UNIT_POS % WARP) as usize] = E::cast_from(0.0f32);
     }
 }
 
@@ -470,131 +424,22 @@ fn attend_round<E: Float, N: Size>(
     let t = round * WARP + lane;
     let visible = t < slots.count && decode_slot_visible(slots.first + t, slots.len, slots.start, slots.window);
     let mut s = Array::<f32>::new(geo.group as usize);
-    let mut factor = Array::<f32>::new(geo.group as usize);
-    let mut rescale = false;
     #[unroll]
     for g in 0..geo.group {
-        s[g as usize] = select(visible, scratch[(own + g * SCRATCH_LD + lane) as usize], masked_score());
-        let top = plane_max(s[g as usize]);
-        factor[g as usize] = 1.0;
-        if top > softmax.max[g as usize] + RESCALE_MARGIN {
-            // 0 while the reference is the masked score: nothing has been summed yet.
-            factor[g as usize] = f32::exp(softmax.max[g as usize] - top);
-            rescale = rescale || softmax.max[g as usize] > masked_score();
-            softmax.mass[g as usize] *= factor[g as usize];
-            softmax.max[g as usize] = top;
-        }
+        s[g as usize] = scratch[(own + g * SCRATCH_LD + lane) as usize];
     }
-    if rescale {
-        rescale_sums(sums, scratch, &factor, head.value_rank, geo);
-    }
-    let own_weights = warp * MMA_HEADS * WARP;
-    #[unroll]
-    for g in 0..geo.group {
-        let w = select(visible, f32::exp(s[g as usize] - softmax.max[g as usize]), 0.0);
-        softmax.mass[g as usize] += w;
-        weights[(own_weights + g * WARP + lane) as usize] = E::cast_from(w);
-    }
-    sync_plane();
-    #[unroll]
-    for d in 0..comptime!(WARP / MMA_DEPTH) {
-        let w = operand::<E>(MatrixIdent::B, MatrixLayout::ColMajor);
-        cmma::load(&w, &weights.slice((own_weights + d * MMA_DEPTH) as usize, weights.len()), WARP);
-        #[unroll]
-        for c in 0..geo.channel_blocks() {
-            if c * CHANNEL_BLOCK < head.value_rank {
-                let v = operand::<E>(MatrixIdent::A, MatrixLayout::ColMajor);
-                let at =
-                    (buffer + head.value_tile + d * MMA_DEPTH * head.value_stride + c * CHANNEL_BLOCK) / geo.vector;
-                cmma::load(&v, &stage.slice(at as usize, stage.len()), head.value_stride);
-                let acc = sums.index(c as usize);
-                cmma::execute::<E, E, f32, f32>(&v, &w, acc, acc);
-            }
-        }
-    }
-}
-
-/// Multiplies query head `g`'s column of the calling warp's value sums by `factor[g]`, a block
-/// of 32 channels at a time through its scratch (blocks past the value rank hold zeros).
-#[cube]
-fn rescale_sums(
-    sums: &Sequence<Matrix<f32>>,
-    scratch: &mut SharedMemory<f32>,
-    factor: &Array<f32>,
-    value_rank: u32,
-    #[comptime] geo: MmaGeometry,
-) {
-    let own = (UNIT_POS / WARP) * MMA_HEADS * SCRATCH_LD;
-    let lane = UNIT_POS % WARP;
-    #[unroll]
-    for c in 0..geo.channel_blocks() {
-        if c * CHANNEL_BLOCK < value_rank {
-            let acc = sums.index(c as usize);
-            cmma::store(&mut scratch.slice_mut(own as usize, scratch.len()), acc, SCRATCH_LD, MatrixLayout::ColMajor);
-            sync_plane();
-            #[unroll]
-            for g in 0..geo.group {
-                scratch[(own + g * SCRATCH_LD + lane) as usize] *= factor[g as usize];
-            }
-            sync_plane();
-            cmma::load_with_layout(
-                acc,
-                &scratch.slice(own as usize, scratch.len()),
-                SCRATCH_LD,
-                MatrixLayout::ColMajor,
-            );
-            sync_plane();
-        }
-    }
-}
-
-/// Writes the calling warp's query heads' unnormalized outputs (0 past the value rank), their
-/// reference max and mass as the split's partials.
-#[allow(clippy::too_many_arguments)]
-#[cube]
-fn write_partials(
-    sums: &Sequence<Matrix<f32>>,
-    scratch: &mut SharedMemory<f32>,
-    softmax: &WarpSoftmax,
-    head: &StagedHead,
-    target: &SplitOut,
-    out: &mut Array<f32>,
-    out_max: &mut Array<f32>,
-    out_sum: &mut Array<f32>,
-    #[comptime] geo: MmaGeometry,
-) {
-    let own = (UNIT_POS / WARP) * MMA_HEADS * SCRATCH_LD;
-    let lane = UNIT_POS % WARP;
-    #[unroll]
-    for c in 0..geo.channel_blocks() {
-        let block = c * CHANNEL_BLOCK < head.value_rank;
-        if block {
-            cmma::store(
-                &mut scratch.slice_mut(own as usize, scratch.len()),
-                sums.index(c as usize),
-                SCRATCH_LD,
-                MatrixLayout::ColMajor,
-            );
-        }
-        sync_plane();
-        let channel = c * CHANNEL_BLOCK + lane;
-        if channel < geo.head_dim {
-            #[unroll]
-            for g in 0..geo.group {
-                let mut x = 0.0f32;
-                if block && channel < head.value_rank {
-                    x = scratch[(own + g * SCRATCH_LD + lane) as usize];
-                }
-                target.write_output(out, g, channel, x, geo.head_dim);
-            }
-        }
-        sync_plane();
-    }
-    #[unroll]
-    for g in 0..geo.group {
-        let mass = plane_sum(softmax.mass[g as usize]);
-        if lane == 0 {
-            target.write_stats(out_max, out_sum, g, softmax.max[g as usize], mass);
-        }
-    }
+    weigh_round(&s, visible, softmax, sums, scratch, weights, head.value_rank, geo.group, geo.head_dim);
+    let tile = buffer + head.value_tile;
+    add_values(
+        stage,
+        tile,
+        head.value_stride,
+        weights,
+        0,
+        sums,
+        head.value_rank,
+        geo.vector,
+        WARP / MMA_DEPTH,
+        geo.head_dim,
+    );
 }

@@ -7,11 +7,12 @@ use burn_cubecl::cubecl::{
     features::MmaConfig,
     ir::{DeviceProperties, ElemType, FloatKind},
 };
-use burn_kvcompress::kernels::SM_UNITS;
-
-use super::mma_kernel::{
-    MmaGeometry, CELL_BUFFER_VECTORS, CELL_ROW_VECTORS, CHANNEL_BLOCK, MMA_DEPTH, MMA_HEADS, TILE_WORDS, WARP,
+use burn_kvcompress::kernels::{
+    warp_mma::{CHANNEL_BLOCK, MMA_DEPTH, MMA_HEADS, WARP},
+    SM_UNITS,
 };
+
+use super::mma_kernel::{MmaGeometry, CELL_BUFFER_VECTORS, CELL_ROW_VECTORS, TILE_WORDS};
 use crate::cache::HeadLayout;
 
 /// The most KV heads (warps) one cube takes.
