@@ -10,7 +10,7 @@ use burn_kvcompress::{
 };
 use burn_million_pq::{cache::PqCache, CodebookScope};
 use common::{
-    case::{cases, config, run, tensor, Case},
+    case::{cases, config, run, tensor, Case, Tables},
     random_values, scheme,
 };
 
@@ -19,7 +19,7 @@ type B = NdArray;
 #[test]
 fn attention_matches_reconstructed_kv_within_the_derived_bound() {
     for (i, case) in cases().iter().enumerate() {
-        let (diff, bound, raw_diff) = run::<B>(case, 100 * i as u64);
+        let (diff, bound, raw_diff) = run::<B>(case, 100 * i as u64, Tables::F32);
         assert!(diff <= bound, "case {i}: {diff} > {bound}");
         // Quantization moves the output far more than the bound: the test tells codes from f32.
         let total: usize = case.appends.iter().sum();
@@ -46,7 +46,7 @@ fn long_query_runs_are_split_into_steps_with_the_same_result() {
         key_start: vec![0],
         sliding: None,
     };
-    let (diff, bound, _) = run::<B>(&case, 7);
+    let (diff, bound, _) = run::<B>(&case, 7, Tables::F32);
     assert!(diff <= bound, "{diff} > {bound}");
 }
 

@@ -147,10 +147,11 @@ pub fn weigh_round<E: Float>(
     sync_plane();
 }
 
-/// `Oᵀ += Ṽᵀ Pᵀ` for the calling warp over `depths` blocks of 16 slots: the value tile at
-/// element `tile` of `stage` (vectors of `vector` elements; `[slots × stride]`, a slot's channels
-/// contiguous, `stride` a multiple of 8) against the weights of its slots `16 · first_depth ..` in the warp's weights
-/// tile, channel blocks past `value_rank` skipped.
+/// `Oᵀ += Ṽᵀ Pᵀ` for the calling warp over `depths` blocks of 16 slots and `blocks` blocks of 32
+/// channels from channel block `first_block`: the value tile at element `tile` of `stage`
+/// (vectors of `vector` elements; `[slots × stride]`, a slot's channels from the first block's
+/// first contiguous, `stride` a multiple of 8) against the weights of its slots `16 ·
+/// first_depth ..` in the warp's weights tile, channel blocks past `value_rank` skipped.
 #[allow(clippy::too_many_arguments)]
 #[cube]
 pub fn add_values<E: Float, N: Size>(
@@ -163,7 +164,8 @@ pub fn add_values<E: Float, N: Size>(
     value_rank: u32,
     #[comptime] vector: u32,
     #[comptime] depths: u32,
-    #[comptime] head_dim: u32,
+    #[comptime] first_block: u32,
+    #[comptime] blocks: u32,
 ) {
     let own_weights = (UNIT_POS / WARP) * MMA_HEADS * WARP;
     #[unroll]
@@ -172,12 +174,12 @@ pub fn add_values<E: Float, N: Size>(
         let w_at = own_weights + (first_depth + d) * MMA_DEPTH;
         cmma::load(&w, &weights.slice(w_at as usize, weights.len()), WARP);
         #[unroll]
-        for c in 0..comptime!(head_dim.div_ceil(CHANNEL_BLOCK)) {
-            if c * CHANNEL_BLOCK < value_rank {
+        for c in 0..blocks {
+            if (first_block + c) * CHANNEL_BLOCK < value_rank {
                 let v = operand::<E>(MatrixIdent::A, MatrixLayout::ColMajor);
                 let at = (tile + d * MMA_DEPTH * stride + c * CHANNEL_BLOCK) / vector;
                 cmma::load(&v, &stage.slice(at as usize, stage.len()), stride);
-                let acc = sums.index(c as usize);
+                let acc = sums.index((first_block + c) as usize);
                 cmma::execute::<E, E, f32, f32>(&v, &w, acc, acc);
             }
         }

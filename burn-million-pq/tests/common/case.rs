@@ -34,9 +34,20 @@ pub fn slots(x: &[f32], shape: [usize; 4], from: usize, to: usize) -> Vec<f32> {
     (0..b * h).flat_map(|bh| x[(bh * n + from) * d..(bh * n + to) * d].iter().copied()).collect()
 }
 
-/// Returns the max difference from the expected output, its bound, and the max difference from
-/// attention over the unquantized K/V (which must be far larger when slots are coded).
-pub fn run<B: PqBackend>(case: &Case, seed: u64) -> (f32, f32, f32) {
+/// The precision of the tables a decode kernel may run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tables {
+    /// Lookup table and codebooks in f32 (the reference, the scalar kernel).
+    F32,
+    /// Lookup table and value codebooks in f16, a code word's lookups added in f16 and the
+    /// weights in f16 (the tensor-core kernel, on CUDA).
+    F16,
+}
+
+/// Returns the max difference from the expected output, its bound for attention on `tables`, and
+/// the max difference from attention over the unquantized K/V (which must be far larger when
+/// slots are coded).
+pub fn run<B: PqBackend>(case: &Case, seed: u64, tables: Tables) -> (f32, f32, f32) {
     let Case { config, head_dim: d, kv_heads, group, batch, window, .. } = *case;
     let heads = kv_heads * group;
     let scheme = scheme(config, kv_heads, d, window, seed);
@@ -101,7 +112,18 @@ pub fn run<B: PqBackend>(case: &Case, seed: u64) -> (f32, f32, f32) {
             max_abs_dot = max_abs_dot.max(qv.iter().zip(kv).map(|(a, b)| (a * b).abs()).sum());
         }
     }
-    let bound = 2.0 * options.scale * (d + 1) as f32 * u * max_abs_dot * max_v + 4.0 * (total + d) as f32 * u * max_v;
+    let mut bound =
+        2.0 * options.scale * (d + 1) as f32 * u * max_abs_dot * max_v + 4.0 * (total + d) as f32 * u * max_v;
+    if tables == Tables::F16 {
+        // f16 (unit roundoff 2^-11): each table entry is rounded and a code word's `32 / nbits`
+        // entries are added in f16, so a score moves by at most `(32 / nbits + 1) · u16 ·
+        // scale · Σ|q_i k_i|` (first order), and the output by twice that times max|v|; the
+        // value codebooks (or recent values) and the weights are rounded once each, `u16 ·
+        // max|v|` apiece; a third `u16 · max|v|` covers the second-order terms.
+        let u16 = 2f32.powi(-11);
+        let per_word = (32 / config.nbits as usize) as f32;
+        bound += 2.0 * options.scale * (per_word + 1.0) * u16 * max_abs_dot * max_v + 3.0 * u16 * max_v;
+    }
     (diff.elem(), bound, raw_diff.elem())
 }
 

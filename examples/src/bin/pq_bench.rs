@@ -147,8 +147,10 @@ fn run<B: PqBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
         let want = attention_reference(q, &cache.view(), &options)?;
         let (max, mean) = diffs(got, want);
         println!("check decode kernel vs reference on this backend: batch {batch}, len {len}: max {max:.2e}, mean {mean:.2e}");
-        // On CUDA the reference's f32 matmuls run in TF32 (10-bit mantissa): ~1e-3 differences.
-        ensure!(max < 1e-2 && mean < 1e-3, "decode kernel differs from the reference");
+        // On CUDA the reference's f32 matmuls run in TF32 (10-bit mantissa) and the tensor-core
+        // kernel's table and values in f16 (11 bits): ~1e-3 differences, a few 1e-3 at most (the
+        // kernel tests hold each path to its derived bound).
+        ensure!(max < 3e-2 && mean < 3e-3, "decode kernel differs from the reference");
     }
 
     // 2. Decode attention timing.

@@ -1,6 +1,6 @@
 //! Launching the fused PQ decode kernel and its merge on a CubeCL backend.
 
-use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive};
+use burn::tensor::{Int, Tensor, TensorData};
 use burn_cubecl::{cubecl::prelude::*, BoolElement, CubeRuntime};
 use burn_kvcompress::{
     cache::AttendOptions,
@@ -9,6 +9,7 @@ use burn_kvcompress::{
 
 use super::{
     kernel::{decode_kernel, DecodeGeometry},
+    mma_launch::{mma_decode_launch, mma_geometry, output_tensor},
     table::{table_kernel, DecodeShape},
 };
 use crate::{
@@ -112,6 +113,7 @@ pub fn split_chunk(shape: DecodeShape, batch: usize, kv_heads: usize, len: usize
 
 /// PQ decode attention of `q: [batch, heads, 1, head_dim]` (the last slot) over `view`, shapes
 /// already checked and within what the kernel [`supports`]; returns `[batch, heads, 1, head_dim]`.
+/// Where the device and shapes allow ([`mma_geometry`]), the tensor-core kernel runs instead.
 #[allow(unsafe_code)] // Unchecked kernel launches; each states why it is in bounds.
 pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     q: Tensor<CubeF32<R, BT>, 4>,
@@ -125,6 +127,29 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     let (coded, recent) = (view.coded(), view.recent_len());
     let q = float_arg(&q);
     let client = q.client.clone();
+    let placeholder_int = || int_arg(&Tensor::<CubeF32<R, BT>, 1, Int>::zeros([1], &device));
+    let (k_codes, v_codes) =
+        view.codes.map_or_else(|| (placeholder_int(), placeholder_int()), |(k, v)| (int_arg(k), int_arg(v)));
+    let (k_recent, v_recent) = view.recent.map_or_else(
+        || (dense_output::<R, f32>(&q, 1), dense_output::<R, f32>(&q, 1)),
+        |(k, v)| (float_arg(k), float_arg(v)),
+    );
+    let key_start: Vec<i32> = options.key_start.iter().map(|&s| s as i32).collect();
+    let key_start = Tensor::<CubeF32<R, BT>, 1, Int>::from_data(TensorData::new(key_start, [batch]), &device);
+    if let Some(geo) = mma_geometry(shape, client.properties()) {
+        let codes = (k_codes, v_codes);
+        let out = mma_decode_launch(
+            q,
+            view,
+            options,
+            (batch, kv_heads),
+            codes,
+            (k_recent, v_recent),
+            int_arg(&key_start),
+            geo,
+        );
+        return output_tensor(out, [batch, heads, d]);
+    }
     let shared_limit = client.properties().hardware.max_shared_memory_size;
     let chunk = split_chunk(shape, batch, kv_heads, coded + recent, shared_limit);
     let geo = decode_geometry(shape, chunk);
@@ -151,15 +176,6 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
             shape,
         )
     };
-    let placeholder_int = || int_arg(&Tensor::<CubeF32<R, BT>, 1, Int>::zeros([1], &device));
-    let (k_codes, v_codes) =
-        view.codes.map_or_else(|| (placeholder_int(), placeholder_int()), |(k, v)| (int_arg(k), int_arg(v)));
-    let (k_recent, v_recent) = view.recent.map_or_else(
-        || (dense_output::<R, f32>(&q, 1), dense_output::<R, f32>(&q, 1)),
-        |(k, v)| (float_arg(k), float_arg(v)),
-    );
-    let key_start: Vec<i32> = options.key_start.iter().map(|&s| s as i32).collect();
-    let key_start = Tensor::<CubeF32<R, BT>, 1, Int>::from_data(TensorData::new(key_start, [batch]), &device);
     let partials = SplitPartials::allocate(&q, batch * heads, splits, d);
     // SAFETY: splits `< coded_splits` read code rows `< coded` of each stream (guard `t < count`)
     // and splits past it recent rows `< len - coded`; every code, masked to `nbits`, is `<
@@ -191,8 +207,7 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
             geo,
         )
     };
-    let out = merge_partials(partials);
-    Tensor::<CubeF32<R, BT>, 1>::from_primitive(TensorPrimitive::Float(out)).reshape([batch, heads, 1, d])
+    output_tensor(merge_partials(partials), [batch, heads, d])
 }
 
 #[cfg(test)]

@@ -42,7 +42,7 @@ use burn_kvcompress::kernels::{
     decode_slot_visible,
     warp_mma::{
         accumulator, add_values, clear_weights, operand, value_sums, warp_softmax, weigh_round, write_warp_partials,
-        WarpSoftmax, MMA_DEPTH, MMA_HEADS, SCRATCH_LD, WARP, WARP_SHARED_BYTES,
+        WarpSoftmax, CHANNEL_BLOCK, MMA_DEPTH, MMA_HEADS, SCRATCH_LD, WARP, WARP_SHARED_BYTES,
     },
     SplitOut,
 };
@@ -440,6 +440,7 @@ fn attend_round<E: Float, N: Size>(
         head.value_rank,
         geo.vector,
         WARP / MMA_DEPTH,
-        geo.head_dim,
+        0u32,
+        geo.head_dim.div_ceil(CHANNEL_BLOCK),
     );
 }

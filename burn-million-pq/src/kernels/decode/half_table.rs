@@ -1,0 +1,206 @@
+//! What the tensor-core decode kernel ([`mma_decode_kernel`](super::mma_kernel)) copies into
+//! shared memory, prepared in f16 by two small kernels: the step's lookup table (two query
+//! heads per 32-bit word) and the value codebooks (two channels per word), both laid out so that
+//! 32 lanes looking up 32 distinct subspaces hit 32 distinct banks whatever their codes.
+//!
+//! The layout ([`lane_word`]): a plane of words `[subspace / 32, centroid, 32]`, subspace `s`'s
+//! entry for centroid `c` in column `(s % 32) ^ (s / 32)`. A column is a bank, so lanes on
+//! distinct subspaces of one row of 32 fall on distinct banks, and the exclusive or with the row
+//! puts subspaces `s` and `s + 32` on neighbouring banks rather than the same one.
+
+use cubecl::prelude::*;
+
+use super::table::DecodeShape;
+
+/// Subspaces per row of a plane: a bank each.
+pub const PLANE_COLUMNS: u32 = 32;
+
+/// Compile-time shapes of the tensor-core decode step's f16 tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct HalfTables {
+    /// The step's shapes.
+    pub shape: DecodeShape,
+}
+
+impl HalfTables {
+    /// Words of one plane: `⌈subspaces / 32⌉ · centroids · 32`.
+    pub fn plane_words(&self) -> u32 {
+        self.shape.pq.subspaces.div_ceil(PLANE_COLUMNS) * self.shape.pq.centroids * PLANE_COLUMNS
+    }
+
+    /// Planes of the lookup table: one per pair of query heads.
+    pub fn table_planes(&self) -> u32 {
+        self.shape.group.div_ceil(2)
+    }
+
+    /// Planes of a value codebook: one per pair of a subspace's channels.
+    pub fn book_planes(&self) -> u32 {
+        self.shape.pq.sub_dim / 2
+    }
+
+    /// Words of one stream's lookup table.
+    pub fn table_words(&self) -> u32 {
+        self.table_planes() * self.plane_words()
+    }
+
+    /// Words of one group's value codebooks.
+    pub fn book_words(&self) -> u32 {
+        self.book_planes() * self.plane_words()
+    }
+}
+
+/// The word of subspace `s`'s entry for centroid `c` within a plane; see the module
+/// documentation.
+#[cube]
+pub fn lane_word(s: u32, c: u32, #[comptime] centroids: u32) -> u32 {
+    let row = s / PLANE_COLUMNS;
+    (row * centroids + c) * PLANE_COLUMNS + ((s % PLANE_COLUMNS) ^ (row % PLANE_COLUMNS))
+}
+
+/// Where the subspaces of one code word lie in a plane (codes of `nbits` dividing 32, so a word's
+/// `32 / nbits` subspaces share a row): [`lane_word`] of its code `i` is `base + c · 32 +
+/// ((first_column | i) ^ row)`.
+#[derive(CubeType)]
+pub struct WordColumns {
+    base: u32,
+    first_column: u32,
+    row: u32,
+}
+
+/// The [`WordColumns`] of code word `w` (subspaces `w · per_word ..`).
+#[cube]
+pub fn word_columns(w: u32, #[comptime] per_word: u32, #[comptime] centroids: u32) -> WordColumns {
+    let words_per_row = comptime!(PLANE_COLUMNS / per_word);
+    let row = w / words_per_row;
+    WordColumns {
+        base: row * comptime!(centroids * PLANE_COLUMNS),
+        first_column: (w % words_per_row) * per_word,
+        row: row % PLANE_COLUMNS,
+    }
+}
+
+#[cube]
+impl WordColumns {
+    /// The word of the entry of code `code_index` of the word (its subspace) for centroid `c`.
+    pub fn entry(&self, code_index: u32, c: u32) -> u32 {
+        self.base + c * PLANE_COLUMNS + ((self.first_column | code_index) ^ self.row)
+    }
+}
+
+/// The subspace and centroid of word `r` of a plane (the inverse of [`lane_word`]); the
+/// subspace may lie past the last one, in a row's unused columns.
+#[cube]
+fn word_entry(r: u32, #[comptime] centroids: u32) -> (u32, u32) {
+    let row = r / (centroids * PLANE_COLUMNS);
+    let c = (r / PLANE_COLUMNS) % centroids;
+    let column = r % PLANE_COLUMNS;
+    (row * PLANE_COLUMNS + (column ^ (row % PLANE_COLUMNS)), c)
+}
+
+/// The f16 lookup table of each stream (one cube row per stream = batch row · KV heads + KV
+/// head, one unit per word): word `(plane p, s, c)` holds `scale · <q_g^(s), C_K^s[c]>` for
+/// query heads `g = 2p, 2p + 1` (0 past the group and for unused columns).
+///
+/// - `q`: `[batch, kv_heads · group, head_dim]`; `books`: `[groups, subspaces, centroids,
+///   sub_dim]` (`groups` is 1, or `kv_heads` when `per_head_books` is 1);
+/// - `table`: `[streams, table_words]` words of two f16.
+#[cube(launch_unchecked)]
+pub fn half_table_kernel<E: Float, N: Size>(
+    q: &Array<f32>,
+    books: &Array<f32>,
+    table: &mut Array<Vector<E, N>>,
+    kv_heads: u32,
+    scale: f32,
+    per_head_books: u32,
+    #[comptime] tables: HalfTables,
+) {
+    let shape = tables.shape;
+    let stream = CUBE_POS_Y;
+    let e = CUBE_POS_X * CUBE_DIM + UNIT_POS;
+    if e < tables.table_words() {
+        let plane = e / tables.plane_words();
+        let (s, c) = word_entry(e % tables.plane_words(), shape.pq.centroids);
+        let ds = shape.pq.sub_dim;
+        let book = ((stream % kv_heads) * per_head_books * shape.pq.subspaces + s) * shape.pq.centroids + c;
+        let mut word = Vector::<E, N>::new(E::cast_from(0.0f32));
+        #[unroll]
+        for k in 0..2u32 {
+            let g = 2 * plane + k;
+            if g < shape.group && s < shape.pq.subspaces {
+                let q_at = (stream * shape.group + g) * shape.pq.head_dim + s * ds;
+                let mut dot = 0.0f32;
+                for x in 0..ds {
+                    dot += q[(q_at + x) as usize] * books[(book * ds + x) as usize];
+                }
+                word[k as usize] = E::cast_from(dot * scale);
+            }
+        }
+        table[(stream * tables.table_words() + e) as usize] = word;
+    }
+}
+
+/// The f16 value codebooks of each group of codebooks (one cube row per group, one unit per
+/// word): word `(plane p, s, c)` holds channels `2p, 2p + 1` of `C_V^s[c]` (0 for unused
+/// columns).
+///
+/// - `books`: `[groups, subspaces, centroids, sub_dim]`; `half_books`: `[groups, book_words]`.
+#[cube(launch_unchecked)]
+pub fn half_books_kernel<E: Float, N: Size>(
+    books: &Array<f32>,
+    half_books: &mut Array<Vector<E, N>>,
+    #[comptime] tables: HalfTables,
+) {
+    let shape = tables.shape;
+    let group = CUBE_POS_Y;
+    let e = CUBE_POS_X * CUBE_DIM + UNIT_POS;
+    if e < tables.book_words() {
+        let plane = e / tables.plane_words();
+        let (s, c) = word_entry(e % tables.plane_words(), shape.pq.centroids);
+        let mut word = Vector::<E, N>::new(E::cast_from(0.0f32));
+        if s < shape.pq.subspaces {
+            let at = ((group * shape.pq.subspaces + s) * shape.pq.centroids + c) * shape.pq.sub_dim + 2 * plane;
+            word[0] = E::cast_from(books[at as usize]);
+            word[1] = E::cast_from(books[(at + 1) as usize]);
+        }
+        half_books[(group * tables.book_words() + e) as usize] = word;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Host copy of [`super::lane_word`].
+    fn lane_word_host(s: u32, c: u32, centroids: u32) -> u32 {
+        let row = s / 32;
+        (row * centroids + c) * 32 + ((s % 32) ^ row)
+    }
+
+    /// Whether 32 lanes looking up subspaces `s(l)` with arbitrary codes hit 32 banks.
+    fn distinct_banks(s: impl Fn(u32) -> u32) -> bool {
+        let mut banks: Vec<u32> = (0..32u32).map(|l| lane_word_host(s(l), (l * 37 + 11) % 256, 256) % 32).collect();
+        banks.sort_unstable();
+        banks.dedup();
+        banks.len() == 32
+    }
+
+    #[test]
+    fn the_decode_kernels_walks_fall_on_distinct_banks() {
+        // 64 subspaces of 8 bits, 16 words per slot. Keys: lane `l` reads word `(j + l / 2) % 16`
+        // of its slot and code `i ^ 2 (l % 2)` of it.
+        for j in 0..16 {
+            for i in 0..4 {
+                assert!(distinct_banks(|l| 4 * ((j + l / 2) % 16) + (i ^ (2 * (l % 2)))), "keys: word {j}, code {i}");
+            }
+        }
+        // Values, one part of 64 channels (32 subspaces, 8 words): lane `l` = (slot `t = l %
+        // 16`, side `h = l / 16`) reads word `4 h + (j + t) % 4` and code `(i + t / 4) % 4` of it.
+        for j in 0..4 {
+            for i in 0..4 {
+                let s = |l: u32| {
+                    let (t, h) = (l % 16, l / 16);
+                    4 * (4 * h + (j + t) % 4) + (i + t / 4) % 4
+                };
+                assert!(distinct_banks(s), "values: word {j}, code {i}");
+            }
+        }
+    }
+}

@@ -1,0 +1,520 @@
+//! MILLION decode attention with the values on tensor cores: the kernel a decode step runs where
+//! the backend has f16 `32 × 16` by `16 × 8` warp products into f32 and asynchronous copies
+//! (CUDA), the shapes allow and the tables fit the shared memory ([`MmaGeometry`]); elsewhere the
+//! scalar kernel ([`decode_kernel`](super::kernel::decode_kernel)) runs.
+//!
+//! A cube serves one stream (sequence, KV head). Its units first copy the stream's f16 lookup
+//! table and the value codebooks ([`half_table`](super::half_table)) into shared memory, then
+//! each warp attends on its own split of the slots (coded, then the recent window), in rounds of
+//! 32 slots, one slot per lane, with the next round's code words loading into registers:
+//! 1. scores: a coded slot adds `T[s, code_s]` over its subspaces, two heads per 32-bit lookup,
+//!    in f16 over the subspaces of one code word, then in f32; lane `l` walks its words from word
+//!    `l / 2` and an odd lane a word's codes from its second half, so that the warp's 32 lookups
+//!    are on 32 distinct subspaces, hence banks. A recent slot scores `scale · q · k` in f32;
+//! 2. the warp's online softmax ([`weigh_round`]) turns the scores into f16 weights;
+//! 3. values, per half round of 16 slots and part of 64 channels: lanes `(t, h)` rebuild slot
+//!    `t`'s half `h` of the part's channels into the warp's f16 tile (a coded slot from the
+//!    staged codebooks, by the same kind of bank-spreading walk; a recent slot from its f32
+//!    row), and the warp adds `Ṽᵀ Pᵀ` on tensor cores ([`add_values`]). A tile of 64 channels
+//!    rather than the whole head leaves room in the shared memory for more warps.
+//!
+//! The warp writes its split's partials for the log-sum-exp merge.
+//!
+//! Precision, beyond the scalar kernel's: a table entry rounded to f16 and the f16 sums of a code
+//! word's `p` entries move a score by at most `p · 2^-11 · Σ_s |T_s|` (to first order), and the
+//! f16 rounding of the value codebooks, of the recent values and of the weights moves the output
+//! by at most `2 · 2^-11 · max |v|`.
+
+use burn_kvcompress::kernels::{
+    decode_slot_visible,
+    warp_mma::{
+        add_values, clear_weights, value_sums, warp_softmax, weigh_round, write_warp_partials, CHANNEL_BLOCK,
+        MMA_DEPTH, MMA_HEADS, SCRATCH_LD, WARP, WARP_SHARED_BYTES,
+    },
+    SplitOut,
+};
+use cubecl::prelude::{
+    barrier::{copy_async, Barrier},
+    *,
+};
+
+use super::half_table::{word_columns, HalfTables};
+
+/// Elements of a 32-bit word of the tables and tiles (two f16).
+pub const WORD_ELEMENTS: u32 = 2;
+/// The most channels of a value tile.
+pub const TILE_CHANNELS: u32 = 2 * CHANNEL_BLOCK;
+/// Bytes of the prologue copies' barrier.
+const BARRIER_BYTES: u32 = 8;
+
+/// Shapes fixed at compile time (one compiled kernel per model geometry, configuration and cube
+/// size).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MmaGeometry {
+    /// The f16 tables' shapes (and the step's).
+    pub tables: HalfTables,
+    /// Warps per cube.
+    pub warps: u32,
+}
+
+impl MmaGeometry {
+    /// Units per cube.
+    pub fn units(&self) -> u32 {
+        WARP * self.warps
+    }
+
+    /// Codes per 32-bit code word.
+    pub fn per_word(&self) -> u32 {
+        32 / self.tables.shape.pq.nbits
+    }
+
+    /// Channels of a value tile: two blocks of 32 (the head's channels rounded up to a block
+    /// where fewer).
+    pub fn tile_channels(&self) -> u32 {
+        self.tables.shape.pq.head_dim.next_multiple_of(CHANNEL_BLOCK).min(TILE_CHANNELS)
+    }
+
+    /// Parts of a head's channels rebuilt one tile at a time.
+    pub fn channel_parts(&self) -> u32 {
+        self.tables.shape.pq.head_dim.div_ceil(TILE_CHANNELS)
+    }
+
+    /// Code words of one channel part.
+    pub fn part_words(&self) -> u32 {
+        self.tables.shape.pq.words / self.channel_parts()
+    }
+
+    /// Elements between the slots of a value tile: its channels plus 8 (16 bytes), so that a
+    /// product's rows fall in distinct banks.
+    pub fn tile_stride(&self) -> u32 {
+        self.tile_channels() + 8
+    }
+
+    /// Words of one warp's value tile of 16 slots.
+    pub fn tile_words(&self) -> u32 {
+        MMA_DEPTH * self.tile_stride() / WORD_ELEMENTS
+    }
+
+    /// Bytes of shared memory one cube uses: the lookup table, the value codebooks, the queries
+    /// in f32, each warp's value tile, weights and scratch, and the barrier.
+    pub fn shared_bytes(&self) -> u32 {
+        let shape = self.tables.shape;
+        let words = self.tables.table_words() + self.tables.book_words() + self.warps * self.tile_words();
+        4 * (words + shape.group * shape.pq.head_dim) + self.warps * WARP_SHARED_BYTES + BARRIER_BYTES
+    }
+}
+
+/// Where a warp's slots lie: `count` from slot `first` of `len`, `coded` of them codes, for a
+/// sequence whose first real slot is `start`, under a window of `window` slots (0: none).
+#[derive(CubeType)]
+struct WarpSlots {
+    first: u32,
+    count: u32,
+    len: u32,
+    coded: u32,
+    start: u32,
+    window: u32,
+}
+
+/// The cube's stream and the rows of its codes and recent slots.
+#[derive(CubeType)]
+struct StreamRows {
+    code_row0: u32,
+    recent_row0: u32,
+}
+
+/// One cube of MILLION decode attention on tensor cores; see the module documentation.
+///
+/// - `table`: `[streams, table_words]`, `books`: `[groups, book_words]` (f16 pairs,
+///   [`half_table`](super::half_table));
+/// - `k_codes`, `v_codes`: `[streams, coded, words]`; `k_recent`, `v_recent`: `[streams, len −
+///   coded, head_dim]`; `q`: `[streams · group, head_dim]`; `key_start`: `[batch]`;
+/// - outputs per (query head, split = cube · warps + warp): `out` (`head_dim` each), `out_max`,
+///   `out_sum`;
+/// - cube `(x, stream)`: warp `w` takes slots `(x · warps + w) · warp_chunk ..` (at most
+///   `warp_chunk`, a multiple of 32).
+#[allow(clippy::too_many_arguments)]
+#[cube(launch_unchecked)]
+pub fn mma_decode_kernel<E: Float, N: Size>(
+    table: &Array<Vector<E, N>>,
+    books: &Array<Vector<E, N>>,
+    k_codes: &Array<u32>,
+    v_codes: &Array<u32>,
+    q: &Array<f32>,
+    k_recent: &Array<f32>,
+    v_recent: &Array<f32>,
+    key_start: &Array<u32>,
+    out: &mut Array<f32>,
+    out_max: &mut Array<f32>,
+    out_sum: &mut Array<f32>,
+    len: u32,
+    coded: u32,
+    warp_chunk: u32,
+    window: u32,
+    scale: f32,
+    per_head_books: u32,
+    #[comptime] geo: MmaGeometry,
+) {
+    let shape = geo.tables.shape;
+    let stream = CUBE_POS_Y;
+    let kv_heads = CUBE_COUNT_Y / key_start.len() as u32;
+    let split = CUBE_POS_X * geo.warps + UNIT_POS / WARP;
+    let first = u32::min(split * warp_chunk, len);
+    let slots = WarpSlots {
+        first,
+        count: u32::min(warp_chunk, len - first),
+        len,
+        coded,
+        start: key_start[(stream / kv_heads) as usize],
+        window,
+    };
+    let rows = StreamRows { code_row0: stream * coded, recent_row0: stream * (len - coded) };
+    let target = SplitOut { first_head: stream * shape.group, split, splits: CUBE_COUNT_X * geo.warps };
+
+    let mut lookup = SharedMemory::<Vector<E, N>>::new_aligned(geo.tables.table_words() as usize, 16usize);
+    let mut value_books = SharedMemory::<Vector<E, N>>::new_aligned(geo.tables.book_words() as usize, 16usize);
+    let mut tiles =
+        SharedMemory::<Vector<E, N>>::new_aligned(comptime!((geo.warps * geo.tile_words()) as usize), 32usize);
+    let mut queries = SharedMemory::<f32>::new(comptime!((shape.group * shape.pq.head_dim) as usize));
+    let mut weights = SharedMemory::<E>::new_aligned(comptime!((geo.warps * MMA_HEADS * WARP) as usize), 32usize);
+    let mut scratch =
+        SharedMemory::<f32>::new_aligned(comptime!((geo.warps * MMA_HEADS * SCRATCH_LD) as usize), 32usize);
+
+    // Initializing the barrier synchronizes the cube.
+    let copies = Barrier::shared(geo.units(), UNIT_POS == 0);
+    let book_base = (stream % kv_heads) * per_head_books * geo.tables.book_words();
+    stage_words(table, &mut lookup, stream * geo.tables.table_words(), geo.tables.table_words(), geo.units());
+    stage_words(books, &mut value_books, book_base, geo.tables.book_words(), geo.units());
+    copies.commit_copy_async();
+    let mut i = UNIT_POS;
+    while i < comptime!(shape.group * shape.pq.head_dim) {
+        queries[i as usize] = q[(stream * comptime!(shape.group * shape.pq.head_dim) + i) as usize];
+        i += geo.units();
+    }
+    clear_weights(&mut weights);
+    copies.arrive_and_wait();
+    sync_cube();
+
+    let mut softmax = warp_softmax(shape.group);
+    let sums = value_sums(shape.pq.head_dim);
+    let words = comptime!(shape.pq.words);
+    let mut next_keys = Array::<u32>::new(words as usize);
+    let mut next_values = Array::<u32>::new(words as usize);
+    let mut key_words = Array::<u32>::new(words as usize);
+    let mut value_words = Array::<u32>::new(words as usize);
+    load_codes(k_codes, v_codes, &mut next_keys, &mut next_values, &rows, &slots, 0u32, geo);
+    let lane = UNIT_POS % WARP;
+    let rounds = slots.count.div_ceil(WARP);
+    for round in 0..rounds {
+        #[unroll]
+        for w in 0..words {
+            key_words[w as usize] = next_keys[w as usize];
+            value_words[w as usize] = next_values[w as usize];
+        }
+        if round + 1 < rounds {
+            load_codes(k_codes, v_codes, &mut next_keys, &mut next_values, &rows, &slots, round + 1, geo);
+        }
+        let t = slots.first + round * WARP + lane;
+        let in_split = t < slots.first + slots.count;
+        let mut s = Array::<f32>::new(shape.group as usize);
+        if t < slots.coded {
+            lookup_scores(&lookup, &key_words, &mut s, geo);
+        } else {
+            recent_scores(&queries, k_recent, &mut s, rows.recent_row0 + t - slots.coded, in_split, scale, geo);
+        }
+        let visible = in_split && decode_slot_visible(t, slots.len, slots.start, slots.window);
+        weigh_round(
+            &s,
+            visible,
+            &mut softmax,
+            &sums,
+            &mut scratch,
+            &mut weights,
+            shape.pq.head_dim,
+            shape.group,
+            shape.pq.head_dim,
+        );
+        let tile = (UNIT_POS / WARP) * geo.tile_words();
+        let blocks = comptime!(geo.tile_channels() / CHANNEL_BLOCK);
+        #[unroll]
+        for half in 0..comptime!(WARP / MMA_DEPTH) {
+            let tv = slots.first + round * WARP + half * MMA_DEPTH + lane % MMA_DEPTH;
+            let row_at = tile + (lane % MMA_DEPTH) * comptime!(geo.tile_stride() / WORD_ELEMENTS);
+            #[unroll]
+            for part in 0..geo.channel_parts() {
+                if tv < slots.coded {
+                    rebuild_coded_values(&value_books, &value_words, &mut tiles, row_at, half, part, geo);
+                } else {
+                    let row = rows.recent_row0 + tv - slots.coded;
+                    let valid = tv < slots.first + slots.count;
+                    rebuild_recent_values(v_recent, &mut tiles, row_at, row, valid, part, geo);
+                }
+                sync_plane();
+                add_values(
+                    &tiles,
+                    tile * WORD_ELEMENTS,
+                    geo.tile_stride(),
+                    &weights,
+                    half,
+                    &sums,
+                    shape.pq.head_dim,
+                    WORD_ELEMENTS,
+                    1u32,
+                    part * blocks,
+                    blocks,
+                );
+                sync_plane();
+            }
+        }
+    }
+    write_warp_partials(
+        &sums,
+        &mut scratch,
+        &softmax,
+        shape.pq.head_dim,
+        &target,
+        out,
+        out_max,
+        out_sum,
+        shape.group,
+        shape.pq.head_dim,
+    );
+}
+
+/// Issues the calling unit's asynchronous copies of words `base ..` (`words` of them) of `src`
+/// into `dst`, one word of every `units`.
+#[cube]
+fn stage_words<E: Float, N: Size>(
+    src: &Array<Vector<E, N>>,
+    dst: &mut SharedMemory<Vector<E, N>>,
+    base: u32,
+    #[comptime] words: u32,
+    #[comptime] units: u32,
+) {
+    let mut i = UNIT_POS;
+    while i < words {
+        let from = (base + i) as usize;
+        copy_async(&src.slice(from, from + 1), &mut dst.slice_mut(i as usize, i as usize + 1), WORD_ELEMENTS);
+        i += units;
+    }
+}
+
+/// Loads round `round`'s code words of the calling lane into registers (0 for slots past the
+/// split or past the codes): its slot's key words, word `j` of `keys` being word `(j + lane /
+/// 2) % words` of the slot (the walk of the score lookups), and for each half round and channel
+/// part the value words of slot `t = lane % 16` of the half, half `lane / 16` of the part's
+/// words, word `j` of that half being its word `(j + t) % n` (`n` words; the walk of the value
+/// rebuild).
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn load_codes(
+    k_codes: &Array<u32>,
+    v_codes: &Array<u32>,
+    keys: &mut Array<u32>,
+    values: &mut Array<u32>,
+    rows: &StreamRows,
+    slots: &WarpSlots,
+    round: u32,
+    #[comptime] geo: MmaGeometry,
+) {
+    let words = comptime!(geo.tables.shape.pq.words);
+    let lane = UNIT_POS % WARP;
+    let end = u32::min(slots.first + slots.count, slots.coded);
+    let t = slots.first + round * WARP + lane;
+    #[unroll]
+    for j in 0..words {
+        let mut x = 0u32;
+        if t < end {
+            x = k_codes[((rows.code_row0 + t) * words + (j + lane / 2) % words) as usize];
+        }
+        keys[j as usize] = x;
+    }
+    let (slot, side) = (lane % MMA_DEPTH, lane / MMA_DEPTH);
+    let side_words = comptime!(geo.part_words() / 2);
+    #[unroll]
+    for half in 0..comptime!(WARP / MMA_DEPTH) {
+        let tv = slots.first + round * WARP + half * MMA_DEPTH + slot;
+        #[unroll]
+        for part in 0..geo.channel_parts() {
+            #[unroll]
+            for j in 0..side_words {
+                let mut x = 0u32;
+                if tv < end {
+                    let w = part * geo.part_words() + side * side_words + (j + slot) % side_words;
+                    x = v_codes[((rows.code_row0 + tv) * words + w) as usize];
+                }
+                values[((half * geo.channel_parts() + part) * side_words + j) as usize] = x;
+            }
+        }
+    }
+}
+
+/// A coded slot's scores `s[g] = Σ_s T[s, code_s]` from the staged table (two heads per word),
+/// added in f16 over a code word's subspaces, then in f32; see step 1 of the module
+/// documentation for the walk (lane `l` takes its words from word `l / 2`, already so loaded,
+/// and an odd lane a word's codes from its second half: the word is rotated by half its bits).
+#[cube]
+fn lookup_scores<E: Float, N: Size>(
+    lookup: &SharedMemory<Vector<E, N>>,
+    key_words: &Array<u32>,
+    s: &mut Array<f32>,
+    #[comptime] geo: MmaGeometry,
+) {
+    let shape = geo.tables.shape;
+    let planes = comptime!(geo.tables.table_planes());
+    let per_word = comptime!(geo.per_word());
+    let exact = comptime!(shape.pq.words * per_word == shape.pq.subspaces);
+    let mask = comptime!((1u32 << shape.pq.nbits) - 1);
+    let lane = UNIT_POS % WARP;
+    #[unroll]
+    for g in 0..shape.group {
+        s[g as usize] = 0.0;
+    }
+    let first_code = (lane % 2) * comptime!(per_word / 2);
+    #[unroll]
+    for j in 0..shape.pq.words {
+        let w = (j + lane / 2) % shape.pq.words;
+        let columns = word_columns(w, per_word, shape.pq.centroids);
+        let word = rotate_codes(key_words[j as usize], first_code, shape.pq.nbits);
+        let mut acc = Array::<Vector<E, N>>::new(planes as usize);
+        #[unroll]
+        for p in 0..planes {
+            acc[p as usize] = Vector::<E, N>::new(E::cast_from(0.0f32));
+        }
+        #[unroll]
+        for i in 0..per_word {
+            let code_index = i ^ first_code;
+            if exact || w * per_word + code_index < shape.pq.subspaces {
+                let at = columns.entry(code_index, (word >> (i * shape.pq.nbits)) & mask);
+                #[unroll]
+                for p in 0..planes {
+                    acc[p as usize] += lookup[(p * geo.tables.plane_words() + at) as usize];
+                }
+            }
+        }
+        #[unroll]
+        for p in 0..planes {
+            s[(2 * p) as usize] += f32::cast_from(acc[p as usize][0]);
+            if 2 * p + 1 < shape.group {
+                s[(2 * p + 1) as usize] += f32::cast_from(acc[p as usize][1]);
+            }
+        }
+    }
+}
+
+/// `word` with its codes rotated so that its code `i` is code `i ^ first_code` of the original
+/// (`first_code` 0 or half the codes of a word): the codes' shifts stay compile-time constants.
+#[cube]
+fn rotate_codes(word: u32, first_code: u32, #[comptime] nbits: u32) -> u32 {
+    let bits = first_code * nbits;
+    (word >> bits) | (word << ((32 - bits) % 32))
+}
+
+/// A recent slot's scores `s[g] = scale · q_g · k` from its f32 row `row` (0 when `valid` is
+/// false: a lane past the split).
+#[cube]
+fn recent_scores(
+    queries: &SharedMemory<f32>,
+    k_recent: &Array<f32>,
+    s: &mut Array<f32>,
+    row: u32,
+    valid: bool,
+    scale: f32,
+    #[comptime] geo: MmaGeometry,
+) {
+    let shape = geo.tables.shape;
+    let d = shape.pq.head_dim;
+    #[unroll]
+    for g in 0..shape.group {
+        s[g as usize] = 0.0;
+    }
+    if valid {
+        for c in 0..d {
+            let k = k_recent[(row * d + c) as usize];
+            #[unroll]
+            for g in 0..shape.group {
+                s[g as usize] += queries[(g * d + c) as usize] * k;
+            }
+        }
+        #[unroll]
+        for g in 0..shape.group {
+            s[g as usize] *= scale;
+        }
+    }
+}
+
+/// Rebuilds channel part `part` of the lane's coded slot of half round `half` (its half `lane /
+/// 16` of the part's code words) into its tile row at word `row_at`, from the staged value
+/// codebooks: the lanes of a slot walk their words from word `slot` (as loaded) and a word's
+/// codes from code `slot / n` (`n` words per lane), so that the warp's 32 lookups fall on
+/// distinct subspaces of a row, hence banks.
+#[cube]
+fn rebuild_coded_values<E: Float, N: Size>(
+    value_books: &SharedMemory<Vector<E, N>>,
+    value_words: &Array<u32>,
+    tiles: &mut SharedMemory<Vector<E, N>>,
+    row_at: u32,
+    #[comptime] half: u32,
+    #[comptime] part: u32,
+    #[comptime] geo: MmaGeometry,
+) {
+    let shape = geo.tables.shape;
+    let side_words = comptime!(geo.part_words() / 2);
+    let per_word = comptime!(geo.per_word());
+    let exact = comptime!(shape.pq.words * per_word == shape.pq.subspaces);
+    let pairs = comptime!(shape.pq.sub_dim / 2);
+    let first_subspace = comptime!(part * geo.part_words() * per_word);
+    let mask = comptime!((1u32 << shape.pq.nbits) - 1);
+    let lane = UNIT_POS % WARP;
+    let (slot, side) = (lane % MMA_DEPTH, lane / MMA_DEPTH);
+    let first_code = (slot / side_words) % per_word;
+    #[unroll]
+    for j in 0..side_words {
+        let w = part * geo.part_words() + side * side_words + (j + slot) % side_words;
+        let columns = word_columns(w, per_word, shape.pq.centroids);
+        let loaded = value_words[((half * geo.channel_parts() + part) * side_words + j) as usize];
+        let word = rotate_codes(loaded, first_code, shape.pq.nbits);
+        #[unroll]
+        for i in 0..per_word {
+            let code_index = (i + first_code) % per_word;
+            let subspace = w * per_word + code_index;
+            if exact || subspace < shape.pq.subspaces {
+                let at = columns.entry(code_index, (word >> (i * shape.pq.nbits)) & mask);
+                #[unroll]
+                for p in 0..pairs {
+                    tiles[(row_at + (subspace - first_subspace) * pairs + p) as usize] =
+                        value_books[(p * geo.tables.plane_words() + at) as usize];
+                }
+            }
+        }
+    }
+}
+
+/// Writes half `lane / 16` of channel part `part` of recent row `row` (f32, rounded to f16) into
+/// the lane's tile row at word `row_at`; zeros past the head's channels and where `valid` is
+/// false (a lane past the split: its weight is 0, and the tile must hold finite values).
+#[cube]
+fn rebuild_recent_values<E: Float, N: Size>(
+    v_recent: &Array<f32>,
+    tiles: &mut SharedMemory<Vector<E, N>>,
+    row_at: u32,
+    row: u32,
+    valid: bool,
+    #[comptime] part: u32,
+    #[comptime] geo: MmaGeometry,
+) {
+    let d = geo.tables.shape.pq.head_dim;
+    let side_pairs = comptime!(geo.tile_channels() / 4);
+    let side = (UNIT_POS % WARP) / MMA_DEPTH;
+    #[unroll]
+    for x in 0..side_pairs {
+        let pair = side * side_pairs + x;
+        let channel = part * geo.tile_channels() + 2 * pair;
+        let mut word = Vector::<E, N>::new(E::cast_from(0.0f32));
+        if valid && channel < d {
+            word[0] = E::cast_from(v_recent[(row * d + channel) as usize]);
+            word[1] = E::cast_from(v_recent[(row * d + channel + 1) as usize]);
+        }
+        tiles[(row_at + pair) as usize] = word;
+    }
+}
