@@ -37,9 +37,9 @@ const PREP_UNITS: u32 = 256;
 /// many warps per cube (at most [`MAX_WARPS`]) as the shared memory holds beside the tables.
 /// `None` where it does not apply: no f16 `32 × 8 × 16` warp products into f32, no asynchronous
 /// copies or planes of other than 32 lanes; more than 8 query heads per KV head or 128 channels,
-/// a head dimension not a multiple of 4, or past 64 channels not a multiple of 64; an odd number
+/// a head dimension not a multiple of 4, or past 32 channels not a multiple of 32; an odd number
 /// of channels per subspace; codes that do not divide a 32-bit word or have more than 8 bits;
-/// parts of 64 channels whose codes are not an even number of whole words; or tables that leave
+/// parts of 32 channels whose codes are not an even number of whole words; or tables that leave
 /// no room for one warp.
 pub fn mma_geometry(shape: DecodeShape, properties: &DeviceProperties) -> Option<MmaGeometry> {
     let f16 = ElemType::Float(FloatKind::F16).into();
