@@ -97,13 +97,33 @@ fn word_entry(r: u32, #[comptime] centroids: u32) -> (u32, u32) {
     (row * PLANE_COLUMNS + (column ^ (row % PLANE_COLUMNS)), c)
 }
 
+/// Centroids of one cube of [`half_table_kernel`]: a tile of 32 centroids by a row's 32 columns.
+pub const TILE_CENTROIDS: u32 = 32;
+
+/// Words between the centroids of [`half_table_kernel`]'s staged tile: 32 columns, padded by one
+/// so that a column's 32 centroids fall in distinct banks.
+const TILE_LD: u32 = PLANE_COLUMNS + 1;
+
+impl HalfTables {
+    /// Cubes of [`half_table_kernel`] per stream: one per (plane, row, tile of 32 centroids).
+    pub fn table_cubes(&self) -> u32 {
+        let rows = self.shape.pq.subspaces.div_ceil(PLANE_COLUMNS);
+        self.table_planes() * rows * self.shape.pq.centroids.div_ceil(TILE_CENTROIDS)
+    }
+}
+
 /// The f16 lookup table of each stream (one cube row per stream = batch row · KV heads + KV
-/// head, one unit per word): word `(plane p, s, c)` holds `scale · <q_g^(s), C_K^s[c]>` for
-/// query heads `g = 2p, 2p + 1` (0 past the group and for unused columns).
+/// head): word `(plane p, s, c)` holds `scale · <q_g^(s), C_K^s[c]>` for query heads `g = 2p, 2p
+/// + 1` (0 past the group and for unused columns). A cube computes a tile of 32 centroids of one
+/// row's 32 subspaces, consecutive units on consecutive centroids (the codebook reads are
+/// contiguous), stages it in shared memory, and writes it out a centroid's 32 columns at a time
+/// (the table writes are contiguous).
 ///
 /// - `q`: `[batch, kv_heads · group, head_dim]`; `books`: `[groups, subspaces, centroids,
 ///   sub_dim]` (`groups` is 1, or `kv_heads` when `per_head_books` is 1);
-/// - `table`: `[streams, table_words]` words of two f16.
+/// - `table`: `[streams, table_words]` words of two f16;
+/// - cube `(x, stream)`: plane `x / (rows · tiles)`, row `x / tiles % rows`, centroids `32 · (x %
+///   tiles) ..`.
 #[cube(launch_unchecked)]
 pub fn half_table_kernel<E: Float, N: Size>(
     q: &Array<f32>,
@@ -113,29 +133,53 @@ pub fn half_table_kernel<E: Float, N: Size>(
     scale: f32,
     per_head_books: u32,
     #[comptime] tables: HalfTables,
+    #[comptime] units: u32,
 ) {
     let shape = tables.shape;
+    let centroids = shape.pq.centroids;
+    let rows = comptime!(shape.pq.subspaces.div_ceil(PLANE_COLUMNS));
+    let tiles = comptime!(centroids.div_ceil(TILE_CENTROIDS));
     let stream = CUBE_POS_Y;
-    let e = CUBE_POS_X * CUBE_DIM + UNIT_POS;
-    if e < tables.table_words() {
-        let plane = e / tables.plane_words();
-        let (s, c) = word_entry(e % tables.plane_words(), shape.pq.centroids);
-        let ds = shape.pq.sub_dim;
-        let book = ((stream % kv_heads) * per_head_books * shape.pq.subspaces + s) * shape.pq.centroids + c;
+    let plane = CUBE_POS_X / (rows * tiles);
+    let row = CUBE_POS_X / tiles % rows;
+    let first_centroid = (CUBE_POS_X % tiles) * TILE_CENTROIDS;
+    let ds = shape.pq.sub_dim;
+    let group_books = (stream % kv_heads) * per_head_books * shape.pq.subspaces;
+    let mut staged = SharedMemory::<Vector<E, N>>::new(comptime!((TILE_CENTROIDS * TILE_LD) as usize));
+    #[unroll]
+    for k in 0..comptime!((TILE_CENTROIDS * PLANE_COLUMNS).div_ceil(units)) {
+        let e = UNIT_POS + k * units;
+        let (column, local) = (e / TILE_CENTROIDS, e % TILE_CENTROIDS);
+        let (s, c) = (row * PLANE_COLUMNS + column, first_centroid + local);
         let mut word = Vector::<E, N>::new(E::cast_from(0.0f32));
         #[unroll]
-        for k in 0..2u32 {
-            let g = 2 * plane + k;
-            if g < shape.group && s < shape.pq.subspaces {
+        for h in 0..2u32 {
+            let g = 2 * plane + h;
+            if column < PLANE_COLUMNS && g < shape.group && s < shape.pq.subspaces && c < centroids {
                 let q_at = (stream * shape.group + g) * shape.pq.head_dim + s * ds;
+                let book = ((group_books + s) * centroids + c) * ds;
                 let mut dot = 0.0f32;
                 for x in 0..ds {
-                    dot += q[(q_at + x) as usize] * books[(book * ds + x) as usize];
+                    dot += q[(q_at + x) as usize] * books[(book + x) as usize];
                 }
-                word[k as usize] = E::cast_from(dot * scale);
+                word[h as usize] = E::cast_from(dot * scale);
             }
         }
-        table[(stream * tables.table_words() + e) as usize] = word;
+        if column < PLANE_COLUMNS {
+            staged[(local * TILE_LD + (column ^ (row % PLANE_COLUMNS))) as usize] = word;
+        }
+    }
+    sync_cube();
+    let plane_at = stream * tables.table_words() + plane * tables.plane_words();
+    #[unroll]
+    for k in 0..comptime!((TILE_CENTROIDS * PLANE_COLUMNS).div_ceil(units)) {
+        let e = UNIT_POS + k * units;
+        let (local, column) = (e / PLANE_COLUMNS, e % PLANE_COLUMNS);
+        let c = first_centroid + local;
+        if local < TILE_CENTROIDS && c < centroids {
+            table[(plane_at + (row * centroids + c) * PLANE_COLUMNS + column) as usize] =
+                staged[(local * TILE_LD + column) as usize];
+        }
     }
 }
 

@@ -123,15 +123,16 @@ pub fn mma_decode_launch<R: CubeRuntime, BT: BoolElement>(
     let (key_books, value_groups) = (view.key_books.dims()[0], view.value_books.dims()[0]);
     let table = dense_output::<R, f16>(&q, streams * (geo.tables.table_words() * WORD_ELEMENTS) as usize);
     let books = dense_output::<R, f16>(&q, value_groups * (geo.tables.book_words() * WORD_ELEMENTS) as usize);
-    // SAFETY: one unit per word of each stream's table (guard `e < table_words`), reading query
-    // head `2p + k < group` of the stream (`q` holds `streams · group · head_dim` floats, the
-    // caller's shape check) at the channels of subspace `s < subspaces`, and codebook row `s, c`
-    // of the stream's group (`groups` is 1 or `kv_heads`); `table` holds `streams` tables.
+    // SAFETY: one cube per (plane, row, tile of 32 centroids) of each stream's table, writing
+    // its words within the plane (guard `c < centroids`), reading query head `2p + h < group` of
+    // the stream (`q` holds `streams · group · head_dim` floats, the caller's shape check) at the
+    // channels of subspace `s < subspaces`, and codebook row `s, c` of the stream's group
+    // (`groups` is 1 or `kv_heads`); `table` holds `streams` tables.
     // Bounds validated on CUDA: `burn_kvcompress::kernels`.
     unsafe {
         half_table_kernel::launch_unchecked::<f16, R>(
             &client,
-            CubeCount::Static(geo.tables.table_words().div_ceil(PREP_UNITS), streams as u32, 1),
+            CubeCount::Static(geo.tables.table_cubes(), streams as u32, 1),
             CubeDim::new_1d(PREP_UNITS),
             WORD_ELEMENTS as usize,
             q.clone().into_array_arg(),
@@ -141,6 +142,7 @@ pub fn mma_decode_launch<R: CubeRuntime, BT: BoolElement>(
             options.scale,
             u32::from(key_books > 1),
             geo.tables,
+            PREP_UNITS,
         )
     };
     // SAFETY: one unit per word of each group's value codebooks (guard `e < book_words`),
