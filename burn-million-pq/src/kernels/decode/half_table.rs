@@ -3,7 +3,7 @@
 //! heads per 32-bit word) and the value codebooks (two channels per word), both laid out so that
 //! 32 lanes looking up 32 distinct subspaces hit 32 distinct banks whatever their codes.
 //!
-//! The layout ([`lane_word`]): a plane of words `[subspace / 32, centroid, 32]`, subspace `s`'s
+//! The layout: a plane of words `[subspace / 32, centroid, 32]`, subspace `s`'s
 //! entry for centroid `c` in column `(s % 32) ^ (s / 32)`. A column is a bank, so lanes on
 //! distinct subspaces of one row of 32 fall on distinct banks, and the exclusive or with the row
 //! puts subspaces `s` and `s + 32` on neighbouring banks rather than the same one.
@@ -49,16 +49,8 @@ impl HalfTables {
     }
 }
 
-/// The word of subspace `s`'s entry for centroid `c` within a plane; see the module
-/// documentation.
-#[cube]
-pub fn lane_word(s: u32, c: u32, #[comptime] centroids: u32) -> u32 {
-    let row = s / PLANE_COLUMNS;
-    (row * centroids + c) * PLANE_COLUMNS + ((s % PLANE_COLUMNS) ^ (row % PLANE_COLUMNS))
-}
-
 /// Where the subspaces of one code word lie in a plane (codes of `nbits` dividing 32, so a word's
-/// `32 / nbits` subspaces share a row): [`lane_word`] of its code `i` is `base + c · 32 +
+/// `32 / nbits` subspaces share a row): the word of its code `i`'s entry for centroid `c` is `base + c · 32 +
 /// ((first_column | i) ^ row)`.
 #[derive(CubeType)]
 pub struct WordColumns {
@@ -87,7 +79,7 @@ impl WordColumns {
     }
 }
 
-/// The subspace and centroid of word `r` of a plane (the inverse of [`lane_word`]); the
+/// The subspace and centroid of word `r` of a plane (the inverse of the layout); the
 /// subspace may lie past the last one, in a row's unused columns.
 #[cube]
 fn word_entry(r: u32, #[comptime] centroids: u32) -> (u32, u32) {
@@ -212,7 +204,7 @@ pub fn half_books_kernel<E: Float, N: Size>(
 
 #[cfg(test)]
 mod tests {
-    /// Host copy of [`super::lane_word`].
+    /// The word of subspace `s`'s entry for centroid `c` within a plane (the module's layout).
     fn lane_word_host(s: u32, c: u32, centroids: u32) -> u32 {
         let row = s / 32;
         (row * centroids + c) * 32 + ((s % 32) ^ row)
