@@ -110,6 +110,9 @@ struct Difference {
     mean: f32,
     /// Fraction of the outputs that differ by more than float noise (1e-4).
     beyond_noise: f32,
+    /// Query heads (of all batch rows and query slots) with an output beyond float noise, and
+    /// all of them: a flipped P code moves one head's outputs only.
+    heads_beyond_noise: (usize, usize),
     /// The largest |value| in the cache: one flipped P code moves an output by at most this / 255.
     max_value: f32,
 }
@@ -151,7 +154,9 @@ fn difference_from_reference(i: usize, c: &AttendCase) -> Difference {
     let worst = diffs.iter().fold(0.0f32, |m, &x| m.max(x));
     let mean = diffs.iter().sum::<f32>() / diffs.len() as f32;
     let beyond_noise = diffs.iter().filter(|&&x| x > 1e-4).count() as f32 / diffs.len() as f32;
-    Difference { worst, mean, beyond_noise, max_value }
+    let per_head = diffs.chunks(c.head_dim);
+    let heads_beyond_noise = (per_head.clone().filter(|h| h.iter().any(|&x| x > 1e-4)).count(), per_head.len());
+    Difference { worst, mean, beyond_noise, heads_beyond_noise, max_value }
 }
 
 /// The kernels sum scores and products in another order than the reference and quantize P
@@ -160,9 +165,15 @@ fn difference_from_reference(i: usize, c: &AttendCase) -> Difference {
 /// an output by one P level times a value, `(max p / 255) |v|`, about 1e-4 to 1e-3 here, for the
 /// few outputs that read that block. Hence two bounds: a max of 2e-3 (a wrong term costs far more)
 /// and a mean of 2e-5 (most outputs agree to float noise; a systematic error cannot hide in the
-/// mean).
-fn assert_within_decode_bounds(i: usize, c: &AttendCase, d: Difference) {
-    assert!(d.worst < 2e-3 && d.mean < 2e-5, "case {i} ({}): max diff {}, mean {}", c.config, d.worst, d.mean);
+/// mean). Returns the case's line where it fails them (every case's line goes to stderr).
+fn decode_bounds_failure(i: usize, c: &AttendCase, d: Difference) -> Option<String> {
+    let (flipped, heads) = d.heads_beyond_noise;
+    let line = format!(
+        "case {i} ({}): max diff {}, mean {}, heads beyond noise {flipped} of {heads}",
+        c.config, d.worst, d.mean
+    );
+    eprintln!("{line}");
+    (d.worst >= 2e-3 || d.mean >= 2e-5).then_some(line)
 }
 
 #[test]
@@ -272,9 +283,13 @@ fn decode_kernel_equals_reference() {
             window: None,
         },
     ];
-    for (i, c) in cases.iter().enumerate() {
-        assert_within_decode_bounds(i, c, difference_from_reference(i, c));
-    }
+    // Every case runs, and the failures are reported together.
+    let failures: Vec<String> = cases
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| decode_bounds_failure(i, c, difference_from_reference(i, c)))
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[test]
@@ -397,7 +412,7 @@ fn prefill_kernel_equals_reference() {
         },
     ];
     // A prefill's early queries see few keys, so their P blocks hold large probabilities, and a
-    // flipped P code (see `assert_within_decode_bounds`) moves an output by up to `max |v| / 255`
+    // flipped P code (see `decode_bounds_failure`) moves an output by up to `max |v| / 255`
     // (0.01 to 0.03 here), more than the decode bound allows. The bounds: the mean as for decode;
     // a max of two flips' worth in one output; and under 5% of the outputs beyond float noise (a
     // flip touches one row of one head). CUDA's `exp` rounds differently from the CPU's, and more
