@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
-"""Extracts the CUDA source of each mma_decode kernel from a CubeCL compilation log, compiles it
-with nvcc for sm_90 and prints an opcode histogram of its SASS. Usage: sass.py LOG OUTDIR"""
+"""Extracts the CUDA source of each kernel whose name contains PATTERN from a CubeCL compilation log,
+compiles it with nvcc for sm_90 and prints an opcode histogram of its SASS.
+Usage: sass.py LOG OUTDIR [PATTERN]"""
 import collections, os, re, subprocess, sys
 log, out = sys.argv[1], sys.argv[2]
+pattern = sys.argv[3] if len(sys.argv) > 3 else "mma_decode_kernel"
 text = open(log).read()
 blocks = text.split("[START_KERNEL_COMPILATION]")
 n = 0
 for b in blocks:
-    if "mma_decode_kernel" not in b[:300] or "```cpp" not in b:
+    if pattern not in b[:300] or "```cpp" not in b:
         continue
-    m = re.search(r"geo: MmaGeometry \{(.*?)\}", b, re.S)
+    m = re.search(r"geo: \w+ \{(.*?)\}", b, re.S)
     geo = " ".join(m.group(1).split()) if m else "?"
     src = b.split("```cpp", 1)[1].split("```", 1)[0]
     n += 1
