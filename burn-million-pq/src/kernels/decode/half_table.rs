@@ -23,9 +23,24 @@ pub struct HalfTables {
 }
 
 impl HalfTables {
-    /// Words of one plane: `⌈subspaces / 32⌉ · centroids · 32`.
+    /// Rows of 32 subspaces of a plane: `⌈subspaces / 32⌉`.
+    pub fn rows(&self) -> u32 {
+        self.shape.pq.subspaces.div_ceil(PLANE_COLUMNS)
+    }
+
+    /// Words of one plane: `rows · centroids · 32`.
     pub fn plane_words(&self) -> u32 {
-        self.shape.pq.subspaces.div_ceil(PLANE_COLUMNS) * self.shape.pq.centroids * PLANE_COLUMNS
+        self.rows() * self.shape.pq.centroids * PLANE_COLUMNS
+    }
+
+    /// Tiles of 32 centroids ([`TILE_CENTROIDS`]) of a row.
+    pub fn centroid_tiles(&self) -> u32 {
+        self.shape.pq.centroids.div_ceil(TILE_CENTROIDS)
+    }
+
+    /// Cubes of [`half_table_kernel`] per stream: one per (plane, row, tile of 32 centroids).
+    pub fn table_cubes(&self) -> u32 {
+        self.table_planes() * self.rows() * self.centroid_tiles()
     }
 
     /// Planes of the lookup table: one per pair of query heads.
@@ -50,8 +65,8 @@ impl HalfTables {
 }
 
 /// Where the subspaces of one code word lie in a plane (codes of `nbits` dividing 32, so a word's
-/// `32 / nbits` subspaces share a row): the word of its code `i`'s entry for centroid `c` is `base + c · 32 +
-/// ((first_column | i) ^ row)`.
+/// `32 / nbits` subspaces share a row): the word of its code `i`'s entry for centroid `c` is
+/// `base + c · 32 + ((first_column | i) ^ row)`.
 #[derive(CubeType)]
 pub struct WordColumns {
     base: u32,
@@ -96,14 +111,6 @@ pub const TILE_CENTROIDS: u32 = 32;
 /// so that a column's 32 centroids fall in distinct banks.
 const TILE_LD: u32 = PLANE_COLUMNS + 1;
 
-impl HalfTables {
-    /// Cubes of [`half_table_kernel`] per stream: one per (plane, row, tile of 32 centroids).
-    pub fn table_cubes(&self) -> u32 {
-        let rows = self.shape.pq.subspaces.div_ceil(PLANE_COLUMNS);
-        self.table_planes() * rows * self.shape.pq.centroids.div_ceil(TILE_CENTROIDS)
-    }
-}
-
 /// The f16 lookup table of each stream (one cube row per stream = batch row · KV heads + KV
 /// head): word `(plane p, s, c)` holds `scale · <q_g^(s), C_K^s[c]>` for query heads `g = 2p, 2p
 /// + 1` (0 past the group and for unused columns). A cube computes a tile of 32 centroids of one
@@ -129,8 +136,8 @@ pub fn half_table_kernel<E: Float, N: Size>(
 ) {
     let shape = tables.shape;
     let centroids = shape.pq.centroids;
-    let rows = comptime!(shape.pq.subspaces.div_ceil(PLANE_COLUMNS));
-    let tiles = comptime!(centroids.div_ceil(TILE_CENTROIDS));
+    let rows = comptime!(tables.rows());
+    let tiles = comptime!(tables.centroid_tiles());
     let stream = CUBE_POS_Y;
     let plane = CUBE_POS_X / (rows * tiles);
     let row = CUBE_POS_X / tiles % rows;
