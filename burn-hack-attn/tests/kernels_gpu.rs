@@ -101,6 +101,9 @@ struct AttendCase {
     window: Option<usize>,
 }
 
+/// Differences up to this are float noise: the kernels sum in another order than the reference.
+const FLOAT_NOISE: f32 = 1e-4;
+
 /// How the GPU cache's `attend` (the kernels where they fit) differs from the ndarray reference
 /// over the same codes.
 struct Difference {
@@ -108,7 +111,7 @@ struct Difference {
     worst: f32,
     /// Mean absolute difference.
     mean: f32,
-    /// Fraction of the outputs that differ by more than float noise (1e-4).
+    /// Fraction of the outputs that differ by more than float noise ([`FLOAT_NOISE`]).
     beyond_noise: f32,
     /// Query heads (of all batch rows and query slots) with an output beyond float noise, and
     /// all of them: a flipped P code moves one head's outputs only.
@@ -153,9 +156,9 @@ fn difference_from_reference(i: usize, c: &AttendCase) -> Difference {
     let diffs: Vec<f32> = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).collect();
     let worst = diffs.iter().fold(0.0f32, |m, &x| m.max(x));
     let mean = diffs.iter().sum::<f32>() / diffs.len() as f32;
-    let beyond_noise = diffs.iter().filter(|&&x| x > 1e-4).count() as f32 / diffs.len() as f32;
+    let beyond_noise = diffs.iter().filter(|&&x| x > FLOAT_NOISE).count() as f32 / diffs.len() as f32;
     let per_head = diffs.chunks(c.head_dim);
-    let heads_beyond_noise = (per_head.clone().filter(|h| h.iter().any(|&x| x > 1e-4)).count(), per_head.len());
+    let heads_beyond_noise = (per_head.clone().filter(|h| h.iter().any(|&x| x > FLOAT_NOISE)).count(), per_head.len());
     Difference { worst, mean, beyond_noise, heads_beyond_noise, max_value }
 }
 
