@@ -60,7 +60,8 @@ where
         Ok(quantize::quantize_launch(x, spec))
     }
 
-    /// The fused decode kernel for one query slot and the fused prefill kernel for several,
+    /// The fused decode kernel for one query slot (on tensor cores where CUDA has them,
+    /// [`decode::mma_geometry`]) and the fused prefill kernel for several,
     /// where their shared memory fits the device (the decode kernel takes up to 8 query heads per
     /// KV head at 128 channels); larger groups run the reference.
     fn hack_attention(
@@ -74,8 +75,14 @@ where
         let group = heads / kv_heads;
         let device_shared = q.clone().into_primitive().tensor().client.properties().hardware.max_shared_memory_size;
         let decode = decode::decode_geometry(group, cache);
-        if q_len == 1 && decode.fits(device_shared) {
-            return Ok(decode::decode_launch(q, cache, decode, options));
+        if q_len == 1 {
+            let properties = q.clone().into_primitive().tensor().client.properties().clone();
+            if let Some(geo) = decode::mma_geometry(&decode, &properties) {
+                return Ok(decode::mma_decode_launch(q, cache, decode, geo, options));
+            }
+            if decode.fits(device_shared) {
+                return Ok(decode::decode_launch(q, cache, decode, options));
+            }
         }
         match prefill::prefill_geometry(group, cache.head_dim, cache.partition, cache.bits, device_shared) {
             Some(geo) => Ok(prefill::prefill_launch(q, cache, geo, options)),

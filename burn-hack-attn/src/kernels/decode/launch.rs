@@ -1,7 +1,7 @@
 //! Launching the query quantization, the fused decode kernel and its merge on a CubeCL backend.
 
 use burn::tensor::{backend::Backend as BurnBackend, Tensor, TensorPrimitive};
-use burn_cubecl::{cubecl::prelude::*, BoolElement, CubeRuntime};
+use burn_cubecl::{cubecl::prelude::*, tensor::CubeTensor, BoolElement, CubeRuntime};
 use burn_kvcompress::{
     cache::AttendOptions,
     kernels::{dense_output, float_arg as float, merge_partials, CubeF32 as Backend, SplitPartials},
@@ -59,23 +59,7 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     let [v_min, v_scale, v_sums] = args.v_meta;
     let key_start = key_start_arg::<R, BT>(&options.key_start, &q);
     let partials = SplitPartials::allocate(&q, batch * heads, splits, d);
-    let streams = batch * kv_heads;
-    let q_codes = dense_output::<R, u32>(&q, streams * geo.head_pairs() as usize * d);
-    let q_meta = dense_output::<R, f32>(&q, streams * 3 * geo.group as usize * parts);
-    // SAFETY: one cube per stream reads its group's `group · head_dim` query values of `q` and
-    // writes its `pairs · head_dim` codes and `3 · runs` metadata values, within the buffers'
-    // `streams ·` those sizes above. Bounds validated on CUDA: `burn_kvcompress::kernels`.
-    unsafe {
-        query_kernel::launch_unchecked(
-            &client,
-            CubeCount::Static(streams as u32, 1, 1),
-            CubeDim::new_1d(geo.chunk),
-            q.into_array_arg(),
-            q_codes.clone().into_array_arg(),
-            q_meta.clone().into_array_arg(),
-            geo,
-        )
-    };
+    let QueryCodes { codes: q_codes, meta: q_meta } = quantize_queries(&q, batch * kv_heads, geo);
     // SAFETY: the query codes and metadata are read at `stream · pairs · head_dim + item` and
     // `stream · 3 · runs + run`, as `query_kernel` wrote them; slots read are `< len` (the guard
     // before every key and tail read) and `len` is the caches' own length; a slot's key metadata
@@ -114,4 +98,42 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     };
     let out = merge_partials(partials);
     Tensor::<Backend<R, BT>, 1>::from_primitive(TensorPrimitive::Float(out)).reshape([batch, heads, 1, d])
+}
+
+/// The 8-bit codes of a decode step's queries and their runs' metadata, in the layout of
+/// [`query_kernel`].
+pub(super) struct QueryCodes<R: CubeRuntime> {
+    /// `[streams · pairs · head_dim]`: two heads' codes per word.
+    pub codes: CubeTensor<R>,
+    /// `[streams · 3 · group · parts]`: each run's min, scale and code sum.
+    pub meta: CubeTensor<R>,
+}
+
+/// Quantizes the queries `q` (`[streams · group · head_dim]` f32, contiguous) once per stream
+/// with [`query_kernel`], for either decode kernel.
+#[allow(unsafe_code)] // An unchecked kernel launch; it states why it is in bounds.
+pub(super) fn quantize_queries<R: CubeRuntime>(
+    q: &CubeTensor<R>,
+    streams: usize,
+    geo: DecodeGeometry,
+) -> QueryCodes<R> {
+    let d = geo.head_dim as usize;
+    let parts = (geo.head_dim / geo.key_group) as usize;
+    let codes = dense_output::<R, u32>(q, streams * geo.head_pairs() as usize * d);
+    let meta = dense_output::<R, f32>(q, streams * 3 * geo.group as usize * parts);
+    // SAFETY: one cube per stream reads its group's `group · head_dim` query values of `q` and
+    // writes its `pairs · head_dim` codes and `3 · runs` metadata values, within the buffers'
+    // `streams ·` those sizes above. Bounds validated on CUDA: `burn_kvcompress::kernels`.
+    unsafe {
+        query_kernel::launch_unchecked(
+            &q.client,
+            CubeCount::Static(streams as u32, 1, 1),
+            CubeDim::new_1d(geo.chunk),
+            q.clone().into_array_arg(),
+            codes.clone().into_array_arg(),
+            meta.clone().into_array_arg(),
+            geo,
+        )
+    };
+    QueryCodes { codes, meta }
 }

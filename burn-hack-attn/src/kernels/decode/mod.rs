@@ -1,9 +1,16 @@
 //! Fused decode attention (one query slot): the query quantization kernel, the decode kernel and
-//! their launch; the reference is [`super::attention_reference`].
+//! their launch, and where CUDA's tensor cores are available, a kernel whose integer products run
+//! on them; the reference is [`super::attention_reference`].
 
 mod kernel;
 mod launch;
+// `#[cube]` expands the kernel into undocumented helper items.
+#[allow(missing_docs)]
+mod mma_kernel;
+mod mma_launch;
 mod query_kernel;
 
 pub use kernel::DecodeGeometry;
 pub use launch::{decode_chunk, decode_geometry, decode_launch};
+pub use mma_kernel::MmaGeometry;
+pub use mma_launch::{mma_decode_launch, mma_geometry};

@@ -14,7 +14,7 @@ use burn_cubecl::{
 };
 use burn_kvcompress::{
     cache::AttendOptions,
-    kernels::{dense_output, float_arg, merge_partials, warp_mma::WARP, CubeF32, SplitPartials, SM_UNITS},
+    kernels::{dense_output, float_arg, merge_partials, warp_mma::WARP, CubeF32, SplitPartials, WarpSplits},
 };
 
 use super::{
@@ -69,36 +69,6 @@ pub fn mma_geometry(shape: DecodeShape, properties: &DeviceProperties) -> Option
     }
     let limit = properties.hardware.max_shared_memory_size;
     (1..=MAX_WARPS).rev().map(|warps| MmaGeometry { tables, warps }).find(|geo| geo.shared_bytes() as usize <= limit)
-}
-
-/// How a decode step's slots are split: each warp of a cube takes `warp_chunk` slots (a multiple
-/// of the 32-slot rounds), `cubes` cubes per stream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WarpSplits {
-    /// Slots per warp (the last warps of a stream may have fewer, or none).
-    pub warp_chunk: usize,
-    /// Cubes per stream.
-    pub cubes: usize,
-}
-
-impl WarpSplits {
-    /// The splits of `len` slots of `streams` streams among cubes of `warps` warps such that the
-    /// step's cubes fill a GPU of `sms` multiprocessors, `per_sm` cubes on each, once.
-    pub fn plan(len: usize, streams: usize, warps: usize, sms: usize, per_sm: usize) -> Self {
-        let cubes = (sms * per_sm / streams.max(1)).max(1);
-        let warp_chunk = len.div_ceil(cubes * warps).next_multiple_of(WARP as usize).max(WARP as usize);
-        Self { warp_chunk, cubes: len.div_ceil(warp_chunk * warps).max(1) }
-    }
-
-    /// The splits of a step of `streams` streams of `len` slots for `geo` on a device with
-    /// `properties`: the cubes an SM holds are limited by its shared memory and its units.
-    pub fn for_device(geo: &MmaGeometry, streams: usize, len: usize, properties: &DeviceProperties) -> Self {
-        let hardware = &properties.hardware;
-        let per_sm = (hardware.max_shared_memory_size / geo.shared_bytes() as usize)
-            .clamp(1, (SM_UNITS / geo.units()).max(1) as usize);
-        let sms = hardware.num_streaming_multiprocessors.unwrap_or(1) as usize;
-        Self::plan(len, streams, geo.warps as usize, sms, per_sm)
-    }
 }
 
 /// PQ decode attention on tensor cores of `q` (the last slot, `[batch, heads, 1, head_dim]`, as
@@ -159,7 +129,7 @@ pub fn mma_decode_launch<R: CubeRuntime, BT: BoolElement>(
             geo.tables,
         )
     };
-    let splits = WarpSplits::for_device(&geo, streams, len, properties);
+    let splits = WarpSplits::for_device(geo.warps, geo.shared_bytes(), WARP as usize, (streams, len), properties);
     let warp_splits = splits.cubes * geo.warps as usize;
     let partials = SplitPartials::allocate(&q, streams * shape.group as usize, warp_splits, shape.pq.head_dim as usize);
     // SAFETY: each warp's slots `split · warp_chunk ..` are clamped to `len`; code rows are read
@@ -205,23 +175,4 @@ pub fn output_tensor<R: CubeRuntime, BT: BoolElement>(
     [batch, heads, d]: [usize; 3],
 ) -> Tensor<CubeF32<R, BT>, 4> {
     Tensor::<CubeF32<R, BT>, 1>::from_primitive(TensorPrimitive::Float(out)).reshape([batch, heads, 1, d])
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn one_wave_of_warp_splits_rounded_to_rounds() {
-        // 132 SMs, one cube of 5 warps each: 64 streams take 2 cubes, 8 streams 16.
-        assert_eq!(WarpSplits::plan(32768, 64, 5, 132, 1), WarpSplits { warp_chunk: 3296, cubes: 2 });
-        assert_eq!(WarpSplits::plan(32768, 8, 5, 132, 1), WarpSplits { warp_chunk: 416, cubes: 16 });
-        // Short sequences: one round per warp, never an empty cube.
-        assert_eq!(WarpSplits::plan(5, 1, 4, 132, 1), WarpSplits { warp_chunk: 32, cubes: 1 });
-        for (len, streams) in [(1, 1), (31, 2), (33, 7), (4097, 3), (65536, 64), (1000, 500)] {
-            let plan = WarpSplits::plan(len, streams, 3, 132, 2);
-            assert!(plan.warp_chunk.is_multiple_of(32));
-            assert!(plan.cubes * 3 * plan.warp_chunk >= len && (plan.cubes - 1) * 3 * plan.warp_chunk < len);
-        }
-    }
 }

@@ -16,4 +16,4 @@ mod table;
 pub use half_table::HalfTables;
 pub use launch::{decode_geometry, decode_launch, pq_shape, split_chunk, supports};
 pub use mma_kernel::MmaGeometry;
-pub use mma_launch::{mma_geometry, WarpSplits};
+pub use mma_launch::mma_geometry;

@@ -1,0 +1,759 @@
+//! HACK decode attention with its integer products on tensor cores: the kernel a decode step runs
+//! where the backend has `u8 × u8 → i32` warp products of shape `16 × 8 × 32` with registers
+//! managed by the kernel (CUDA's `mma.sync`) and the shapes allow ([`MmaGeometry`],
+//! `mma_geometry`); elsewhere the scalar kernel ([`decode_kernel`](super::kernel::decode_kernel))
+//! runs.
+//!
+//! The products are HACK's own: 2-bit K/V codes times 8-bit Q/P codes, summed exactly in `i32`,
+//! then Eq. 4's corrections in f32, as in the scalar kernel. Nothing goes through shared memory:
+//! each lane builds its operand registers straight from the packed words it loads.
+//!
+//! **Operands from packed words.** A 32-bit word holds 16 two-bit codes, code `j` at bits `2j`.
+//! `(word >> 2t) & 0x03030303` is a register of four byte codes: codes `t, 4 + t, 8 + t, 12 + t`.
+//! A warp product's operand register holds four consecutive depth indices `4t .. 4t + 4` for lane
+//! `4g + t`, so depth index `4t + b` of a 16-deep half stands for code `4b + t` of the word. The
+//! other operand (the Q codes, staged once per warp, or the P codes) is laid out in the same
+//! order, and a dot product does not depend on the order of its terms.
+//!
+//! **Scores, `Sᵀ = Q̂ · K̂ᵀ`.** The first operand's rows are `(key group, head)` pairs, `row = part ·
+//! padded_group + head`: the head's Q codes restricted to that key group's channels (zero
+//! elsewhere), so one accumulator holds every key group's dot product apart, which Eq. 4 needs.
+//! The second operand's 8 columns are 8 slots: column `n` of slot tile `j` is slot `8j + 4(n mod 2)
+//! + n / 2` of the block, so that the accumulator leaves lane `4g + t` the scores of slots `8j + t`
+//! and `8j + 4 + t` for its rows' head, which is exactly what it needs as the second operand of
+//! the value product (below). Each lane applies the corrections of its rows, and the key groups of
+//! a head are summed within the lane (padded groups of 8 or more) or across lanes `4g + t` with
+//! the same `g mod padded_group` (smaller groups).
+//!
+//! **Outputs, `Oᵀ = V̂ᵀ · P̂ᵀ`.** The first operand's rows are 16 channels, its depth the block's
+//! slots, from the value words of those channels (a word holds 16 slots of one channel); the
+//! second operand's columns are 8 heads, its depth the same slots, built from the lane's own P
+//! codes with no exchange: lane `4g + t` holds head `g`'s codes of slots `8j + t` and `8j + 4 + t`,
+//! which are depth indices `4t .. 4t + 4` of the value product's halves.
+//!
+//! Per block of Π slots, a warp: scores its slots; takes the block's max per head `m_b`, the
+//! numerators `p = exp(s − m_b)` and their mass; for a closed block quantizes P to 8 bits against
+//! the block's min and max of `p` (the codes of the normalized P up to float rounding: quantization
+//! is scale-invariant) and takes the value products with Eq. 4's corrections; for the tail block
+//! weighs the float V rows by unquantized `p`; and joins the block to its running outputs and mass
+//! under the larger max (log-sum-exp). Each warp attends on its own split of whole blocks and
+//! writes its split's partials for `merge_kernel`.
+
+use burn_kvcompress::kernels::{first_visible_slot, masked_score, warp_mma::WARP, SplitOut};
+use cubecl::{cmma::MmaDefinition, prelude::*};
+
+use crate::kernels::eight_bit::{numerator, scale8};
+
+/// One operand register: four byte codes.
+type Codes = Vector<u8, Const<4>>;
+/// Half an accumulator fragment: two `i32` dot products.
+type Dots = Vector<i32, Const<2>>;
+
+/// Rows of a warp product (query rows of the scores, channels of the outputs).
+pub const PRODUCT_ROWS: u32 = 16;
+/// Columns of a warp product (slots of the scores, heads of the outputs).
+pub const PRODUCT_COLUMNS: u32 = 8;
+/// Depth of a warp product (channels of the scores, slots of the outputs).
+pub const PRODUCT_DEPTH: u32 = 32;
+/// The four 2-bit codes of a shifted word that land in a register's bytes.
+const BYTE_CODES: u32 = 0x0303_0303;
+
+/// Shapes fixed at compile time (one compiled kernel per model geometry, configuration and cube
+/// size).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MmaGeometry {
+    /// Query heads per KV head.
+    pub group: u32,
+    /// Channels per head, a multiple of 32.
+    pub head_dim: u32,
+    /// Channels per key group, a multiple of 16.
+    pub key_group: u32,
+    /// Π, a multiple of 32.
+    pub partition: u32,
+    /// Warps per cube.
+    pub warps: u32,
+}
+
+impl MmaGeometry {
+    /// Units per cube.
+    pub fn units(&self) -> u32 {
+        WARP * self.warps
+    }
+
+    /// The group padded to a divisor of 8 or a multiple of 8, so that every lane of a product's
+    /// row groups sees whole heads.
+    pub fn padded_group(&self) -> u32 {
+        if self.group <= PRODUCT_COLUMNS {
+            self.group.next_power_of_two()
+        } else {
+            self.group.next_multiple_of(PRODUCT_COLUMNS)
+        }
+    }
+
+    /// Key channel groups per head.
+    pub fn parts(&self) -> u32 {
+        self.head_dim / self.key_group
+    }
+
+    /// Query rows of the score product: one per (key group, padded head).
+    pub fn score_rows(&self) -> u32 {
+        self.parts() * self.padded_group()
+    }
+
+    /// Row tiles of the score product.
+    pub fn score_tiles(&self) -> u32 {
+        self.score_rows().div_ceil(PRODUCT_ROWS)
+    }
+
+    /// Query rows a lane holds in the score products: rows `8i + g` for lane `4g + t`.
+    pub fn lane_rows(&self) -> u32 {
+        2 * self.score_tiles()
+    }
+
+    /// Heads a lane holds scores of (`head_slot` `h` is head `g mod 8 + 8h`), and column tiles of
+    /// the output product.
+    pub fn lane_heads(&self) -> u32 {
+        (self.padded_group() / PRODUCT_COLUMNS).max(1)
+    }
+
+    /// Exchanges that sum a head's key groups across lanes: lanes `4g + t` whose `g` agree modulo
+    /// the padded group (none where it is 8 or more).
+    pub fn lane_group_shuffles(&self) -> u32 {
+        (PRODUCT_COLUMNS / self.padded_group().min(PRODUCT_COLUMNS)).ilog2()
+    }
+
+    /// Depth steps of the score product (channels / 32).
+    pub fn channel_steps(&self) -> u32 {
+        self.head_dim / PRODUCT_DEPTH
+    }
+
+    /// Packed words of one slot's key (16 codes each).
+    pub fn key_words(&self) -> u32 {
+        self.head_dim / 16
+    }
+
+    /// Packed words of one channel's values in a block.
+    pub fn value_words(&self) -> u32 {
+        self.partition / 16
+    }
+
+    /// Slot tiles (8 slots) of a block.
+    pub fn slot_tiles(&self) -> u32 {
+        self.partition / PRODUCT_COLUMNS
+    }
+
+    /// Depth steps of the output product (slots / 32).
+    pub fn slot_steps(&self) -> u32 {
+        self.partition / PRODUCT_DEPTH
+    }
+
+    /// Row tiles (16 channels) of the output product.
+    pub fn channel_tiles(&self) -> u32 {
+        self.head_dim / PRODUCT_ROWS
+    }
+}
+
+/// The calling warp's slots: `first .. end` of a stream of `len`, of which the step's query sees
+/// those from `visible_from` on (see `first_visible_slot`); `quantized` slots have closed value
+/// blocks.
+#[derive(CubeType)]
+struct WarpBlocks {
+    row0: u32,
+    first: u32,
+    end: u32,
+    len: u32,
+    quantized: u32,
+    visible_from: u32,
+}
+
+/// The calling lane's query operand and its rows' metadata, fixed for the kernel: `operand[(tile ·
+/// channel_steps + step) · 4 + r]`, and per lane row `i` (see [`MmaGeometry::lane_rows`]) its Q
+/// run's scale, min, and `scale · code sum + key_group · min`, Eq. 4's factor of the key's min
+/// (zero for padding rows).
+#[derive(CubeType)]
+struct QueryRows {
+    operand: Array<Codes>,
+    step: Array<f32>,
+    lo: Array<f32>,
+    fixed: Array<f32>,
+}
+
+/// The head slot (see [`MmaGeometry::lane_heads`]) that lane row `i` adds to.
+fn head_slot(i: u32, geo: MmaGeometry) -> u32 {
+    if geo.padded_group() >= PRODUCT_COLUMNS {
+        i % geo.lane_heads()
+    } else {
+        0
+    }
+}
+
+/// One cube of HACK decode attention on tensor cores; see the module documentation.
+///
+/// - `q_codes`, `q_meta`: the group's 8-bit query codes and their runs' metadata, as
+///   [`query_kernel`](super::query_kernel::query_kernel) writes them;
+/// - `k_words`: `[streams · len, key_words]`; `k_min`, `k_scale`, `k_sums`: one row of
+///   `key_meta_pitch` per slot; `v_words`: `[streams · blocks · head_dim, value_words]`;
+///   `v_min`, `v_scale`, `v_sums`: `[streams · blocks · head_dim]`; `tail`: `[streams · (len −
+///   blocks · Π), head_dim]`; `key_start`: `[batch]`;
+/// - outputs per (query head, split = cube · warps + warp): `out` (`head_dim` each), `out_max`,
+///   `out_sum`;
+/// - cube `(x, stream)`: warp `w` takes slots `(x · warps + w) · warp_chunk ..` (at most
+///   `warp_chunk`, a multiple of Π).
+#[allow(clippy::too_many_arguments)]
+#[cube(launch_unchecked)]
+pub fn mma_decode_kernel(
+    q_codes: &Array<u32>,
+    q_meta: &Array<f32>,
+    k_words: &Array<Vector<u32, Const<4>>>,
+    k_min: &Array<f32>,
+    k_scale: &Array<f32>,
+    k_sums: &Array<u32>,
+    v_words: &Array<Vector<u32, Const<2>>>,
+    v_min: &Array<f32>,
+    v_scale: &Array<f32>,
+    v_sums: &Array<u32>,
+    tail: &Array<f32>,
+    key_start: &Array<u32>,
+    out: &mut Array<f32>,
+    out_max: &mut Array<f32>,
+    out_sum: &mut Array<f32>,
+    key_meta_pitch: u32,
+    len: u32,
+    blocks: u32,
+    warp_chunk: u32,
+    window: u32,
+    scale: f32,
+    #[comptime] geo: MmaGeometry,
+) {
+    let stream = CUBE_POS_Y;
+    let kv_heads = CUBE_COUNT_Y / key_start.len() as u32;
+    let warp = UNIT_POS / WARP;
+    let split = CUBE_POS_X * geo.warps + warp;
+    let first = u32::min(split * warp_chunk, len);
+    let slots = WarpBlocks {
+        row0: stream * len,
+        first,
+        end: u32::min(first + warp_chunk, len),
+        len,
+        quantized: blocks * geo.partition,
+        visible_from: first_visible_slot(len - 1, key_start[(stream / kv_heads) as usize], window),
+    };
+    let queries = query_rows(q_codes, q_meta, stream, geo);
+    let heads = comptime!(geo.lane_heads() as usize);
+    let outputs = comptime!((geo.channel_tiles() * geo.lane_heads() * 4) as usize);
+    let mut total = Array::<f32>::new(outputs);
+    #[unroll]
+    for o in 0..outputs {
+        total[o] = 0.0;
+    }
+    let mut top = Array::<f32>::new(heads);
+    let mut mass = Array::<f32>::new(heads);
+    #[unroll]
+    for h in 0..heads {
+        top[h] = masked_score();
+        mass[h] = 0.0;
+    }
+
+    let mut block_first = slots.first;
+    while block_first < slots.end {
+        let mut s =
+            block_scores(k_words, k_min, k_scale, k_sums, key_meta_pitch, &queries, &slots, block_first, scale, geo);
+        let closed = block_first < slots.quantized;
+        // The block's numerators (in `s`), P codes and their metadata per head slot; `keep` and
+        // `join` weigh the running and the block's own outputs under the larger max.
+        let mut codes = Array::<u32>::new(comptime!((geo.lane_heads() * geo.slot_tiles() / 2) as usize));
+        let mut p_meta = Array::<f32>::new(comptime!(4 * geo.lane_heads() as usize));
+        #[unroll]
+        for h in 0..geo.lane_heads() {
+            let numerators = block_softmax(&mut s, &mut codes, h, closed, geo);
+            let m = f32::max(top[h as usize], numerators.top);
+            let keep = f32::exp(top[h as usize] - m);
+            let join = f32::exp(numerators.top - m);
+            mass[h as usize] = mass[h as usize] * keep + numerators.mass * join;
+            top[h as usize] = m;
+            // Eq. 4's P terms of a closed block, weighed by `join`: the output is `v_step · (dot
+            // · [0] + v_total · [1]) + v_lo · [2]`, added to the running one times `keep` ([3]).
+            // The tail block's `step` is 1, so its [0] is `join`.
+            p_meta[(4 * h) as usize] = numerators.step * join;
+            p_meta[(4 * h + 1) as usize] = numerators.lo * join;
+            p_meta[(4 * h + 2) as usize] =
+                (numerators.step * numerators.code_sum + f32::cast_from(geo.partition) * numerators.lo) * join;
+            p_meta[(4 * h + 3) as usize] = keep;
+        }
+        if closed {
+            closed_block_values(
+                v_words,
+                v_min,
+                v_scale,
+                v_sums,
+                &slots,
+                blocks,
+                block_first,
+                &codes,
+                &p_meta,
+                &mut total,
+                geo,
+            );
+        } else {
+            tail_values(tail, &slots, block_first, &s, &p_meta, &mut total, geo);
+        }
+        block_first += geo.partition;
+    }
+
+    let target = SplitOut { first_head: stream * geo.group, split, splits: CUBE_COUNT_X * geo.warps };
+    let lane = UNIT_POS % WARP;
+    let (g, t) = (lane / 4, lane % 4);
+    #[unroll]
+    for mt in 0..geo.channel_tiles() {
+        #[unroll]
+        for h in 0..geo.lane_heads() {
+            #[unroll]
+            for e in 0..4u32 {
+                let head = PRODUCT_COLUMNS * h + 2 * t + e % 2;
+                if head < geo.group {
+                    let channel = PRODUCT_ROWS * mt + g + 8 * (e / 2);
+                    target.write_output(
+                        out,
+                        head,
+                        channel,
+                        total[((mt * geo.lane_heads() + h) * 4 + e) as usize],
+                        geo.head_dim,
+                    );
+                }
+            }
+        }
+    }
+    let own_head = g % comptime!(geo.padded_group().min(PRODUCT_COLUMNS));
+    if t == 0 && own_head == g {
+        #[unroll]
+        for h in 0..geo.lane_heads() {
+            let head = own_head + PRODUCT_COLUMNS * h;
+            if head < geo.group {
+                target.write_stats(out_max, out_sum, head, top[h as usize], mass[h as usize]);
+            }
+        }
+    }
+}
+
+/// The calling lane's [`QueryRows`] for `stream`.
+#[cube]
+fn query_rows(q_codes: &Array<u32>, q_meta: &Array<f32>, stream: u32, #[comptime] geo: MmaGeometry) -> QueryRows {
+    let lane = UNIT_POS % WARP;
+    let (g, t) = (lane / 4, lane % 4);
+    let d = geo.head_dim;
+    let gp = comptime!(geo.padded_group());
+    let pairs = comptime!(geo.group.div_ceil(2));
+    let runs = comptime!(geo.group * geo.parts());
+    let rows = comptime!(geo.lane_rows() as usize);
+    let mut queries = QueryRows {
+        operand: Array::<Codes>::new(comptime!((geo.score_tiles() * geo.channel_steps() * 4) as usize)),
+        step: Array::<f32>::new(rows),
+        lo: Array::<f32>::new(rows),
+        fixed: Array::<f32>::new(rows),
+    };
+    #[unroll]
+    for i in 0..geo.lane_rows() {
+        let row = 8 * i + g;
+        let (head, part) = (row % gp, row / gp);
+        let valid = head < geo.group && part < geo.parts();
+        let run = head * geo.parts() + part;
+        let at = stream * 3 * runs + u32::min(run, runs - 1);
+        let lo = select(valid, q_meta[at as usize], 0.0);
+        let step = select(valid, q_meta[(at + runs) as usize], 0.0);
+        let total = select(valid, q_meta[(at + 2 * runs) as usize], 0.0);
+        queries.step[i as usize] = step;
+        queries.lo[i as usize] = lo;
+        queries.fixed[i as usize] = step * total + f32::cast_from(geo.key_group) * lo;
+    }
+    #[unroll]
+    for mt in 0..geo.score_tiles() {
+        #[unroll]
+        for step in 0..geo.channel_steps() {
+            #[unroll]
+            for r in 0..4u32 {
+                // Register r: row `g + 8 (r mod 2)`, depth half `r / 2`; byte b is channel
+                // `32 step + 16 (r / 2) + 4b + t`.
+                let row = PRODUCT_ROWS * mt + g + 8 * (r % 2);
+                let (head, part) = (row % gp, row / gp);
+                let mut word = 0u32;
+                #[unroll]
+                for b in 0..4u32 {
+                    let channel = PRODUCT_DEPTH * step + 16 * (r / 2) + 4 * b + t;
+                    let mut code = 0u32;
+                    if head < geo.group && channel / geo.key_group == part {
+                        code = (q_codes[(stream * pairs * d + (head / 2) * d + channel) as usize] >> (16 * (head % 2)))
+                            & 0xFF;
+                    }
+                    word |= code << (8 * b);
+                }
+                queries.operand[((mt * geo.channel_steps() + step) * 4 + r) as usize] = Codes::reinterpret(word);
+            }
+        }
+    }
+    queries
+}
+
+/// The scores of the block from slot `block_first`, `s[(h · slot_tiles + j) · 2 + c]` for head slot
+/// `h` and slot `8j + 4c + t` of the block (lane `4g + t`): scaled, or [`masked_score`] for a slot
+/// the lane's sequence does not see.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn block_scores(
+    k_words: &Array<Vector<u32, Const<4>>>,
+    k_min: &Array<f32>,
+    k_scale: &Array<f32>,
+    k_sums: &Array<u32>,
+    key_meta_pitch: u32,
+    queries: &QueryRows,
+    slots: &WarpBlocks,
+    block_first: u32,
+    scale: f32,
+    #[comptime] geo: MmaGeometry,
+) -> Array<f32> {
+    let lane = UNIT_POS % WARP;
+    let (g, t) = (lane / 4, lane % 4);
+    let gp = comptime!(geo.padded_group());
+    let product = MmaDefinition::<u8, u8, i32>::new(16usize, 8usize, 32usize);
+    let count = comptime!((geo.lane_heads() * geo.slot_tiles() * 2) as usize);
+    let mut s = Array::<f32>::new(count);
+    #[unroll]
+    for x in 0..count {
+        s[x] = 0.0;
+    }
+    #[unroll]
+    for j in 0..geo.slot_tiles() {
+        // This lane's column of the key operand: slot `8j + 4 (g mod 2) + g / 2`.
+        let slot = block_first + PRODUCT_COLUMNS * j + 4 * (g % 2) + g / 2;
+        let row = slots.row0 + u32::min(slot, slots.end - 1);
+        let mut key = Array::<Codes>::new(comptime!(geo.key_words() as usize));
+        #[unroll]
+        for w4 in 0..comptime!(geo.key_words() / 4) {
+            let four = k_words[(row * comptime!(geo.key_words() / 4) + w4) as usize];
+            #[unroll]
+            for w in 0..4u32 {
+                let word = select(slot < slots.end, four[w as usize], 0u32);
+                key[(4 * w4 + w) as usize] = Codes::reinterpret((word >> (2 * t)) & BYTE_CODES);
+            }
+        }
+        #[unroll]
+        for mt in 0..geo.score_tiles() {
+            let mut dots = Array::<Dots>::new(2usize);
+            dots[0] = Dots::new(0i32);
+            dots[1] = Dots::new(0i32);
+            #[unroll]
+            for step in 0..geo.channel_steps() {
+                let mut a = Array::<Codes>::new(4usize);
+                #[unroll]
+                for r in 0..4u32 {
+                    a[r as usize] = queries.operand[((mt * geo.channel_steps() + step) * 4 + r) as usize];
+                }
+                let mut b = Array::<Codes>::new(2usize);
+                b[0] = key[(2 * step) as usize];
+                b[1] = key[(2 * step + 1) as usize];
+                product.execute_inplace(&a, &b, &mut dots);
+            }
+            // Eq. 4's corrections of the lane's rows `8i + g`, `i = 2 mt + half`, for its slots
+            // `8j + 4c + t`.
+            #[unroll]
+            for half in 0..2u32 {
+                let i = 2 * mt + half;
+                if comptime!(8 * i < geo.score_rows()) {
+                    let part = u32::min((8 * i + g) / gp, comptime!(geo.parts() - 1));
+                    let h = comptime!(head_slot(i, geo));
+                    #[unroll]
+                    for c in 0..2u32 {
+                        let own = block_first + PRODUCT_COLUMNS * j + 4 * c + t;
+                        let visible = own < slots.end;
+                        let meta = ((slots.row0 + u32::min(own, slots.end - 1)) * key_meta_pitch + part) as usize;
+                        let k_lo = select(visible, k_min[meta], 0.0);
+                        let k_step = select(visible, k_scale[meta], 0.0);
+                        let k_total = select(visible, f32::cast_from(k_sums[meta]), 0.0);
+                        let dot = f32::cast_from(dots[half as usize][c as usize]);
+                        let q = i as usize;
+                        let at = ((h * geo.slot_tiles() + j) * 2 + c) as usize;
+                        s[at] += k_step * (queries.step[q] * dot + queries.lo[q] * k_total) + k_lo * queries.fixed[q];
+                    }
+                }
+            }
+        }
+    }
+    // Key groups of a head held by other lanes (groups below 8), then scale and mask.
+    #[unroll]
+    for x in 0..count {
+        let mut v = s[x];
+        #[unroll]
+        for k in 0..comptime!(geo.lane_group_shuffles()) {
+            v += plane_shuffle_xor(v, (4 * gp) << k);
+        }
+        let x32 = x as u32;
+        let j = (x32 / 2) % comptime!(geo.slot_tiles());
+        let own = block_first + PRODUCT_COLUMNS * j + 4 * (x32 % 2) + t;
+        let visible = own >= slots.visible_from && own < slots.end;
+        s[x] = select(visible, v * scale, masked_score());
+    }
+    s
+}
+
+/// A block's softmax for one head slot: its max score, and (for a closed block) the 8-bit
+/// quantization of its numerators.
+#[derive(CubeType)]
+struct BlockNumerators {
+    top: f32,
+    mass: f32,
+    lo: f32,
+    step: f32,
+    code_sum: f32,
+}
+
+/// Max-reduces `v` over the four lanes `4g + t` of the caller's `g`.
+#[cube]
+fn quad_max(v: f32) -> f32 {
+    let v = f32::max(v, plane_shuffle_xor(v, 1));
+    f32::max(v, plane_shuffle_xor(v, 2))
+}
+
+/// Min-reduces `v` over the four lanes `4g + t` of the caller's `g`.
+#[cube]
+fn quad_min(v: f32) -> f32 {
+    let v = f32::min(v, plane_shuffle_xor(v, 1));
+    f32::min(v, plane_shuffle_xor(v, 2))
+}
+
+/// Sums `v` over the four lanes `4g + t` of the caller's `g`.
+#[cube]
+fn quad_sum(v: f32) -> f32 {
+    let v = v + plane_shuffle_xor(v, 1);
+    v + plane_shuffle_xor(v, 2)
+}
+
+/// Replaces head slot `h`'s scores in `s` by their numerators `exp(s − m_b)` under the block's max
+/// `m_b`, and for a closed block packs their 8-bit codes into `codes`: `s` indices `4x .. 4x + 4`
+/// of the head slot, the lane's slots of slot tiles `2x` and `2x + 1`, are the bytes of
+/// `codes[h · slot_tiles / 2 + x]`, the value product's operand register for depth half `x`.
+#[cube]
+fn block_softmax(
+    s: &mut Array<f32>,
+    codes: &mut Array<u32>,
+    #[comptime] h: u32,
+    closed: bool,
+    #[comptime] geo: MmaGeometry,
+) -> BlockNumerators {
+    let first = comptime!(h * geo.slot_tiles() * 2);
+    let count = comptime!(geo.slot_tiles() * 2);
+    let mut m = masked_score();
+    #[unroll]
+    for x in 0..count {
+        m = f32::max(m, s[(first + x) as usize]);
+    }
+    let top = quad_max(m);
+    let mut l = 0.0f32;
+    let mut lo = 1.0f32;
+    #[unroll]
+    for x in 0..count {
+        let score = s[(first + x) as usize];
+        let p = select(score > masked_score(), f32::exp(score - top), 0.0);
+        s[(first + x) as usize] = p;
+        l += p;
+        lo = f32::min(lo, p);
+    }
+    let mut numerators = BlockNumerators { top, mass: quad_sum(l), lo: 0.0, step: 1.0, code_sum: 0.0 };
+    if closed {
+        // The block's largest numerator is `exp(0) = 1` exactly, or 0 where it sees no slot.
+        let lo = quad_min(lo);
+        let step = scale8(lo, numerator(top, top));
+        // A multiply by the reciprocal instead of `code8`'s division: one more rounding of a
+        // code's argument (an ulp), of the order of the scores' own float noise, which the decode
+        // test's bound measures (`tests/kernels_gpu.rs`, `reference_sensitivity`).
+        let per_step = 1.0 / step;
+        let mut sum = 0.0f32;
+        #[unroll]
+        for x in 0..comptime!(geo.slot_tiles() / 2) {
+            let mut word = 0u32;
+            #[unroll]
+            for k in 0..4u32 {
+                let code = f32::floor((s[(first + 4 * x + k) as usize] - lo) * per_step + 0.5).clamp(0.0, 255.0);
+                word |= u32::cast_from(code) << (8 * k);
+                sum += code;
+            }
+            codes[(h * comptime!(geo.slot_tiles() / 2) + x) as usize] = word;
+        }
+        numerators.lo = lo;
+        numerators.step = step;
+        numerators.code_sum = quad_sum(sum);
+    }
+    numerators
+}
+
+/// The closed block from slot `block_first`: per tile of 16 channels, the value products with the
+/// P codes (`codes`, as [`block_softmax`] wrote them) and Eq. 4's corrections, joined to `total`
+/// with the heads' `p_meta` (lo, step, code sum, keep, join per head slot).
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn closed_block_values(
+    v_words: &Array<Vector<u32, Const<2>>>,
+    v_min: &Array<f32>,
+    v_scale: &Array<f32>,
+    v_sums: &Array<u32>,
+    slots: &WarpBlocks,
+    blocks: u32,
+    block_first: u32,
+    codes: &Array<u32>,
+    p_meta: &Array<f32>,
+    total: &mut Array<f32>,
+    #[comptime] geo: MmaGeometry,
+) {
+    let lane = UNIT_POS % WARP;
+    let (g, t) = (lane / 4, lane % 4);
+    let product = MmaDefinition::<u8, u8, i32>::new(16usize, 8usize, 32usize);
+    let stream = slots.row0 / slots.len;
+    let first_row = (stream * blocks + block_first / geo.partition) * geo.head_dim;
+    #[unroll]
+    for h in 0..geo.lane_heads() {
+        // The P operand: depth half `r` of step `step` holds slots `32 step + 16 r + 4b + t`,
+        // lane `4g + t`'s own codes of slot tiles `4 step + 2r` and `4 step + 2r + 1`.
+        let mut weights = Array::<Codes>::new(comptime!((2 * geo.slot_steps()) as usize));
+        #[unroll]
+        for x in 0..comptime!(2 * geo.slot_steps()) {
+            weights[x as usize] = Codes::reinterpret(codes[(h * comptime!(geo.slot_tiles() / 2) + x) as usize]);
+        }
+        // Each column's head metadata, from the lanes that own the head.
+        let mut meta = Array::<f32>::new(8usize);
+        #[unroll]
+        for e in 0..2u32 {
+            #[unroll]
+            for k in 0..4u32 {
+                meta[(4 * e + k) as usize] = plane_shuffle(p_meta[(4 * h + k) as usize], 4 * (2 * t + e));
+            }
+        }
+        #[unroll]
+        for mt in 0..geo.channel_tiles() {
+            let mut dots = Array::<Dots>::new(2usize);
+            dots[0] = Dots::new(0i32);
+            dots[1] = Dots::new(0i32);
+            let low = first_row + PRODUCT_ROWS * mt + g;
+            #[unroll]
+            for step in 0..geo.slot_steps() {
+                let mut a = Array::<Codes>::new(4usize);
+                #[unroll]
+                for half in 0..2u32 {
+                    let pair = v_words[((low + 8 * half) * comptime!(geo.value_words() / 2) + step) as usize];
+                    #[unroll]
+                    for k in 0..2u32 {
+                        a[(half + 2 * k) as usize] = Codes::reinterpret((pair[k as usize] >> (2 * t)) & BYTE_CODES);
+                    }
+                }
+                let mut b = Array::<Codes>::new(2usize);
+                b[0] = weights[(2 * step) as usize];
+                b[1] = weights[(2 * step + 1) as usize];
+                product.execute_inplace(&a, &b, &mut dots);
+            }
+            #[unroll]
+            for half in 0..2u32 {
+                let channel = (low + 8 * half) as usize;
+                let (v_lo, v_step, v_total) = (v_min[channel], v_scale[channel], f32::cast_from(v_sums[channel]));
+                #[unroll]
+                for e in 0..2u32 {
+                    let m = 4 * e;
+                    let dot = f32::cast_from(dots[half as usize][e as usize]);
+                    let block = v_step * (meta[m as usize] * dot + meta[(m + 1) as usize] * v_total)
+                        + v_lo * meta[(m + 2) as usize];
+                    let at = ((mt * geo.lane_heads() + h) * 4 + 2 * half + e) as usize;
+                    total[at] = total[at] * meta[(m + 3) as usize] + block;
+                }
+            }
+        }
+    }
+}
+
+/// The tail block from slot `block_first`: `Σ p · v` in f32 over its slots before the split's
+/// end, the numerators `p` (in `s`) fetched from the lanes that hold them, joined to `total` with
+/// `p_meta`'s keep and join.
+#[cube]
+fn tail_values(
+    tail: &Array<f32>,
+    slots: &WarpBlocks,
+    block_first: u32,
+    s: &Array<f32>,
+    p_meta: &Array<f32>,
+    total: &mut Array<f32>,
+    #[comptime] geo: MmaGeometry,
+) {
+    let lane = UNIT_POS % WARP;
+    let (g, t) = (lane / 4, lane % 4);
+    let d = geo.head_dim;
+    let stream_row0 = (slots.row0 / slots.len) * (slots.len - slots.quantized);
+    #[unroll]
+    for h in 0..geo.lane_heads() {
+        let mut join = Array::<f32>::new(2usize);
+        #[unroll]
+        for e in 0..2u32 {
+            let owner = 4 * (2 * t + e);
+            join[e as usize] = plane_shuffle(p_meta[(4 * h) as usize], owner);
+            let keep = plane_shuffle(p_meta[(4 * h + 3) as usize], owner);
+            #[unroll]
+            for x in 0..comptime!(2 * geo.channel_tiles()) {
+                let at = (((x / 2) * geo.lane_heads() + h) * 4 + 2 * (x % 2) + e) as usize;
+                total[at] *= keep;
+            }
+        }
+        #[unroll]
+        for j in 0..geo.slot_tiles() {
+            #[unroll]
+            for o in 0..PRODUCT_COLUMNS {
+                // Slot `8j + o` of the block: held by lanes `4g' + o mod 4` at `c = o / 4`.
+                let slot = block_first + PRODUCT_COLUMNS * j + o;
+                let held = s[((h * geo.slot_tiles() + j) * 2 + o / 4) as usize];
+                let mut p = Array::<f32>::new(2usize);
+                #[unroll]
+                for e in 0..2u32 {
+                    p[e as usize] = join[e as usize] * plane_shuffle(held, 4 * (2 * t + e) + o % 4);
+                }
+                if slot < slots.end {
+                    let row = stream_row0 + slot - slots.quantized;
+                    #[unroll]
+                    for x in 0..comptime!(2 * geo.channel_tiles()) {
+                        let channel = PRODUCT_ROWS * (x / 2) + g + 8 * (x % 2);
+                        let v = tail[(row * d + channel) as usize];
+                        #[unroll]
+                        for e in 0..2u32 {
+                            let at = (((x / 2) * geo.lane_heads() + h) * 4 + 2 * (x % 2) + e) as usize;
+                            total[at] += p[e as usize] * v;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn padded_groups_divide_or_fill_the_product_columns() {
+        let geo = |group| MmaGeometry { group, head_dim: 128, key_group: 64, partition: 64, warps: 4 };
+        let padded: Vec<u32> = [1, 2, 3, 4, 5, 8, 9, 16, 32].iter().map(|&g| geo(g).padded_group()).collect();
+        assert_eq!(padded, [1, 2, 4, 4, 8, 8, 16, 16, 32]);
+        // The benchmark geometry: 4 heads × 2 key groups fill one row tile's first 8 rows.
+        let bench = geo(4);
+        assert_eq!((bench.score_rows(), bench.score_tiles(), bench.lane_heads()), (8, 1, 1));
+        // 32 heads: 64 rows in 4 tiles; a lane holds heads g + 8h for 4 head slots.
+        assert_eq!((geo(32).score_tiles(), geo(32).lane_heads()), (4, 4));
+    }
+
+    #[test]
+    fn slot_columns_give_each_lane_its_value_operand() {
+        // Column n of a slot tile is slot 4 (n mod 2) + n / 2; the accumulator gives lane t
+        // columns 2t and 2t + 1: slots t and 4 + t, the value product's depth 4t + b pairs.
+        for t in 0..4u32 {
+            let slots: Vec<u32> = (0..2)
+                .map(|c| {
+                    let n = 2 * t + c;
+                    4 * (n % 2) + n / 2
+                })
+                .collect();
+            assert_eq!(slots, [t, 4 + t]);
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! The host side of the tensor-core decode kernel ([`mma_decode_kernel`]): whether it applies, its
+//! compile-time shapes and its launch (the query quantization, the kernel, the merge).
+
+use burn::tensor::{Tensor, TensorPrimitive};
+use burn_cubecl::{
+    cubecl::{
+        features::{MmaConfig, Plane},
+        ir::{DeviceProperties, ElemType, IntKind, UIntKind},
+        prelude::*,
+    },
+    BoolElement, CubeRuntime,
+};
+use burn_kvcompress::{
+    cache::AttendOptions,
+    kernels::{float_arg as float, merge_partials, warp_mma::WARP, CubeF32 as Backend, SplitPartials, WarpSplits},
+};
+
+use super::{
+    kernel::DecodeGeometry,
+    launch::{quantize_queries, QueryCodes},
+    mma_kernel::{mma_decode_kernel, MmaGeometry, PRODUCT_COLUMNS, PRODUCT_DEPTH, PRODUCT_ROWS},
+};
+use crate::kernels::{
+    cache_args::{key_start_arg, CacheArgs},
+    CacheView,
+};
+
+/// Warps per cube. CUDA's launch bound (the cube's 512 units) caps a lane at 128 registers; the
+/// kernel would take about 145 uncapped (4 to 12 warps per cube), which leaves fewer warps per
+/// SM, and spills under a lower cap (24 warps: 80 registers). 16 measured fastest on an H100
+/// (`results/decode-hack-register-products-h100.md`).
+const WARPS: u32 = 16;
+/// The most channels of a head (the lanes' running outputs: `head_dim / 8 · lane_heads`
+/// registers).
+const MAX_HEAD_DIM: u32 = 128;
+/// The most query heads per KV head (a lane's scores: `Π / 4 · lane_heads` registers).
+const MAX_GROUP: u32 = 16;
+
+/// The tensor-core kernel's compile-time shapes for the scalar kernel's `decode` shapes on a
+/// device with `properties`. `None` where it does not apply: no `u8 × u8 → i32` `16 × 8 × 32`
+/// warp products with registers managed by the kernel, or planes of other than 32 lanes; more
+/// than [`MAX_GROUP`] query heads per KV head; a head dimension above
+/// [`MAX_HEAD_DIM`] or not a multiple of 64 (whole 16-byte key loads); Π not a multiple of 32; or
+/// codes of other than 2 bits.
+pub fn mma_geometry(decode: &DecodeGeometry, properties: &DeviceProperties) -> Option<MmaGeometry> {
+    let u8_codes = ElemType::UInt(UIntKind::U8).into();
+    let product = MmaConfig {
+        a_type: u8_codes,
+        b_type: u8_codes,
+        cd_type: ElemType::Int(IntKind::I32).into(),
+        m: PRODUCT_ROWS,
+        n: PRODUCT_COLUMNS,
+        k: PRODUCT_DEPTH,
+    };
+    let features = &properties.features;
+    let applies = features.matmul.mma.contains(&product)
+        && features.plane.contains(Plane::Ops)
+        && properties.hardware.plane_size_min == WARP
+        && properties.hardware.plane_size_max == WARP
+        && decode.group <= MAX_GROUP
+        && decode.head_dim.is_multiple_of(2 * PRODUCT_DEPTH)
+        && decode.head_dim <= MAX_HEAD_DIM
+        && decode.partition.is_multiple_of(PRODUCT_DEPTH)
+        && decode.bits == 2;
+    applies.then_some(MmaGeometry {
+        group: decode.group,
+        head_dim: decode.head_dim,
+        key_group: decode.key_group,
+        partition: decode.partition,
+        warps: WARPS,
+    })
+}
+
+/// HACK decode attention on tensor cores of `q: [batch, heads, 1, head_dim]` (the last slot) over
+/// `cache`, shapes already checked, with `decode` from
+/// [`decode_geometry`](super::decode_geometry) and `geo` from [`mma_geometry`]; returns `[batch,
+/// heads, 1, head_dim]`.
+#[allow(unsafe_code)] // Unchecked kernel launches; each states why it is in bounds.
+pub fn mma_decode_launch<R: CubeRuntime, BT: BoolElement>(
+    q: Tensor<Backend<R, BT>, 4>,
+    cache: &CacheView<'_, Backend<R, BT>>,
+    decode: DecodeGeometry,
+    geo: MmaGeometry,
+    options: &AttendOptions,
+) -> Tensor<Backend<R, BT>, 4> {
+    let [batch, heads, _, d] = q.dims();
+    let [_, kv_heads, len, _] = cache.keys.min.dims();
+    let q = float(&q);
+    let client = q.client.clone();
+    let parts = geo.parts() as usize;
+    let args = CacheArgs::new(cache, &q, parts);
+    let [k_min, k_scale, k_sums] = args.k_meta;
+    let [v_min, v_scale, v_sums] = args.v_meta;
+    let key_start = key_start_arg::<R, BT>(&options.key_start, &q);
+    let streams = batch * kv_heads;
+    let QueryCodes { codes: q_codes, meta: q_meta } = quantize_queries(&q, streams, decode);
+    // The kernel declares no shared memory.
+    let splits = WarpSplits::for_device(geo.warps, 0, geo.partition as usize, (streams, len), client.properties());
+    let warp_splits = splits.cubes * geo.warps as usize;
+    let partials = SplitPartials::allocate(&q, batch * heads, warp_splits, d);
+    // SAFETY: each warp's slots `split · warp_chunk ..` are clamped to `len` (the caches' own
+    // length); key words (16-byte vectors of a slot's row of `head_dim / 16` words) and metadata
+    // are read for slots clamped to `end − 1 < len` of the stream (metadata at `part < parts ≤
+    // key_meta_pitch` of its row); value words (8-byte pairs of a channel's `Π / 16` words) and
+    // metadata for closed blocks only (`block_first < blocks · Π`, so `block < blocks`), channels
+    // `< head_dim`; tail rows for slots in `blocks · Π .. end` (the tail holds `len − blocks · Π`
+    // rows per stream); query codes and metadata as `query_kernel` wrote them, at heads `< group`
+    // and runs `< group · parts`; `key_start` has `batch` entries and the grid `batch · kv_heads`
+    // rows; outputs are written for heads `< group`, and the partials hold `heads · cubes ·
+    // warps` entries. Bounds validated on CUDA: `burn_kvcompress::kernels`.
+    unsafe {
+        mma_decode_kernel::launch_unchecked::<R>(
+            &client,
+            CubeCount::Static(splits.cubes as u32, streams as u32, 1),
+            CubeDim::new_1d(geo.units()),
+            q_codes.into_array_arg(),
+            q_meta.into_array_arg(),
+            args.k_words.into_array_arg(),
+            k_min.into_array_arg(),
+            k_scale.into_array_arg(),
+            k_sums.into_array_arg(),
+            args.v_words.into_array_arg(),
+            v_min.into_array_arg(),
+            v_scale.into_array_arg(),
+            v_sums.into_array_arg(),
+            args.tail.into_array_arg(),
+            key_start.into_array_arg(),
+            partials.output.clone().into_array_arg(),
+            partials.max.clone().into_array_arg(),
+            partials.sum.clone().into_array_arg(),
+            args.key_meta_pitch as u32,
+            len as u32,
+            args.blocks as u32,
+            splits.warp_chunk as u32,
+            options.window.unwrap_or(0) as u32,
+            options.scale,
+            geo,
+        )
+    };
+    let out = merge_partials(partials);
+    Tensor::<Backend<R, BT>, 1>::from_primitive(TensorPrimitive::Float(out)).reshape([batch, heads, 1, d])
+}
