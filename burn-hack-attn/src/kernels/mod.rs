@@ -73,11 +73,12 @@ where
         let (_, heads, q_len, _) =
             burn_kvcompress::cache::check_attend_shapes(q.dims(), [batch, kv_heads, len, cache.head_dim], options)?;
         let group = heads / kv_heads;
-        let device_shared = q.clone().into_primitive().tensor().client.properties().hardware.max_shared_memory_size;
+        let client = q.clone().into_primitive().tensor().client;
+        let properties = client.properties();
+        let device_shared = properties.hardware.max_shared_memory_size;
         let decode = decode::decode_geometry(group, cache);
         if q_len == 1 {
-            let properties = q.clone().into_primitive().tensor().client.properties().clone();
-            if let Some(geo) = decode::mma_geometry(&decode, &properties) {
+            if let Some(geo) = decode::mma_geometry(&decode, properties) {
                 return Ok(decode::mma_decode_launch(q, cache, decode, geo, options));
             }
             if decode.fits(device_shared) {
