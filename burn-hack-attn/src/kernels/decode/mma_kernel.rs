@@ -5,14 +5,19 @@
 //! runs.
 //!
 //! The products are HACK's own: 2-bit K/V codes times 8-bit Q/P codes, summed exactly in `i32`,
-//! then Eq. 4's corrections in f32, as in the scalar kernel. Nothing goes through shared memory:
-//! each lane builds its operand registers straight from the packed words it loads.
+//! then Eq. 4's corrections in f32, as in the scalar kernel.
+//!
+//! **Staging.** Each warp copies its block of Π slots (key words and metadata, value words and
+//! metadata) into its own part of shared memory with asynchronous copies ([`mma_stage`](super::mma_stage)), a phase
+//! ahead of their use: the cube's warps go through their blocks in lock step, the scores of a
+//! block while its values land, then its values while the next block's keys land. Each lane
+//! builds its operand registers from the staged packed words.
 //!
 //! **Operands from packed words.** A 32-bit word holds 16 two-bit codes, code `j` at bits `2j`.
 //! `(word >> 2t) & 0x03030303` is a register of four byte codes: codes `t, 4 + t, 8 + t, 12 + t`.
 //! A warp product's operand register holds four consecutive depth indices `4t .. 4t + 4` for lane
 //! `4g + t`, so depth index `4t + b` of a 16-deep half stands for code `4b + t` of the word. The
-//! other operand (the Q codes, staged once per warp, or the P codes) is laid out in the same
+//! other operand (the Q codes, held by each lane for the whole kernel, or the P codes) is laid out in the same
 //! order, and a dot product does not depend on the order of its terms.
 //!
 //! **Scores, `Sᵀ = Q̂ · K̂ᵀ`.** The first operand's rows are `(key group, head)` pairs, `row = part ·
@@ -40,8 +45,12 @@
 //! writes its split's partials for `merge_kernel`.
 
 use burn_kvcompress::kernels::{first_visible_slot, masked_score, warp_mma::WARP, SplitOut};
-use cubecl::{cmma::MmaDefinition, prelude::*};
+use cubecl::{
+    cmma::MmaDefinition,
+    prelude::{barrier::Barrier, *},
+};
 
+use super::mma_stage::{block_stage, copy_block_keys, copy_block_values, BlockStage, WarpBlocks};
 use crate::kernels::eight_bit::{numerator, scale8};
 
 /// One operand register: four byte codes.
@@ -55,6 +64,8 @@ pub const PRODUCT_ROWS: u32 = 16;
 pub const PRODUCT_COLUMNS: u32 = 8;
 /// Depth of a warp product (channels of the scores, slots of the outputs).
 pub const PRODUCT_DEPTH: u32 = 32;
+/// Bytes of the two barriers of a cube's asynchronous copies.
+pub const COPY_BARRIER_BYTES: u32 = 16;
 /// The four 2-bit codes of a shifted word that land in a register's bytes.
 const BYTE_CODES: u32 = 0x0303_0303;
 
@@ -72,6 +83,9 @@ pub struct MmaGeometry {
     pub partition: u32,
     /// Warps per cube.
     pub warps: u32,
+    /// Key metadata values per asynchronous copy: 1, 2 or 4, dividing the key groups per head and
+    /// the metadata rows' pitch.
+    pub meta_vector: u32,
 }
 
 impl MmaGeometry {
@@ -151,19 +165,42 @@ impl MmaGeometry {
     pub fn channel_tiles(&self) -> u32 {
         self.head_dim / PRODUCT_ROWS
     }
-}
 
-/// The calling warp's slots: `first .. end` of a stream of `len`, of which the step's query sees
-/// those from `visible_from` on (see `first_visible_slot`); `quantized` slots have closed value
-/// blocks.
-#[derive(CubeType)]
-struct WarpBlocks {
-    row0: u32,
-    first: u32,
-    end: u32,
-    len: u32,
-    quantized: u32,
-    visible_from: u32,
+    /// 16-byte vectors between two staged slots' keys: their words and one of padding.
+    pub fn key_stride(&self) -> u32 {
+        self.key_words() / 4 + 1
+    }
+
+    /// 16-byte vectors of a warp's staged key words.
+    pub fn warp_key_vectors(&self) -> u32 {
+        self.partition * self.key_stride()
+    }
+
+    /// Key metadata values of a warp's staged block, per tensor.
+    pub fn key_meta(&self) -> u32 {
+        self.partition * self.parts()
+    }
+
+    /// Pairs of value words of a warp's staged block.
+    pub fn warp_value_pairs(&self) -> u32 {
+        self.head_dim * self.value_words() / 2
+    }
+
+    /// 16-byte copies per lane of a block's key words, and of its value words: `Π · head_dim / 16`
+    /// words each, four per copy, over the warp's 32 lanes.
+    pub fn word_copies(&self) -> u32 {
+        self.partition * self.head_dim / (16 * 4 * WARP)
+    }
+
+    /// Bytes of shared memory a warp stages a block in (`mma_stage`).
+    pub fn warp_shared_bytes(&self) -> u32 {
+        16 * self.warp_key_vectors() + 12 * self.key_meta() + 8 * self.warp_value_pairs() + 12 * self.head_dim
+    }
+
+    /// Bytes of shared memory of a cube: its warps' stages and the two barriers of their copies.
+    pub fn shared_bytes(&self) -> u32 {
+        self.warps * self.warp_shared_bytes() + COPY_BARRIER_BYTES
+    }
 }
 
 /// The calling lane's query operand and its rows' metadata, fixed for the kernel: `operand[(tile ·
@@ -231,6 +268,7 @@ pub fn mma_decode_kernel(
     let split = CUBE_POS_X * geo.warps + warp;
     let first = u32::min(split * warp_chunk, len);
     let slots = WarpBlocks {
+        stream,
         row0: stream * len,
         first,
         end: u32::min(first + warp_chunk, len),
@@ -254,50 +292,68 @@ pub fn mma_decode_kernel(
         mass[h] = 0.0;
     }
 
-    let mut block_first = slots.first;
-    while block_first < slots.end {
-        let mut s =
-            block_scores(k_words, k_min, k_scale, k_sums, key_meta_pitch, &queries, &slots, block_first, scale, geo);
+    let count = comptime!((geo.lane_heads() * geo.slot_tiles() * 2) as usize);
+    let mut s = Array::<f32>::new(count);
+    let mut codes = Array::<u32>::new(comptime!((geo.lane_heads() * geo.slot_tiles() / 2) as usize));
+    let mut p_meta = Array::<f32>::new(comptime!(4 * geo.lane_heads() as usize));
+    let mut stage = block_stage(geo);
+    // The copies of the keys and of the values of a round (initializing the barriers synchronizes
+    // the cube).
+    let key_copies = Barrier::shared(geo.units(), UNIT_POS == 0);
+    let value_copies = Barrier::shared(geo.units(), UNIT_POS == 0);
+    copy_block_keys(k_words, k_min, k_scale, k_sums, key_meta_pitch, &mut stage, &slots, slots.first, geo);
+    key_copies.commit_copy_async();
+    copy_block_values(v_words, v_min, v_scale, v_sums, &mut stage, &slots, blocks, slots.first, geo);
+    value_copies.commit_copy_async();
+
+    // The cube's warps go through their blocks in lock step, round by round: the scores of a
+    // round's block from its staged keys while its values land, then its values while the next
+    // block's keys land.
+    let rounds = warp_chunk / geo.partition;
+    let mut round = 0u32;
+    while round < rounds {
+        let block_first = slots.first + round * geo.partition;
+        let next = block_first + geo.partition;
+        let attends = block_first < slots.end;
         let closed = block_first < slots.quantized;
-        // The block's numerators (in `s`), P codes and their metadata per head slot; `keep` and
-        // `join` weigh the running and the block's own outputs under the larger max.
-        let mut codes = Array::<u32>::new(comptime!((geo.lane_heads() * geo.slot_tiles() / 2) as usize));
-        let mut p_meta = Array::<f32>::new(comptime!(4 * geo.lane_heads() as usize));
-        #[unroll]
-        for h in 0..geo.lane_heads() {
-            let numerators = block_softmax(&mut s, &mut codes, h, closed, geo);
-            let m = f32::max(top[h as usize], numerators.top);
-            let keep = f32::exp(top[h as usize] - m);
-            let join = f32::exp(numerators.top - m);
-            mass[h as usize] = mass[h as usize] * keep + numerators.mass * join;
-            top[h as usize] = m;
-            // Eq. 4's P terms of a closed block, weighed by `join`: the output is `v_step · (dot
-            // · [0] + v_total · [1]) + v_lo · [2]`, added to the running one times `keep` ([3]).
-            // The tail block's `step` is 1, so its [0] is `join`.
-            p_meta[(4 * h) as usize] = numerators.step * join;
-            p_meta[(4 * h + 1) as usize] = numerators.lo * join;
-            p_meta[(4 * h + 2) as usize] =
-                (numerators.step * numerators.code_sum + f32::cast_from(geo.partition) * numerators.lo) * join;
-            p_meta[(4 * h + 3) as usize] = keep;
+        key_copies.arrive_and_wait();
+        if attends {
+            block_scores(&mut s, &stage, &queries, &slots, block_first, scale, geo);
+            // The block's numerators (in `s`), P codes and their metadata per head slot; `keep`
+            // and `join` weigh the running and the block's own outputs under the larger max.
+            #[unroll]
+            for h in 0..geo.lane_heads() {
+                let numerators = block_softmax(&mut s, &mut codes, h, closed, geo);
+                let m = f32::max(top[h as usize], numerators.top);
+                let keep = f32::exp(top[h as usize] - m);
+                let join = f32::exp(numerators.top - m);
+                mass[h as usize] = mass[h as usize] * keep + numerators.mass * join;
+                top[h as usize] = m;
+                // Eq. 4's P terms of a closed block, weighed by `join`: the output is `v_step · (dot
+                // · [0] + v_total · [1]) + v_lo · [2]`, added to the running one times `keep` ([3]).
+                // The tail block's `step` is 1, so its [0] is `join`.
+                p_meta[(4 * h) as usize] = numerators.step * join;
+                p_meta[(4 * h + 1) as usize] = numerators.lo * join;
+                p_meta[(4 * h + 2) as usize] =
+                    (numerators.step * numerators.code_sum + f32::cast_from(geo.partition) * numerators.lo) * join;
+                p_meta[(4 * h + 3) as usize] = keep;
+            }
         }
-        if closed {
-            closed_block_values(
-                v_words,
-                v_min,
-                v_scale,
-                v_sums,
-                &slots,
-                blocks,
-                block_first,
-                &codes,
-                &p_meta,
-                &mut total,
-                geo,
-            );
-        } else {
-            tail_values(tail, &slots, block_first, &s, &p_meta, &mut total, geo);
+        sync_cube();
+        copy_block_keys(k_words, k_min, k_scale, k_sums, key_meta_pitch, &mut stage, &slots, next, geo);
+        key_copies.commit_copy_async();
+        value_copies.arrive_and_wait();
+        if attends {
+            if closed {
+                closed_block_values(&stage, &codes, &p_meta, &mut total, geo);
+            } else {
+                tail_values(tail, &slots, block_first, &s, &p_meta, &mut total, geo);
+            }
         }
-        block_first += geo.partition;
+        sync_cube();
+        copy_block_values(v_words, v_min, v_scale, v_sums, &mut stage, &slots, blocks, next, geo);
+        value_copies.commit_copy_async();
+        round += 1;
     }
 
     let target = SplitOut { first_head: stream * geo.group, split, splits: CUBE_COUNT_X * geo.warps };
@@ -393,46 +449,42 @@ fn query_rows(q_codes: &Array<u32>, q_meta: &Array<f32>, stream: u32, #[comptime
     queries
 }
 
-/// The scores of the block from slot `block_first`, `s[(h · slot_tiles + j) · 2 + c]` for head slot
-/// `h` and slot `8j + 4c + t` of the block (lane `4g + t`): scaled, or [`masked_score`] for a slot
-/// the lane's sequence does not see.
-#[allow(clippy::too_many_arguments)]
+/// Writes to `s` the scores of the block from slot `block_first`, staged in the calling warp's
+/// `stage`: `s[(h · slot_tiles + j) · 2 + c]` for head slot `h` and slot `8j + 4c + t` of the
+/// block (lane `4g + t`), scaled, or [`masked_score`] for a slot the lane's sequence does not see.
 #[cube]
 fn block_scores(
-    k_words: &Array<Vector<u32, Const<4>>>,
-    k_min: &Array<f32>,
-    k_scale: &Array<f32>,
-    k_sums: &Array<u32>,
-    key_meta_pitch: u32,
+    s: &mut Array<f32>,
+    stage: &BlockStage,
     queries: &QueryRows,
     slots: &WarpBlocks,
     block_first: u32,
     scale: f32,
     #[comptime] geo: MmaGeometry,
-) -> Array<f32> {
+) {
     let lane = UNIT_POS % WARP;
+    let warp = UNIT_POS / WARP;
     let (g, t) = (lane / 4, lane % 4);
     let gp = comptime!(geo.padded_group());
     let product = MmaDefinition::<u8, u8, i32>::new(16usize, 8usize, 32usize);
     let count = comptime!((geo.lane_heads() * geo.slot_tiles() * 2) as usize);
-    let mut s = Array::<f32>::new(count);
     #[unroll]
     for x in 0..count {
         s[x] = 0.0;
     }
+    let words_at = warp * comptime!(geo.warp_key_vectors());
+    let meta_at = warp * comptime!(geo.key_meta());
     #[unroll]
     for j in 0..geo.slot_tiles() {
         // This lane's column of the key operand: slot `8j + 4 (g mod 2) + g / 2`.
-        let slot = block_first + PRODUCT_COLUMNS * j + 4 * (g % 2) + g / 2;
-        let row = slots.row0 + u32::min(slot, slots.end - 1);
+        let slot = PRODUCT_COLUMNS * j + 4 * (g % 2) + g / 2;
         let mut key = Array::<Codes>::new(comptime!(geo.key_words() as usize));
         #[unroll]
         for w4 in 0..comptime!(geo.key_words() / 4) {
-            let four = k_words[(row * comptime!(geo.key_words() / 4) + w4) as usize];
+            let four = stage.key_words[(words_at + slot * comptime!(geo.key_stride()) + w4) as usize];
             #[unroll]
             for w in 0..4u32 {
-                let word = select(slot < slots.end, four[w as usize], 0u32);
-                key[(4 * w4 + w) as usize] = Codes::reinterpret((word >> (2 * t)) & BYTE_CODES);
+                key[(4 * w4 + w) as usize] = Codes::reinterpret((four[w as usize] >> (2 * t)) & BYTE_CODES);
             }
         }
         #[unroll]
@@ -462,12 +514,11 @@ fn block_scores(
                     let h = comptime!(head_slot(i, geo));
                     #[unroll]
                     for c in 0..2u32 {
-                        let own = block_first + PRODUCT_COLUMNS * j + 4 * c + t;
-                        let visible = own < slots.end;
-                        let meta = ((slots.row0 + u32::min(own, slots.end - 1)) * key_meta_pitch + part) as usize;
-                        let k_lo = select(visible, k_min[meta], 0.0);
-                        let k_step = select(visible, k_scale[meta], 0.0);
-                        let k_total = select(visible, f32::cast_from(k_sums[meta]), 0.0);
+                        let own = PRODUCT_COLUMNS * j + 4 * c + t;
+                        let meta = own * comptime!(geo.parts()) + part;
+                        let k_lo = stage.key_scales[(2 * meta_at + meta) as usize];
+                        let k_step = stage.key_scales[(2 * meta_at + comptime!(geo.key_meta()) + meta) as usize];
+                        let k_total = f32::cast_from(stage.key_sums[(meta_at + meta) as usize]);
                         let dot = f32::cast_from(dots[half as usize][c as usize]);
                         let q = i as usize;
                         let at = ((h * geo.slot_tiles() + j) * 2 + c) as usize;
@@ -491,7 +542,6 @@ fn block_scores(
         let visible = own >= slots.visible_from && own < slots.end;
         s[x] = select(visible, v * scale, masked_score());
     }
-    s
 }
 
 /// A block's softmax for one head slot: its max score, and (for a closed block) the 8-bit
@@ -584,29 +634,23 @@ fn block_softmax(
     numerators
 }
 
-/// The closed block from slot `block_first`: per tile of 16 channels, the value products with the
-/// P codes (`codes`, as [`block_softmax`] wrote them) and Eq. 4's corrections, joined to `total`
-/// with the heads' `p_meta` (lo, step, code sum, keep, join per head slot).
-#[allow(clippy::too_many_arguments)]
+/// The closed block staged in the calling warp's `stage`: per tile of 16 channels, the value
+/// products with the P codes (`codes`, as [`block_softmax`] wrote them) and Eq. 4's corrections,
+/// joined to `total` with the heads' `p_meta` (lo, step, code sum, keep, join per head slot).
 #[cube]
 fn closed_block_values(
-    v_words: &Array<Vector<u32, Const<2>>>,
-    v_min: &Array<f32>,
-    v_scale: &Array<f32>,
-    v_sums: &Array<u32>,
-    slots: &WarpBlocks,
-    blocks: u32,
-    block_first: u32,
+    stage: &BlockStage,
     codes: &Array<u32>,
     p_meta: &Array<f32>,
     total: &mut Array<f32>,
     #[comptime] geo: MmaGeometry,
 ) {
     let lane = UNIT_POS % WARP;
+    let warp = UNIT_POS / WARP;
     let (g, t) = (lane / 4, lane % 4);
+    let d = geo.head_dim;
     let product = MmaDefinition::<u8, u8, i32>::new(16usize, 8usize, 32usize);
-    let stream = slots.row0 / slots.len;
-    let first_row = (stream * blocks + block_first / geo.partition) * geo.head_dim;
+    let words_at = warp * comptime!(geo.warp_value_pairs());
     #[unroll]
     for h in 0..geo.lane_heads() {
         // The P operand: depth half `r` of step `step` holds slots `32 step + 16 r + 4b + t`,
@@ -630,13 +674,14 @@ fn closed_block_values(
             let mut dots = Array::<Dots>::new(2usize);
             dots[0] = Dots::new(0i32);
             dots[1] = Dots::new(0i32);
-            let low = first_row + PRODUCT_ROWS * mt + g;
+            let low = PRODUCT_ROWS * mt + g;
             #[unroll]
             for step in 0..geo.slot_steps() {
                 let mut a = Array::<Codes>::new(4usize);
                 #[unroll]
                 for half in 0..2u32 {
-                    let pair = v_words[((low + 8 * half) * comptime!(geo.value_words() / 2) + step) as usize];
+                    let at = words_at + (low + 8 * half) * comptime!(geo.value_words() / 2) + step;
+                    let pair = stage.value_words[at as usize];
                     #[unroll]
                     for k in 0..2u32 {
                         a[(half + 2 * k) as usize] = Codes::reinterpret((pair[k as usize] >> (2 * t)) & BYTE_CODES);
@@ -649,8 +694,11 @@ fn closed_block_values(
             }
             #[unroll]
             for half in 0..2u32 {
-                let channel = (low + 8 * half) as usize;
-                let (v_lo, v_step, v_total) = (v_min[channel], v_scale[channel], f32::cast_from(v_sums[channel]));
+                let channel = low + 8 * half;
+                let scales_at = warp * 2 * d + channel;
+                let v_lo = stage.value_scales[scales_at as usize];
+                let v_step = stage.value_scales[(scales_at + d) as usize];
+                let v_total = f32::cast_from(stage.value_sums[(warp * d + channel) as usize]);
                 #[unroll]
                 for e in 0..2u32 {
                     let m = 4 * e;
@@ -681,7 +729,7 @@ fn tail_values(
     let lane = UNIT_POS % WARP;
     let (g, t) = (lane / 4, lane % 4);
     let d = geo.head_dim;
-    let stream_row0 = (slots.row0 / slots.len) * (slots.len - slots.quantized);
+    let stream_row0 = slots.stream * (slots.len - slots.quantized);
     #[unroll]
     for h in 0..geo.lane_heads() {
         let mut join = Array::<f32>::new(2usize);
@@ -732,7 +780,7 @@ mod tests {
 
     #[test]
     fn padded_groups_divide_or_fill_the_product_columns() {
-        let geo = |group| MmaGeometry { group, head_dim: 128, key_group: 64, partition: 64, warps: 4 };
+        let geo = |group| MmaGeometry { group, head_dim: 128, key_group: 64, partition: 64, warps: 4, meta_vector: 2 };
         let padded: Vec<u32> = [1, 2, 3, 4, 5, 8, 9, 16, 32].iter().map(|&g| geo(g).padded_group()).collect();
         assert_eq!(padded, [1, 2, 4, 4, 8, 8, 16, 16, 32]);
         // The benchmark geometry: 4 heads × 2 key groups fill one row tile's first 8 rows.
@@ -740,6 +788,22 @@ mod tests {
         assert_eq!((bench.score_rows(), bench.score_tiles(), bench.lane_heads()), (8, 1, 1));
         // 32 heads: 64 rows in 4 tiles; a lane holds heads g + 8h for 4 head slots.
         assert_eq!((geo(32).score_tiles(), geo(32).lane_heads()), (4, 4));
+    }
+
+    #[test]
+    fn a_warp_stages_a_block_in_its_bytes() {
+        // The benchmark geometry: keys 64 slots × 3 vectors (3 KiB), their metadata 3 × 128
+        // values (1.5 KiB), values 128 channels × 16 bytes (2 KiB), their metadata 1.5 KiB.
+        let bench = MmaGeometry { group: 4, head_dim: 128, key_group: 64, partition: 64, warps: 16, meta_vector: 2 };
+        assert_eq!((bench.warp_shared_bytes(), bench.word_copies()), (8192, 4));
+        assert_eq!(bench.shared_bytes(), 16 * 8192 + COPY_BARRIER_BYTES);
+        // Π = 128, one key group: 6 + 1.5 + 4 + 1.5 KiB; 16 warps still fit an H100's 227 KiB.
+        let long = MmaGeometry { key_group: 128, partition: 128, ..bench };
+        assert_eq!((long.warp_shared_bytes(), long.word_copies()), (13312, 8));
+        assert!(long.shared_bytes() <= 227 * 1024);
+        // The smallest: Π = 32, 64 channels, one 16-byte copy of words per lane.
+        let small = MmaGeometry { head_dim: 64, key_group: 32, partition: 32, ..bench };
+        assert_eq!(small.word_copies(), 1);
     }
 
     #[test]

@@ -18,16 +18,17 @@ use burn_kvcompress::{
 use super::{
     kernel::DecodeGeometry,
     launch::{quantize_queries, QueryCodes},
-    mma_kernel::{mma_decode_kernel, MmaGeometry, PRODUCT_COLUMNS, PRODUCT_DEPTH, PRODUCT_ROWS},
+    mma_kernel::{mma_decode_kernel, MmaGeometry, COPY_BARRIER_BYTES, PRODUCT_COLUMNS, PRODUCT_DEPTH, PRODUCT_ROWS},
 };
 use crate::kernels::{
     cache_args::{key_start_arg, CacheArgs},
     CacheView,
 };
 
-/// Warps per cube. CUDA's launch bound (the cube's 512 units) caps a lane at 128 registers; the
-/// kernel would take about 145 uncapped (4 to 12 warps per cube), which leaves fewer warps per
-/// SM, and spills under a lower cap (24 warps: 80 registers). 16 measured fastest on an H100
+/// The most warps per cube (fewer where their stages do not fit in shared memory). CUDA's launch
+/// bound (the cube's 512 units) caps a lane at 128 registers; the kernel would take about 145
+/// uncapped (4 to 12 warps per cube), which leaves fewer warps per SM, and spills under a lower
+/// cap (24 warps: 80 registers). 16 measured fastest on an H100
 /// (`results/decode-hack-register-products-h100.md`).
 const WARPS: u32 = 16;
 /// The most channels of a head (the lanes' running outputs: `head_dim / 8 · lane_heads`
@@ -38,10 +39,12 @@ const MAX_GROUP: u32 = 16;
 
 /// The tensor-core kernel's compile-time shapes for the scalar kernel's `decode` shapes on a
 /// device with `properties`. `None` where it does not apply: no `u8 × u8 → i32` `16 × 8 × 32`
-/// warp products with registers managed by the kernel, or planes of other than 32 lanes; more
-/// than [`MAX_GROUP`] query heads per KV head; a head dimension above
-/// [`MAX_HEAD_DIM`] or not a multiple of 64 (whole 16-byte key loads); Π not a multiple of 32; or
-/// codes of other than 2 bits.
+/// warp products with registers managed by the kernel, no asynchronous copies, or planes of
+/// other than 32 lanes; more than [`MAX_GROUP`] query heads per KV head; a head dimension above
+/// [`MAX_HEAD_DIM`] or not a multiple of 64 (whole 16-byte key copies); Π not a multiple of 32;
+/// codes of other than 2 bits; or no room in shared memory for one warp's stage. The cube takes
+/// as many warps as their stages fit, up to [`WARPS`]; the launch sets the key metadata's copy
+/// width (`meta_vector`) from the cache's metadata pitch.
 pub fn mma_geometry(decode: &DecodeGeometry, properties: &DeviceProperties) -> Option<MmaGeometry> {
     let u8_codes = ElemType::UInt(UIntKind::U8).into();
     let product = MmaConfig {
@@ -54,6 +57,7 @@ pub fn mma_geometry(decode: &DecodeGeometry, properties: &DeviceProperties) -> O
     };
     let features = &properties.features;
     let applies = features.matmul.mma.contains(&product)
+        && features.copy_async
         && features.plane.contains(Plane::Ops)
         && properties.hardware.plane_size_min == WARP
         && properties.hardware.plane_size_max == WARP
@@ -62,13 +66,25 @@ pub fn mma_geometry(decode: &DecodeGeometry, properties: &DeviceProperties) -> O
         && decode.head_dim <= MAX_HEAD_DIM
         && decode.partition.is_multiple_of(PRODUCT_DEPTH)
         && decode.bits == 2;
-    applies.then_some(MmaGeometry {
+    let geo = MmaGeometry {
         group: decode.group,
         head_dim: decode.head_dim,
         key_group: decode.key_group,
         partition: decode.partition,
         warps: WARPS,
-    })
+        meta_vector: 1,
+    };
+    let stages = (properties.hardware.max_shared_memory_size as u32).saturating_sub(COPY_BARRIER_BYTES);
+    let fitting = stages / geo.warp_shared_bytes();
+    (applies && fitting > 0).then_some(MmaGeometry { warps: fitting.min(WARPS), ..geo })
+}
+
+/// `geo` with its key metadata copied in the widest vectors (up to 4 values) that divide both
+/// the key groups per head and the metadata rows' `pitch`.
+fn with_key_meta_pitch(geo: MmaGeometry, pitch: usize) -> MmaGeometry {
+    let meta_vector =
+        [4, 2, 1].into_iter().find(|&v| geo.parts().is_multiple_of(v) && pitch.is_multiple_of(v as usize)).unwrap_or(1);
+    MmaGeometry { meta_vector, ..geo }
 }
 
 /// HACK decode attention on tensor cores of `q: [batch, heads, 1, head_dim]` (the last slot) over
@@ -89,25 +105,34 @@ pub fn mma_decode_launch<R: CubeRuntime, BT: BoolElement>(
     let client = q.client.clone();
     let parts = geo.parts() as usize;
     let args = CacheArgs::new(cache, &q, parts);
+    let geo = with_key_meta_pitch(geo, args.key_meta_pitch);
     let [k_min, k_scale, k_sums] = args.k_meta;
     let [v_min, v_scale, v_sums] = args.v_meta;
     let key_start = key_start_arg::<R, BT>(&options.key_start, &q);
     let streams = batch * kv_heads;
     let QueryCodes { codes: q_codes, meta: q_meta } = quantize_queries(&q, streams, decode);
-    // The kernel declares no shared memory.
-    let splits = WarpSplits::for_device(geo.warps, 0, geo.partition as usize, (streams, len), client.properties());
+    let splits = WarpSplits::for_device(
+        geo.warps,
+        geo.shared_bytes(),
+        geo.partition as usize,
+        (streams, len),
+        client.properties(),
+    );
     let warp_splits = splits.cubes * geo.warps as usize;
     let partials = SplitPartials::allocate(&q, batch * heads, warp_splits, d);
     // SAFETY: each warp's slots `split · warp_chunk ..` are clamped to `len` (the caches' own
     // length); key words (16-byte vectors of a slot's row of `head_dim / 16` words) and metadata
-    // are read for slots clamped to `end − 1 < len` of the stream (metadata at `part < parts ≤
-    // key_meta_pitch` of its row); value words (8-byte pairs of a channel's `Π / 16` words) and
-    // metadata for closed blocks only (`block_first < blocks · Π`, so `block < blocks`), channels
-    // `< head_dim`; tail rows for slots in `blocks · Π .. end` (the tail holds `len − blocks · Π`
-    // rows per stream); query codes and metadata as `query_kernel` wrote them, at heads `< group`
-    // and runs `< group · parts`; `key_start` has `batch` entries and the grid `batch · kv_heads`
-    // rows; outputs are written for heads `< group`, and the partials hold `heads · cubes ·
-    // warps` entries. Bounds validated on CUDA: `burn_kvcompress::kernels`.
+    // are copied for slots clamped to `end − 1 < len` of the stream (metadata at `part < parts ≤
+    // key_meta_pitch` of its row); value words (16-byte copies of the block's `head_dim · Π / 16`
+    // contiguous words) and metadata (`head_dim` values) for closed blocks only (`block_first <
+    // blocks · Π`, so `block < blocks`); every copy starts at a multiple of its width, in global
+    // memory (`meta_vector` divides the pitch; a block's words and metadata start at multiples of
+    // 16 bytes) and in the stages (`mma_stage`), which hold `warps` warps' blocks and are read at
+    // the calling warp's own offsets; tail rows for slots in `blocks · Π .. end` (the tail holds
+    // `len − blocks · Π` rows per stream); query codes and metadata as `query_kernel` wrote
+    // them, at heads `< group` and runs `< group · parts`; `key_start` has `batch` entries and
+    // the grid `batch · kv_heads` rows; outputs are written for heads `< group`, and the partials
+    // hold `heads · cubes · warps` entries. Bounds validated on CUDA: `burn_kvcompress::kernels`.
     unsafe {
         mma_decode_kernel::launch_unchecked::<R>(
             &client,
@@ -139,4 +164,20 @@ pub fn mma_decode_launch<R: CubeRuntime, BT: BoolElement>(
     };
     let out = merge_partials(partials);
     Tensor::<Backend<R, BT>, 1>::from_primitive(TensorPrimitive::Float(out)).reshape([batch, heads, 1, d])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_metadata_copies_divide_the_groups_and_the_pitch() {
+        let geo =
+            |key_group| MmaGeometry { group: 4, head_dim: 128, key_group, partition: 64, warps: 16, meta_vector: 1 };
+        let vector = |key_group, pitch| with_key_meta_pitch(geo(key_group), pitch).meta_vector;
+        // 2 groups: rows of 2 values, padded to 4 or not; an odd pitch leaves single values.
+        assert_eq!([vector(64, 2), vector(64, 4), vector(64, 3)], [2, 2, 1]);
+        // 4 groups of 32: whole rows in one copy where the pitch allows; one group: one value.
+        assert_eq!([vector(32, 4), vector(32, 6), vector(128, 4)], [4, 2, 1]);
+    }
 }

@@ -8,6 +8,9 @@ mod launch;
 #[allow(missing_docs)]
 mod mma_kernel;
 mod mma_launch;
+// `#[cube]` expands the stage's functions into undocumented helper items.
+#[allow(missing_docs)]
+mod mma_stage;
 mod query_kernel;
 
 pub use kernel::DecodeGeometry;
