@@ -83,76 +83,50 @@ pub fn copy_block_keys(
     #[comptime] geo: MmaGeometry,
 ) {
     if block_first < slots.end {
-        copy_keys(
-            k_words,
-            k_min,
-            k_scale,
-            k_sums,
-            key_meta_pitch,
-            stage,
-            slots.row0 + block_first,
-            slots.row0 + slots.end - 1,
-            geo,
-        );
-    }
-}
-
-/// [`copy_block_keys`] of cache rows `first_row ..`, clamped to `last_row`.
-#[allow(clippy::too_many_arguments)]
-#[cube]
-fn copy_keys(
-    k_words: &Array<Vector<u32, Const<4>>>,
-    k_min: &Array<f32>,
-    k_scale: &Array<f32>,
-    k_sums: &Array<u32>,
-    key_meta_pitch: u32,
-    stage: &mut BlockStage,
-    first_row: u32,
-    last_row: u32,
-    #[comptime] geo: MmaGeometry,
-) {
-    let lane = UNIT_POS % WARP;
-    let warp = UNIT_POS / WARP;
-    let vectors = comptime!(geo.key_words() / WORDS_PER_COPY);
-    let words_at = warp * comptime!(geo.warp_key_vectors());
-    #[unroll]
-    for i in 0..geo.word_copies() {
-        let copy = WARP * i + lane;
-        let (slot, vector) = (copy / vectors, copy % vectors);
-        let from = (u32::min(first_row + slot, last_row) * vectors + vector) as usize;
-        let to = (words_at + slot * comptime!(geo.key_stride()) + vector) as usize;
-        copy_async(&k_words.slice(from, from + 1), &mut stage.key_words.slice_mut(to, to + 1), WORDS_PER_COPY);
-    }
-    // Metadata: each slot's `parts` values in copies of `meta_vector`.
-    let per_slot = comptime!(geo.parts() / geo.meta_vector);
-    let copies = comptime!(geo.partition * geo.parts() / geo.meta_vector);
-    let meta_at = warp * comptime!(geo.key_meta());
-    #[unroll]
-    for i in 0..comptime!(copies.div_ceil(WARP)) {
-        let copy = WARP * i + lane;
-        if copy < copies {
-            let (slot, chunk) = (copy / per_slot, copy % per_slot);
-            let from = (u32::min(first_row + slot, last_row) * key_meta_pitch + chunk * geo.meta_vector) as usize;
-            let to = slot * geo.parts() + chunk * geo.meta_vector;
-            let lo_at = (2 * meta_at + to) as usize;
-            let step_at = lo_at + comptime!(geo.key_meta() as usize);
-            let sum_at = (meta_at + to) as usize;
-            let n = comptime!(geo.meta_vector as usize);
-            copy_async(
-                &k_min.slice(from, from + n),
-                &mut stage.key_scales.slice_mut(lo_at, lo_at + n),
-                geo.meta_vector,
-            );
-            copy_async(
-                &k_scale.slice(from, from + n),
-                &mut stage.key_scales.slice_mut(step_at, step_at + n),
-                geo.meta_vector,
-            );
-            copy_async(
-                &k_sums.slice(from, from + n),
-                &mut stage.key_sums.slice_mut(sum_at, sum_at + n),
-                geo.meta_vector,
-            );
+        let (first_row, last_row) = (slots.row0 + block_first, slots.row0 + slots.end - 1);
+        let lane = UNIT_POS % WARP;
+        let warp = UNIT_POS / WARP;
+        let vectors = comptime!(geo.key_words() / WORDS_PER_COPY);
+        let words_at = warp * comptime!(geo.warp_key_vectors());
+        #[unroll]
+        for i in 0..geo.word_copies() {
+            let copy = WARP * i + lane;
+            let (slot, vector) = (copy / vectors, copy % vectors);
+            let from = (u32::min(first_row + slot, last_row) * vectors + vector) as usize;
+            let to = (words_at + slot * comptime!(geo.key_stride()) + vector) as usize;
+            copy_async(&k_words.slice(from, from + 1), &mut stage.key_words.slice_mut(to, to + 1), WORDS_PER_COPY);
+        }
+        // Metadata: each slot's `parts` values in copies of `meta_vector`.
+        let per_slot = comptime!(geo.parts() / geo.meta_vector);
+        let copies = comptime!(geo.partition * geo.parts() / geo.meta_vector);
+        let meta_at = warp * comptime!(geo.key_meta());
+        #[unroll]
+        for i in 0..comptime!(copies.div_ceil(WARP)) {
+            let copy = WARP * i + lane;
+            if copy < copies {
+                let (slot, chunk) = (copy / per_slot, copy % per_slot);
+                let from = (u32::min(first_row + slot, last_row) * key_meta_pitch + chunk * geo.meta_vector) as usize;
+                let to = slot * geo.parts() + chunk * geo.meta_vector;
+                let lo_at = (2 * meta_at + to) as usize;
+                let step_at = lo_at + comptime!(geo.key_meta() as usize);
+                let sum_at = (meta_at + to) as usize;
+                let n = comptime!(geo.meta_vector as usize);
+                copy_async(
+                    &k_min.slice(from, from + n),
+                    &mut stage.key_scales.slice_mut(lo_at, lo_at + n),
+                    geo.meta_vector,
+                );
+                copy_async(
+                    &k_scale.slice(from, from + n),
+                    &mut stage.key_scales.slice_mut(step_at, step_at + n),
+                    geo.meta_vector,
+                );
+                copy_async(
+                    &k_sums.slice(from, from + n),
+                    &mut stage.key_sums.slice_mut(sum_at, sum_at + n),
+                    geo.meta_vector,
+                );
+            }
         }
     }
 }
@@ -175,58 +149,44 @@ pub fn copy_block_values(
 ) {
     if block_first < u32::min(slots.end, slots.quantized) {
         let block = slots.stream * blocks + block_first / geo.partition;
-        copy_values(v_words, v_min, v_scale, v_sums, stage, block, geo);
-    }
-}
-
-/// [`copy_block_values`] of closed block `block`, counted over every stream's blocks.
-#[cube]
-fn copy_values(
-    v_words: &Array<Vector<u32, Const<2>>>,
-    v_min: &Array<f32>,
-    v_scale: &Array<f32>,
-    v_sums: &Array<u32>,
-    stage: &mut BlockStage,
-    block: u32,
-    #[comptime] geo: MmaGeometry,
-) {
-    let lane = UNIT_POS % WARP;
-    let warp = UNIT_POS / WARP;
-    let d = geo.head_dim;
-    // Words: the block's channels are contiguous, two pairs per copy.
-    let pairs = comptime!(geo.warp_value_pairs());
-    #[unroll]
-    for i in 0..geo.word_copies() {
-        let pair = 2 * (WARP * i + lane);
-        let from = (block * pairs + pair) as usize;
-        let to = (warp * pairs + pair) as usize;
-        copy_async(&v_words.slice(from, from + 2), &mut stage.value_words.slice_mut(to, to + 2), WORDS_PER_COPY);
-    }
-    // Metadata: `head_dim` contiguous values per tensor, four per copy.
-    #[unroll]
-    for i in 0..comptime!((d / WORDS_PER_COPY).div_ceil(WARP)) {
-        let channel = WORDS_PER_COPY * (WARP * i + lane);
-        if channel < d {
-            let from = (block * d + channel) as usize;
-            let lo_at = (warp * 2 * d + channel) as usize;
-            let step_at = lo_at + d as usize;
-            let sum_at = (warp * d + channel) as usize;
-            let n = comptime!(WORDS_PER_COPY as usize);
-            copy_async(
-                &v_min.slice(from, from + n),
-                &mut stage.value_scales.slice_mut(lo_at, lo_at + n),
-                WORDS_PER_COPY,
-            );
-            copy_async(
-                &v_scale.slice(from, from + n),
-                &mut stage.value_scales.slice_mut(step_at, step_at + n),
-                WORDS_PER_COPY,
-            );
-            copy_async(
-                &v_sums.slice(from, from + n),
-                &mut stage.value_sums.slice_mut(sum_at, sum_at + n),
-                WORDS_PER_COPY,
-            );
+        let lane = UNIT_POS % WARP;
+        let warp = UNIT_POS / WARP;
+        let d = geo.head_dim;
+        // Words: the block's channels are contiguous, two pairs per copy.
+        let pairs = comptime!(geo.warp_value_pairs());
+        #[unroll]
+        for i in 0..geo.word_copies() {
+            let pair = 2 * (WARP * i + lane);
+            let from = (block * pairs + pair) as usize;
+            let to = (warp * pairs + pair) as usize;
+            copy_async(&v_words.slice(from, from + 2), &mut stage.value_words.slice_mut(to, to + 2), WORDS_PER_COPY);
+        }
+        // Metadata: `head_dim` contiguous values per tensor, four per copy.
+        #[unroll]
+        for i in 0..comptime!((d / WORDS_PER_COPY).div_ceil(WARP)) {
+            let channel = WORDS_PER_COPY * (WARP * i + lane);
+            if channel < d {
+                let from = (block * d + channel) as usize;
+                let lo_at = (warp * 2 * d + channel) as usize;
+                let step_at = lo_at + d as usize;
+                let sum_at = (warp * d + channel) as usize;
+                let n = comptime!(WORDS_PER_COPY as usize);
+                copy_async(
+                    &v_min.slice(from, from + n),
+                    &mut stage.value_scales.slice_mut(lo_at, lo_at + n),
+                    WORDS_PER_COPY,
+                );
+                copy_async(
+                    &v_scale.slice(from, from + n),
+                    &mut stage.value_scales.slice_mut(step_at, step_at + n),
+                    WORDS_PER_COPY,
+                );
+                copy_async(
+                    &v_sums.slice(from, from + n),
+                    &mut stage.value_sums.slice_mut(sum_at, sum_at + n),
+                    WORDS_PER_COPY,
+                );
+            }
         }
     }
 }
