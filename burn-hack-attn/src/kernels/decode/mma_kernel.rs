@@ -8,17 +8,18 @@
 //! then Eq. 4's corrections in f32, as in the scalar kernel.
 //!
 //! **Staging.** Each warp copies its block of Π slots (key words and metadata, value words and
-//! metadata) into its own part of shared memory with asynchronous copies ([`mma_stage`](super::mma_stage)), a phase
-//! ahead of their use: the cube's warps go through their blocks in lock step, the scores of a
-//! block while its values land, then its values while the next block's keys land. Each lane
-//! builds its operand registers from the staged packed words.
+//! metadata) into its own part of shared memory with asynchronous copies
+//! ([`mma_stage`](super::mma_stage)), a phase ahead of their use: the cube's warps go through
+//! their blocks in lock step, the scores of a block while its values land, then its values while
+//! the next block's keys land. Each lane builds its operand registers from the staged packed
+//! words.
 //!
 //! **Operands from packed words.** A 32-bit word holds 16 two-bit codes, code `j` at bits `2j`.
 //! `(word >> 2t) & 0x03030303` is a register of four byte codes: codes `t, 4 + t, 8 + t, 12 + t`.
 //! A warp product's operand register holds four consecutive depth indices `4t .. 4t + 4` for lane
 //! `4g + t`, so depth index `4t + b` of a 16-deep half stands for code `4b + t` of the word. The
-//! other operand (the Q codes, held by each lane for the whole kernel, or the P codes) is laid out in the same
-//! order, and a dot product does not depend on the order of its terms.
+//! other operand (the Q codes, held by each lane for the whole kernel, or the P codes) is laid
+//! out in the same order, and a dot product does not depend on the order of its terms.
 //!
 //! **Scores, `Sᵀ = Q̂ · K̂ᵀ`.** The first operand's rows are `(key group, head)` pairs, `row = part ·
 //! padded_group + head`: the head's Q codes restricted to that key group's channels (zero
@@ -186,8 +187,8 @@ impl MmaGeometry {
         self.head_dim * self.value_words() / 2
     }
 
-    /// 16-byte copies per lane of a block's key words, and of its value words: `Π · head_dim / 16`
-    /// words each, four per copy, over the warp's 32 lanes.
+    /// 16-byte copies per lane of a block's key words, and of its value words: `Π · head_dim /
+    /// 16` words each, four per copy, over the warp's 32 lanes.
     pub fn word_copies(&self) -> u32 {
         self.partition * self.head_dim / (16 * 4 * WARP)
     }
