@@ -19,8 +19,9 @@
 //!    one's, into the other of two buffers (each with its barrier);
 //! 2. scores (each warp, its head): `S = K̃ Q̃ᵀ`, `[32 slots × 8 heads]`, as `⌈rank / 16⌉`
 //!    products of the key tile's `32 × 16` column blocks with `16 × 8` blocks of the group's
-//!    reduced queries (rounded to f16, zero past the rank and for heads past the group), stored
-//!    to the warp's scratch; each lane takes its slot's scores;
+//!    reduced queries (rounded to f16, zero past the rank and for heads past the group; loaded
+//!    into the warp's registers once per split), stored to the warp's scratch; each lane takes its
+//!    slot's scores;
 //! 3. online softmax: the warp keeps per query head a reference `m` and its lanes' masses; a
 //!    round whose max exceeds `m` by more than [`RESCALE_MARGIN`] moves `m` to it and rescales the
 //!    masses and the value sums (through the scratch), so the weights `exp(s − m)` stay below
@@ -208,6 +209,7 @@ pub fn mma_decode_kernel<E: Float, N: Size>(
     issue_round(keys, values, &mut stage, &key_plan, &value_plan, &slots, 0, geo);
     even.commit_copy_async();
 
+    let query_ops = query_operands(&queries, geo);
     let mut softmax = warp_softmax(geo.group);
     let sums = value_sums(geo.head_dim);
     let rounds = slots.count.div_ceil(WARP);
@@ -218,7 +220,7 @@ pub fn mma_decode_kernel<E: Float, N: Size>(
             odd.commit_copy_async();
         }
         even.arrive_and_wait();
-        attend_round(&stage, &queries, &mut weights, &mut scratch, &head, &slots, round, &mut softmax, &sums, geo);
+        attend_round(&stage, &query_ops, &mut weights, &mut scratch, &head, &slots, round, &mut softmax, &sums, geo);
         sync_cube();
         round += 1;
         if round < rounds {
@@ -227,7 +229,18 @@ pub fn mma_decode_kernel<E: Float, N: Size>(
                 even.commit_copy_async();
             }
             odd.arrive_and_wait();
-            attend_round(&stage, &queries, &mut weights, &mut scratch, &head, &slots, round, &mut softmax, &sums, geo);
+            attend_round(
+                &stage,
+                &query_ops,
+                &mut weights,
+                &mut scratch,
+                &head,
+                &slots,
+                round,
+                &mut softmax,
+                &sums,
+                geo,
+            );
             sync_cube();
             round += 1;
         }
@@ -296,6 +309,22 @@ fn stage_queries<E: Float>(
         queries[(warp * MMA_HEADS * geo.query_stride + i) as usize] = E::cast_from(x);
         i += WARP;
     }
+}
+
+/// The calling warp's reduced queries as the score products' `B` operands, one per block of 16
+/// coordinates of the widest head, loaded once per split.
+#[cube]
+fn query_operands<E: Float>(queries: &SharedMemory<E>, #[comptime] geo: MmaGeometry) -> Sequence<Matrix<E>> {
+    let warp = UNIT_POS / WARP;
+    let mut operands = Sequence::<Matrix<E>>::new();
+    #[unroll]
+    for d in 0..geo.key_depth {
+        let q = operand::<E>(MatrixIdent::B, MatrixLayout::ColMajor);
+        let q_at = warp * MMA_HEADS * geo.query_stride + d * MMA_DEPTH;
+        cmma::load(&q, &queries.slice(q_at as usize, queries.len()), geo.query_stride);
+        operands.push(q);
+    }
+    operands
 }
 
 /// The calling unit's copies of one cache (`part` 0: keys, 2: values, the words of the head
@@ -392,7 +421,7 @@ fn issue_round<E: Float, N: Size>(
 #[cube]
 fn attend_round<E: Float, N: Size>(
     stage: &SharedMemory<Vector<E, N>>,
-    queries: &SharedMemory<E>,
+    query_ops: &Sequence<Matrix<E>>,
     weights: &mut SharedMemory<E>,
     scratch: &mut SharedMemory<f32>,
     head: &StagedHead,
@@ -413,10 +442,7 @@ fn attend_round<E: Float, N: Size>(
             let k = operand::<E>(MatrixIdent::A, MatrixLayout::RowMajor);
             let at = (buffer + head.key_tile + d * MMA_DEPTH) / geo.vector;
             cmma::load(&k, &stage.slice(at as usize, stage.len()), head.key_stride);
-            let q = operand::<E>(MatrixIdent::B, MatrixLayout::ColMajor);
-            let q_at = warp * MMA_HEADS * geo.query_stride + d * MMA_DEPTH;
-            cmma::load(&q, &queries.slice(q_at as usize, queries.len()), geo.query_stride);
-            cmma::execute::<E, E, f32, f32>(&k, &q, &scores, &scores);
+            cmma::execute::<E, E, f32, f32>(&k, query_ops.index(d as usize), &scores, &scores);
         }
     }
     cmma::store(&mut scratch.slice_mut(own as usize, scratch.len()), &scores, SCRATCH_LD, MatrixLayout::ColMajor);
