@@ -46,7 +46,8 @@ fn merge_parts(cubes: u32, tile: u32, splits: u32, sms: Option<u32>) -> u32 {
 /// documentation.
 ///
 /// Unit `(part, c)` merges splits `part, part + parts, …` of its channel on its own, against its
-/// splits' own max `m_p`: `o_p = Σ_s o_s e^(m_s − m_p)`, `l_p = Σ_s l_s e^(m_s − m_p)`. One unit
+/// splits' own max `m_p`: `o_p = Σ_s o_s e^(m_s − m_p)`, `l_p = Σ_s l_s e^(m_s − m_p)`, in one pass
+/// that rescales its sums by `e^(m − m')` when the running max moves from `m` to `m'`. One unit
 /// per channel then merges the parts the same way, `o = Σ_p o_p e^(m_p − M) / Σ_p l_p e^(m_p −
 /// M)` with `M = max_p m_p`. A head's splits are thus read by all its units at once, with one
 /// cube synchronization. A part without splits has `m_p` = [`masked_score`] and `o_p = l_p = 0`.
@@ -75,16 +76,19 @@ pub fn merge_kernel(
     let mut l = 0.0f32;
     let mut o = 0.0f32;
     if c < head_dim {
+        // One pass, rescaling the running sums whenever the max moves: no load waits on an
+        // earlier one.
         let mut s = part;
         while s < splits {
-            m = f32::max(m, partial_max[(head * splits + s) as usize]);
-            s += parts;
-        }
-        let mut s = part;
-        while s < splits {
-            let w = f32::exp(partial_max[(head * splits + s) as usize] - m);
-            l += partial_sum[(head * splits + s) as usize] * w;
-            o += partial[((head * splits + s) * head_dim + c) as usize] * w;
+            let split_max = partial_max[(head * splits + s) as usize];
+            let split_sum = partial_sum[(head * splits + s) as usize];
+            let split_out = partial[((head * splits + s) * head_dim + c) as usize];
+            let top = f32::max(m, split_max);
+            let keep = f32::exp(m - top);
+            let join = f32::exp(split_max - top);
+            l = l * keep + split_sum * join;
+            o = o * keep + split_out * join;
+            m = top;
             s += parts;
         }
     }

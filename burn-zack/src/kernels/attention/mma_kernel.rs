@@ -198,7 +198,6 @@ pub fn mma_decode_kernel<E: Float, N: Size>(
         SharedMemory::<f32>::new_aligned(comptime!((geo.heads * MMA_HEADS * SCRATCH_LD) as usize), 32usize);
 
     clear_stage(&mut stage, geo);
-    stage_queries(reduced_q, &mut queries, &head, target.first_head, key_width, geo);
     clear_weights(&mut weights);
     let key_plan = plan_copies(meta, tiles_at, first_kv, key_width, 0u32, geo);
     let value_plan = plan_copies(meta, tiles_at, first_kv, value_width, 2u32, geo);
@@ -208,7 +207,9 @@ pub fn mma_decode_kernel<E: Float, N: Size>(
     let odd = Barrier::shared(geo.units(), UNIT_POS == 0);
     issue_round(keys, values, &mut stage, &key_plan, &value_plan, &slots, 0, geo);
     even.commit_copy_async();
-
+    // The queries load while the first round's rows land.
+    stage_queries(reduced_q, &mut queries, &head, target.first_head, key_width, geo);
+    sync_plane();
     let query_ops = query_operands(&queries, geo);
     let mut softmax = warp_softmax(geo.group);
     let sums = value_sums(geo.head_dim);
@@ -299,15 +300,19 @@ fn stage_queries<E: Float>(
     #[comptime] geo: MmaGeometry,
 ) {
     let warp = UNIT_POS / WARP;
-    let mut i = UNIT_POS % WARP;
-    while i < comptime!(MMA_HEADS * geo.query_stride) {
-        let (h, j) = (i / geo.query_stride, i % geo.query_stride);
-        let mut x = 0.0f32;
-        if h < geo.group && j < head.key_rank {
-            x = reduced_q[((first_head + h) * key_width + head.key_offset + j) as usize];
+    let count = comptime!(MMA_HEADS * geo.query_stride);
+    // Unrolled, so that every load of the lane is in flight at once.
+    #[unroll]
+    for r in 0..comptime!(count.div_ceil(WARP)) {
+        let i = r * WARP + UNIT_POS % WARP;
+        if i < count {
+            let (h, j) = (i / geo.query_stride, i % geo.query_stride);
+            let mut x = 0.0f32;
+            if h < geo.group && j < head.key_rank {
+                x = reduced_q[((first_head + h) * key_width + head.key_offset + j) as usize];
+            }
+            queries[(warp * count + i) as usize] = E::cast_from(x);
         }
-        queries[(warp * MMA_HEADS * geo.query_stride + i) as usize] = E::cast_from(x);
-        i += WARP;
     }
 }
 

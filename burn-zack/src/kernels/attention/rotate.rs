@@ -40,12 +40,6 @@ pub fn rotate_queries_kernel(
     let first_head = (batch_row * kv_heads + kv_head) * group;
     let mut queries = SharedMemory::<f32>::new(comptime!((group * head_dim) as usize));
     let mut sums = SharedMemory::<f32>::new(comptime!(units as usize));
-    let mut i = UNIT_POS;
-    while i < group * head_dim {
-        queries[i as usize] = q[(first_head * head_dim + i) as usize];
-        i += CUBE_DIM;
-    }
-    sync_cube();
     let parts = comptime!(units / (ROTATE_COLUMNS * group));
     let span = comptime!(head_dim.div_ceil(parts));
     let block = comptime!(LOADS.min(span));
@@ -54,27 +48,28 @@ pub fn rotate_queries_kernel(
     let g = (UNIT_POS / ROTATE_COLUMNS) % group;
     let part = UNIT_POS / (ROTATE_COLUMNS * group);
     let j = CUBE_POS_Z * ROTATE_COLUMNS + lane;
+    let active = part < parts && j < key_rank;
+    // The first block of the basis is requested before the queries, so both loads overlap.
+    let mut held = Array::<f32>::new(block as usize);
+    load_basis_block(&mut held, basis, key_width, key_offset + j, part * span, span, 0u32, active, head_dim);
+    let mut i = UNIT_POS;
+    while i < group * head_dim {
+        queries[i as usize] = q[(first_head * head_dim + i) as usize];
+        i += CUBE_DIM;
+    }
+    sync_cube();
     let mut acc = 0.0f32;
-    if part < parts && j < key_rank {
+    #[unroll]
+    for b in 0..blocks {
         #[unroll]
-        for b in 0..blocks {
-            let mut held = Array::<f32>::new(comptime!(block as usize));
-            #[unroll]
-            for i in 0..block {
-                let c = part * span + b * block + i;
-                let mut x = 0.0f32;
-                if c < head_dim && b * block + i < span {
-                    x = basis[(c * key_width + key_offset + j) as usize];
-                }
-                held[i as usize] = x;
+        for i in 0..block {
+            let c = part * span + b * block + i;
+            if active && c < head_dim && b * block + i < span {
+                acc += queries[(g * head_dim + c) as usize] * held[i as usize];
             }
-            #[unroll]
-            for i in 0..block {
-                let c = part * span + b * block + i;
-                if c < head_dim && b * block + i < span {
-                    acc += queries[(g * head_dim + c) as usize] * held[i as usize];
-                }
-            }
+        }
+        if comptime!(b + 1 < blocks) {
+            load_basis_block(&mut held, basis, key_width, key_offset + j, part * span, span, b + 1, active, head_dim);
         }
     }
     sums[UNIT_POS as usize] = acc;
@@ -86,5 +81,33 @@ pub fn rotate_queries_kernel(
             total += sums[(UNIT_POS + p * ROTATE_COLUMNS * group) as usize];
         }
         reduced[((first_head + g) * key_width + key_offset + j) as usize] = total * scale;
+    }
+}
+
+/// Loads into `held` block `b` of column `column` of the basis (`held.len()` rows each) within a
+/// part of `span` rows from `first` (0 past the part, past `head_dim` or where the unit is not
+/// `active`).
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn load_basis_block(
+    held: &mut Array<f32>,
+    basis: &Array<f32>,
+    key_width: u32,
+    column: u32,
+    first: u32,
+    #[comptime] span: u32,
+    #[comptime] b: u32,
+    active: bool,
+    #[comptime] head_dim: u32,
+) {
+    let block = comptime!(LOADS.min(span));
+    #[unroll]
+    for i in 0..block {
+        let c = first + b * block + i;
+        let mut x = 0.0f32;
+        if active && c < head_dim && b * block + i < span {
+            x = basis[(c * key_width + column) as usize];
+        }
+        held[i as usize] = x;
     }
 }
