@@ -277,7 +277,6 @@ pub fn mma_decode_kernel(
         quantized: blocks * geo.partition,
         visible_from: first_visible_slot(len - 1, key_start[(stream / kv_heads) as usize], window),
     };
-    let queries = query_rows(q_codes, q_meta, stream, geo);
     let heads = comptime!(geo.lane_heads() as usize);
     let outputs = comptime!((geo.channel_tiles() * geo.lane_heads() * 4) as usize);
     let mut total = Array::<f32>::new(outputs);
@@ -306,6 +305,8 @@ pub fn mma_decode_kernel(
     key_copies.commit_copy_async();
     copy_block_values(v_words, v_min, v_scale, v_sums, &mut stage, &slots, blocks, slots.first, geo);
     value_copies.commit_copy_async();
+    // The query operands load while the first block lands.
+    let queries = query_rows(q_codes, q_meta, stream, geo);
 
     // The cube's warps go through their blocks in lock step, round by round: the scores of a
     // round's block from its staged keys while its values land, then its values while the next

@@ -197,17 +197,16 @@ pub fn mma_decode_kernel<E: Float, N: Size>(
     let mut scratch =
         SharedMemory::<f32>::new_aligned(comptime!((geo.heads * MMA_HEADS * SCRATCH_LD) as usize), 32usize);
 
-    clear_stage(&mut stage, geo);
     clear_weights(&mut weights);
     let key_plan = plan_copies(meta, tiles_at, first_kv, key_width, 0u32, geo);
     let value_plan = plan_copies(meta, tiles_at, first_kv, value_width, 2u32, geo);
-    // Barriers of the even and odd rounds' copies (initializing them synchronizes the cube: the
-    // buffers are cleared before any copy lands in them).
+    // Barriers of the even and odd rounds' copies.
     let even = Barrier::shared(geo.units(), UNIT_POS == 0);
     let odd = Barrier::shared(geo.units(), UNIT_POS == 0);
     issue_round(keys, values, &mut stage, &key_plan, &value_plan, &slots, 0, geo);
     even.commit_copy_async();
-    // The queries load while the first round's rows land.
+    // The padding is cleared and the queries load while the first round's rows land.
+    clear_padding(&mut stage, &head, geo);
     stage_queries(reduced_q, &mut queries, &head, target.first_head, key_width, geo);
     sync_plane();
     let query_ops = query_operands(&queries, geo);
@@ -276,14 +275,34 @@ fn staged_head(meta: &Array<u32>, tiles_at: u32, kv_head: u32) -> StagedHead {
     }
 }
 
-/// Zeros both staging buffers, so that the columns past a head's rank, which no copy writes,
-/// hold zeros.
+/// Zeros the columns of the calling warp's head's tiles past its ranks, up to the tiles' strides,
+/// in both buffers: no copy writes them and the products read them (keys up to the rank rounded
+/// to 16, values to 32), so they must hold finite values, and zeros keep them out of the scores.
+/// Lane `r` clears row `r` of each tile; the copies write other columns, so this may run while
+/// they land.
 #[cube]
-fn clear_stage<E: Float, N: Size>(stage: &mut SharedMemory<Vector<E, N>>, #[comptime] geo: MmaGeometry) {
-    let mut i = UNIT_POS;
-    while i < comptime!(STAGE_BUFFERS * geo.buffer_elements() / geo.vector) {
-        stage[i as usize] = Vector::<E, N>::new(E::cast_from(0.0f32));
-        i += geo.units();
+fn clear_padding<E: Float, N: Size>(
+    stage: &mut SharedMemory<Vector<E, N>>,
+    head: &StagedHead,
+    #[comptime] geo: MmaGeometry,
+) {
+    let row = UNIT_POS % WARP;
+    let zero = Vector::<E, N>::new(E::cast_from(0.0f32));
+    #[unroll]
+    for buffer in 0..STAGE_BUFFERS {
+        let at = buffer * geo.buffer_elements();
+        let key_row = at + head.key_tile + row * head.key_stride;
+        let mut column = head.key_rank;
+        while column < head.key_stride {
+            stage[((key_row + column) / geo.vector) as usize] = zero;
+            column += geo.vector;
+        }
+        let value_row = at + head.value_tile + row * head.value_stride;
+        let mut column = head.value_rank;
+        while column < head.value_stride {
+            stage[((value_row + column) / geo.vector) as usize] = zero;
+            column += geo.vector;
+        }
     }
 }
 
@@ -347,7 +366,18 @@ fn plan_copies(
     #[comptime] geo: MmaGeometry,
 ) -> CopyPlan {
     let last = first_kv + geo.heads - 1;
-    let first_column = meta[(first_kv * 4 + part) as usize];
+    // Every word the plan needs, read at once (no load waits on another): per head of the cube
+    // its first column in the rows, its tile and its stride.
+    let mut starts = Array::<u32>::new(geo.heads as usize);
+    let mut tiles = Array::<u32>::new(geo.heads as usize);
+    let mut strides = Array::<u32>::new(geo.heads as usize);
+    #[unroll]
+    for i in 0..geo.heads {
+        starts[i as usize] = meta[((first_kv + i) * 4 + part) as usize];
+        tiles[i as usize] = meta[(tiles_at + (first_kv + i) * TILE_WORDS + part) as usize];
+        strides[i as usize] = meta[(tiles_at + (first_kv + i) * TILE_WORDS + part + 1) as usize];
+    }
+    let first_column = starts[0];
     let end = meta[(last * 4 + part) as usize] + meta[(last * 4 + part + 1) as usize];
     let per_row = (end - first_column) / geo.vector;
     let mut cells = Array::<u32>::new(geo.cells as usize);
@@ -359,16 +389,16 @@ fn plan_copies(
         if e < WARP * per_row {
             let (row, v) = (e / per_row, e % per_row);
             let column = first_column + v * geo.vector;
-            let mut kv = first_kv;
+            let (mut start, mut tile, mut stride) = (starts[0], tiles[0], strides[0]);
             #[unroll]
             for i in 1..geo.heads {
-                if column >= meta[((first_kv + i) * 4 + part) as usize] {
-                    kv = first_kv + i;
+                if column >= starts[i as usize] {
+                    start = starts[i as usize];
+                    tile = tiles[i as usize];
+                    stride = strides[i as usize];
                 }
             }
-            let tile = meta[(tiles_at + kv * TILE_WORDS + part) as usize];
-            let stride = meta[(tiles_at + kv * TILE_WORDS + part + 1) as usize];
-            let at = tile + row * stride + column - meta[(kv * 4 + part) as usize];
+            let at = tile + row * stride + column - start;
             cell = (row << CELL_ROW_SHIFT) | (v << CELL_VECTOR_SHIFT) | (at / geo.vector);
         }
         cells[m as usize] = cell;
