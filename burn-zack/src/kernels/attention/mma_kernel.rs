@@ -112,11 +112,18 @@ impl MmaGeometry {
         self.key_tiles + self.value_tiles
     }
 
+    /// The most vectors of a row's run of one cache the plan allows: `cells` copies per unit
+    /// cover 32 rows.
+    pub fn row_vectors(&self) -> u32 {
+        self.cells * self.units() / WARP
+    }
+
     /// Bytes of shared memory one cube uses: the two buffers of staged rows, the reduced
-    /// queries, the warps' weights and scratch, and the copies' barriers.
+    /// queries, the warps' weights and scratch, the copies' targets (a word and a stride per
+    /// vector of a row, keys and values) and barriers.
     pub fn shared_bytes(&self) -> u32 {
         let halves = STAGE_BUFFERS * self.buffer_elements() + self.heads * MMA_HEADS * self.query_stride;
-        2 * halves + self.heads * WARP_SHARED_BYTES + BARRIER_BYTES
+        2 * halves + self.heads * WARP_SHARED_BYTES + 16 * self.row_vectors() + BARRIER_BYTES
     }
 }
 
@@ -198,8 +205,14 @@ pub fn mma_decode_kernel<E: Float, N: Size>(
         SharedMemory::<f32>::new_aligned(comptime!((geo.heads * MMA_HEADS * SCRATCH_LD) as usize), 32usize);
 
     clear_weights(&mut weights);
-    let key_plan = plan_copies(meta, tiles_at, first_kv, key_width, 0u32, geo);
-    let value_plan = plan_copies(meta, tiles_at, first_kv, value_width, 2u32, geo);
+    let key_run = copy_run(meta, first_kv, 0u32, geo);
+    let value_run = copy_run(meta, first_kv, 2u32, geo);
+    let mut targets = SharedMemory::<u32>::new(comptime!((4 * geo.row_vectors()) as usize));
+    write_targets(meta, tiles_at, first_kv, &key_run, &mut targets, 0u32, 0u32, geo);
+    write_targets(meta, tiles_at, first_kv, &value_run, &mut targets, 2 * key_run.per_row, 2u32, geo);
+    sync_cube();
+    let key_plan = plan_copies(&targets, 0u32, &key_run, key_width, geo);
+    let value_plan = plan_copies(&targets, 2 * key_run.per_row, &value_run, value_width, geo);
     // Barriers of the even and odd rounds' copies.
     let even = Barrier::shared(geo.units(), UNIT_POS == 0);
     let odd = Barrier::shared(geo.units(), UNIT_POS == 0);
@@ -351,59 +364,106 @@ fn query_operands<E: Float>(queries: &SharedMemory<E>, #[comptime] geo: MmaGeome
     operands
 }
 
-/// The calling unit's copies of one cache (`part` 0: keys, 2: values, the words of the head
-/// records and of their tiles): vector `e = unit + m · units` of the
-/// round's `32 × (Σ rank / vector)` vectors of the group's columns is vector `e % per_row` of row
-/// `e / per_row`, copied into the tile of the head whose columns hold it.
+/// The vectors of a round's rows of one cache (`part` 0: keys, 2: values, the words of the head
+/// records and of their tiles): the run of the group's columns from `first_column`, `per_row`
+/// vectors long.
+#[derive(CubeType)]
+struct CopyRun {
+    first_column: u32,
+    per_row: u32,
+}
+
+/// The run of `part`'s columns of the cube's heads.
+#[cube]
+fn copy_run(meta: &Array<u32>, first_kv: u32, #[comptime] part: u32, #[comptime] geo: MmaGeometry) -> CopyRun {
+    let last = first_kv + geo.heads - 1;
+    let first_column = meta[(first_kv * 4 + part) as usize];
+    let end = meta[(last * 4 + part) as usize] + meta[(last * 4 + part + 1) as usize];
+    CopyRun { first_column, per_row: (end - first_column) / geo.vector }
+}
+
+/// Writes where each vector of `run` goes, into `targets` from `at`: entry `v` is the element of
+/// a buffer where vector `v` of a round's row 0 lands (its head's tile plus its column within the
+/// head), entry `per_row + v` that head's tile stride (a row's step). The cube's units take one
+/// vector each in turn, so the search for a vector's head runs once per vector, not once per copy.
 #[allow(clippy::too_many_arguments)]
 #[cube]
-fn plan_copies(
+fn write_targets(
     meta: &Array<u32>,
     tiles_at: u32,
     first_kv: u32,
-    width: u32,
+    run: &CopyRun,
+    targets: &mut SharedMemory<u32>,
+    at: u32,
     #[comptime] part: u32,
     #[comptime] geo: MmaGeometry,
-) -> CopyPlan {
-    let last = first_kv + geo.heads - 1;
-    // Every word the plan needs, read at once (no load waits on another): per head of the cube
-    // its first column in the rows, its tile and its stride.
+) {
+    // Per head of the cube: its first column in the rows, its tile less that column, its stride;
+    // read at once (no load waits on another).
     let mut starts = Array::<u32>::new(geo.heads as usize);
-    let mut tiles = Array::<u32>::new(geo.heads as usize);
+    let mut bases = Array::<u32>::new(geo.heads as usize);
     let mut strides = Array::<u32>::new(geo.heads as usize);
     #[unroll]
     for i in 0..geo.heads {
-        starts[i as usize] = meta[((first_kv + i) * 4 + part) as usize];
-        tiles[i as usize] = meta[(tiles_at + (first_kv + i) * TILE_WORDS + part) as usize];
+        let start = meta[((first_kv + i) * 4 + part) as usize];
+        starts[i as usize] = start;
+        bases[i as usize] = meta[(tiles_at + (first_kv + i) * TILE_WORDS + part) as usize] - start;
         strides[i as usize] = meta[(tiles_at + (first_kv + i) * TILE_WORDS + part + 1) as usize];
     }
-    let first_column = starts[0];
-    let end = meta[(last * 4 + part) as usize] + meta[(last * 4 + part + 1) as usize];
-    let per_row = (end - first_column) / geo.vector;
+    let mut v = UNIT_POS;
+    while v < run.per_row {
+        let column = run.first_column + v * geo.vector;
+        let (mut base, mut stride) = (bases[0], strides[0]);
+        #[unroll]
+        for i in 1..geo.heads {
+            if column >= starts[i as usize] {
+                base = bases[i as usize];
+                stride = strides[i as usize];
+            }
+        }
+        targets[(at + v) as usize] = base + column;
+        targets[(at + run.per_row + v) as usize] = stride;
+        v += geo.units();
+    }
+}
+
+/// The calling unit's copies of `run` (its targets in `targets` from `at`, as [`write_targets`]
+/// wrote them, the cube synchronized since): vector `e = unit + m · units` of the round's `32 ·
+/// per_row` vectors is vector `e % per_row` of row `e / per_row`, copied into the tile of the
+/// head whose columns hold it. `(row, vector)` steps by `units` from the unit's own, with no
+/// division per copy.
+#[cube]
+fn plan_copies(
+    targets: &SharedMemory<u32>,
+    at: u32,
+    run: &CopyRun,
+    width: u32,
+    #[comptime] geo: MmaGeometry,
+) -> CopyPlan {
+    let per_row = run.per_row;
+    let (row_step, vector_step) = (geo.units() / per_row, geo.units() % per_row);
+    let mut row = UNIT_POS / per_row;
+    let mut v = UNIT_POS % per_row;
     let mut cells = Array::<u32>::new(geo.cells as usize);
     #[unroll]
     for m in 0..geo.cells {
-        let e = UNIT_POS + m * geo.units();
+        if m > 0 {
+            row += row_step;
+            v += vector_step;
+            if v >= per_row {
+                v -= per_row;
+                row += 1;
+            }
+        }
         // `NO_CELL`, written as a literal: a runtime variable (a constant's name is comptime).
         let mut cell = 0xFFFF_FFFFu32;
-        if e < WARP * per_row {
-            let (row, v) = (e / per_row, e % per_row);
-            let column = first_column + v * geo.vector;
-            let (mut start, mut tile, mut stride) = (starts[0], tiles[0], strides[0]);
-            #[unroll]
-            for i in 1..geo.heads {
-                if column >= starts[i as usize] {
-                    start = starts[i as usize];
-                    tile = tiles[i as usize];
-                    stride = strides[i as usize];
-                }
-            }
-            let at = tile + row * stride + column - start;
-            cell = (row << CELL_ROW_SHIFT) | (v << CELL_VECTOR_SHIFT) | (at / geo.vector);
+        if row < WARP {
+            let to = targets[(at + v) as usize] + row * targets[(at + per_row + v) as usize];
+            cell = (row << CELL_ROW_SHIFT) | (v << CELL_VECTOR_SHIFT) | (to / geo.vector);
         }
         cells[m as usize] = cell;
     }
-    CopyPlan { cells, first_column, width }
+    CopyPlan { cells, first_column: run.first_column, width }
 }
 
 /// Issues the calling unit's asynchronous copies of round `round` (slots `32 · round ..` of the
