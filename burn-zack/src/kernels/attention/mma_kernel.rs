@@ -208,11 +208,13 @@ pub fn mma_decode_kernel<E: Float, N: Size>(
     let key_run = copy_run(meta, first_kv, 0u32, geo);
     let value_run = copy_run(meta, first_kv, 2u32, geo);
     let mut targets = SharedMemory::<u32>::new(comptime!((4 * geo.row_vectors()) as usize));
+    // The value run's targets follow the key run's (a word and a stride per vector).
+    let value_targets = 2 * key_run.per_row;
     write_targets(meta, tiles_at, first_kv, &key_run, &mut targets, 0u32, 0u32, geo);
-    write_targets(meta, tiles_at, first_kv, &value_run, &mut targets, 2 * key_run.per_row, 2u32, geo);
+    write_targets(meta, tiles_at, first_kv, &value_run, &mut targets, value_targets, 2u32, geo);
     sync_cube();
     let key_plan = plan_copies(&targets, 0u32, &key_run, key_width, geo);
-    let value_plan = plan_copies(&targets, 2 * key_run.per_row, &value_run, value_width, geo);
+    let value_plan = plan_copies(&targets, value_targets, &value_run, value_width, geo);
     // Barriers of the even and odd rounds' copies.
     let even = Barrier::shared(geo.units(), UNIT_POS == 0);
     let odd = Barrier::shared(geo.units(), UNIT_POS == 0);

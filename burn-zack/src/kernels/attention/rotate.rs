@@ -49,9 +49,10 @@ pub fn rotate_queries_kernel(
     let part = UNIT_POS / (ROTATE_COLUMNS * group);
     let j = CUBE_POS_Z * ROTATE_COLUMNS + lane;
     let active = part < parts && j < key_rank;
+    let (column, first) = (key_offset + j, part * span);
     // The first block of the basis is requested before the queries, so both loads overlap.
     let mut held = Array::<f32>::new(block as usize);
-    load_basis_block(&mut held, basis, key_width, key_offset + j, part * span, span, 0u32, active, head_dim);
+    load_basis_block(&mut held, basis, key_width, column, first, span, block, 0u32, active, head_dim);
     let mut i = UNIT_POS;
     while i < group * head_dim {
         queries[i as usize] = q[(first_head * head_dim + i) as usize];
@@ -63,13 +64,13 @@ pub fn rotate_queries_kernel(
     for b in 0..blocks {
         #[unroll]
         for i in 0..block {
-            let c = part * span + b * block + i;
+            let c = first + b * block + i;
             if active && c < head_dim && b * block + i < span {
                 acc += queries[(g * head_dim + c) as usize] * held[i as usize];
             }
         }
         if comptime!(b + 1 < blocks) {
-            load_basis_block(&mut held, basis, key_width, key_offset + j, part * span, span, b + 1, active, head_dim);
+            load_basis_block(&mut held, basis, key_width, column, first, span, block, b + 1, active, head_dim);
         }
     }
     sums[UNIT_POS as usize] = acc;
@@ -84,9 +85,8 @@ pub fn rotate_queries_kernel(
     }
 }
 
-/// Loads into `held` block `b` of column `column` of the basis (`held.len()` rows each) within a
-/// part of `span` rows from `first` (0 past the part, past `head_dim` or where the unit is not
-/// `active`).
+/// Loads into `held` block `b` of `block` rows of column `column` of the basis within a part of
+/// `span` rows from `first` (0 past the part, past `head_dim` or where the unit is not `active`).
 #[allow(clippy::too_many_arguments)]
 #[cube]
 fn load_basis_block(
@@ -96,11 +96,11 @@ fn load_basis_block(
     column: u32,
     first: u32,
     #[comptime] span: u32,
+    #[comptime] block: u32,
     #[comptime] b: u32,
     active: bool,
     #[comptime] head_dim: u32,
 ) {
-    let block = comptime!(LOADS.min(span));
     #[unroll]
     for i in 0..block {
         let c = first + b * block + i;
