@@ -235,6 +235,7 @@ pub fn mma_decode_kernel<E: Float, N: Size>(
             shape.pq.head_dim,
             shape.group,
             shape.pq.head_dim,
+            true,
         );
         let tile = (UNIT_POS / WARP) * geo.tile_words();
         let blocks = comptime!(geo.tile_channels() / CHANNEL_BLOCK);

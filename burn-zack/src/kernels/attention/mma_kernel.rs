@@ -551,7 +551,7 @@ fn attend_round<E: Float, N: Size>(
     for g in 0..geo.group {
         s[g as usize] = scratch[(own + g * SCRATCH_LD + lane) as usize];
     }
-    weigh_round(&s, visible, softmax, sums, scratch, weights, head.value_rank, geo.group, geo.head_dim);
+    weigh_round(&s, visible, softmax, sums, scratch, weights, head.value_rank, geo.group, geo.head_dim, false);
     let tile = buffer + head.value_tile;
     add_values(
         stage,
