@@ -306,8 +306,8 @@ fn stage_words<E: Float, N: Size>(
 /// split or past the codes): its slot's key words, word `j` of `keys` being word `(j + lane /
 /// 2) % words` of the slot (the walk of the score lookups), and for each half round and channel
 /// part the value words of slot `t = lane % 16` of the half, half `lane / 16` of the part's
-/// words, word `j` of that half being its word `(j + t) % n` (`n` words; the walk of the value
-/// rebuild).
+/// words, word `j` of that half being its word `(j + value_word_turn(t)) % n` (`n` words; the
+/// walk of the value rebuild).
 #[allow(clippy::too_many_arguments)]
 #[cube]
 fn load_codes(
@@ -343,7 +343,8 @@ fn load_codes(
             for j in 0..side_words {
                 let mut x = 0u32;
                 if tv < end {
-                    let w = part * geo.part_words() + side * side_words + (j + slot) % side_words;
+                    let turn = value_word_turn(slot, side_words);
+                    let w = part * geo.part_words() + side * side_words + (j + turn) % side_words;
                     x = v_codes[((rows.code_row0 + tv) * words + w) as usize];
                 }
                 values[((half * geo.channel_parts() + part) * side_words + j) as usize] = x;
@@ -448,9 +449,11 @@ fn recent_scores(
 
 /// Rebuilds channel part `part` of the lane's coded slot of half round `half` (its half `lane /
 /// 16` of the part's code words) into its tile row at word `row_at`, from the staged value
-/// codebooks: the lanes of a slot walk their words from word `slot` (as loaded) and a word's
-/// codes from code `slot / n` (`n` words per lane), so that the warp's 32 lookups fall on as many
-/// distinct subspaces of a row, hence banks, as the part has (up to 32).
+/// codebooks: the lanes of a slot walk their words from word [`value_word_turn`] (as loaded) and
+/// a word's codes from code [`value_code_turn`], so that the warp's 32 lookups fall on as many
+/// distinct subspaces of a row, hence banks, as the part has (up to 32), and its 32 stores into
+/// the tile on distinct banks where a part's codes are 4 words of 4 per side pair and tile rows
+/// 20 words apart (64 subspaces of 8 bits, head dim 128: the unit test in `half_table`).
 #[cube]
 fn rebuild_coded_values<E: Float, N: Size>(
     value_books: &SharedMemory<Vector<E, N>>,
@@ -470,10 +473,11 @@ fn rebuild_coded_values<E: Float, N: Size>(
     let mask = comptime!((1u32 << shape.pq.nbits) - 1);
     let lane = UNIT_POS % WARP;
     let (slot, side) = (lane % MMA_DEPTH, lane / MMA_DEPTH);
-    let first_code = (slot / side_words) % per_word;
+    let first_code = value_code_turn(slot, per_word);
+    let turn = value_word_turn(slot, side_words);
     #[unroll]
     for j in 0..side_words {
-        let w = part * geo.part_words() + side * side_words + (j + slot) % side_words;
+        let w = part * geo.part_words() + side * side_words + (j + turn) % side_words;
         let columns = word_columns(w, per_word, shape.pq.centroids);
         let loaded = value_words[((half * geo.channel_parts() + part) * side_words + j) as usize];
         let word = rotate_codes(loaded, first_code, shape.pq.nbits);
@@ -491,6 +495,22 @@ fn rebuild_coded_values<E: Float, N: Size>(
             }
         }
     }
+}
+
+/// Where the value walk of slot `slot` (of a half round) starts among its side's `side_words`
+/// code words: `(slot / 2) % side_words`.
+#[cube]
+fn value_word_turn(slot: u32, #[comptime] side_words: u32) -> u32 {
+    (slot / 2) % side_words
+}
+
+/// Where the value walk of slot `slot` starts among a code word's `per_word` codes: `(slot % 2 +
+/// 2 · (slot / 8)) % per_word`. With [`value_word_turn`], slots `t` and `t + 8`, whose tile rows
+/// share their banks, start on other codes, and the 16 slots of a side take each (word, code)
+/// start twice.
+#[cube]
+fn value_code_turn(slot: u32, #[comptime] per_word: u32) -> u32 {
+    (slot % 2 + 2 * (slot / 8)) % per_word
 }
 
 /// Writes half `lane / 16` of channel part `part` of recent row `row` (f32, rounded to f16) into
@@ -519,5 +539,61 @@ fn rebuild_recent_values<E: Float, N: Size>(
             word[1] = E::cast_from(v_recent[(row * d + channel + 1) as usize]);
         }
         tiles[(row_at + pair) as usize] = word;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{super::half_table::tests::lanes_per_bank, *};
+    use crate::kernels::{decode::table::DecodeShape, PqShape};
+
+    /// Host forms of the value walk's starts ([`value_word_turn`], [`value_code_turn`]).
+    fn turns(slot: u32, side_words: u32, per_word: u32) -> (u32, u32) {
+        ((slot / 2) % side_words, (slot % 2 + 2 * (slot / 8)) % per_word)
+    }
+
+    #[test]
+    fn the_value_walk_spreads_lookups_and_tile_stores_over_the_banks() {
+        // The benchmark's quantizer: 64 subspaces of 2 channels, 8-bit codes, head dim 128.
+        let pq = PqShape { head_dim: 128, subspaces: 64, sub_dim: 2, centroids: 256, nbits: 8, words: 16 };
+        let geo = MmaGeometry { tables: HalfTables { shape: DecodeShape { pq, group: 4 } }, warps: 11 };
+        let (part_words, per_word, side_words) = (geo.part_words(), geo.per_word(), geo.part_words() / 2);
+        let row_words = geo.tile_stride() / WORD_ELEMENTS;
+        // Lane `l` = (slot `t = l % 16`, side `h = l / 16`) reads, at step `(j, i)`, word `h ·
+        // side_words + (j + turn) % side_words` of the part and code `(i + first) % per_word` of
+        // it, and stores the centroid at word `t · row_words + subspace` of the tile.
+        let subspace = |part: u32, j: u32, i: u32, l: u32| {
+            let (t, h) = (l % 16, l / 16);
+            let (turn, first) = turns(t, side_words, per_word);
+            let w = part * part_words + h * side_words + (j + turn) % side_words;
+            w * per_word + (i + first) % per_word
+        };
+        for part in 0..geo.channel_parts() {
+            for j in 0..side_words {
+                for i in 0..per_word {
+                    // The part's 16 subspaces on 16 banks, two lanes each.
+                    let lanes = lanes_per_bank(|l| subspace(part, j, i, l));
+                    assert_eq!(lanes, 2, "lookups: part {part}, word {j}, code {i}");
+                    let mut banks = [0u32; 32];
+                    for l in 0..32 {
+                        let first = part * part_words * per_word;
+                        banks[(((l % 16) * row_words + subspace(part, j, i, l) - first) % 32) as usize] += 1;
+                    }
+                    assert_eq!(banks, [1; 32], "stores: part {part}, word {j}, code {i}");
+                }
+            }
+        }
+        // Each slot's two lanes rebuild every subspace of a part once.
+        for part in 0..geo.channel_parts() {
+            for t in 0..16 {
+                let mut seen: Vec<u32> = (0..2)
+                    .flat_map(|h| (0..side_words).flat_map(move |j| (0..per_word).map(move |i| (j, i, h))))
+                    .map(|(j, i, h)| subspace(part, j, i, t + 16 * h))
+                    .collect();
+                seen.sort_unstable();
+                let first = part * part_words * per_word;
+                assert_eq!(seen, (first..first + part_words * per_word).collect::<Vec<_>>(), "slot {t}");
+            }
+        }
     }
 }
