@@ -3,10 +3,13 @@
 //! heads per 32-bit word) and the value codebooks (two channels per word), both laid out so that
 //! 32 lanes looking up 32 distinct subspaces hit 32 distinct banks whatever their codes.
 //!
-//! The layout: a plane of words `[subspace / 32, centroid, 32]`, subspace `s`'s
-//! entry for centroid `c` in column `(s % 32) ^ (s / 32)`. A column is a bank, so lanes on
-//! distinct subspaces of one row of 32 fall on distinct banks, and the exclusive or with the row
-//! puts subspaces `s` and `s + 32` on neighbouring banks rather than the same one.
+//! The layout: a plane of rows of 32 subspaces, each row `[centroid, 32]` words followed by one
+//! word of padding ([`ROW_SKEW`]), subspace `s`'s entry for centroid `c` at word `(s / 32) ·
+//! row_words + c · 32 + s % 32`. Within a row a column is a bank, so lanes on distinct subspaces
+//! of one row fall on distinct banks, and the padding shifts each row by one bank, so that
+//! subspaces `s` and `s + 32` fall on neighbouring banks rather than the same one. The shift is
+//! additive: the decode kernel folds it, with the column of a code word's first subspace, into
+//! one base per word, and adds a code's centroid and position to it.
 
 use cubecl::prelude::*;
 
@@ -14,6 +17,8 @@ use super::table::DecodeShape;
 
 /// Subspaces per row of a plane: a bank each.
 pub const PLANE_COLUMNS: u32 = 32;
+/// Words of padding after each row of a plane: one bank of shift from one row to the next.
+pub const ROW_SKEW: u32 = 1;
 
 /// Compile-time shapes of the tensor-core decode step's f16 tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -28,9 +33,14 @@ impl HalfTables {
         self.shape.pq.subspaces.div_ceil(PLANE_COLUMNS)
     }
 
-    /// Words of one plane: `rows · centroids · 32`.
+    /// Words of one row of a plane: `centroids · 32` and the padding.
+    pub fn row_words(&self) -> u32 {
+        self.shape.pq.centroids * PLANE_COLUMNS + ROW_SKEW
+    }
+
+    /// Words of one plane: `rows · row_words`.
     pub fn plane_words(&self) -> u32 {
-        self.rows() * self.shape.pq.centroids * PLANE_COLUMNS
+        self.rows() * self.row_words()
     }
 
     /// Tiles of 32 centroids ([`TILE_CENTROIDS`]) of a row.
@@ -64,44 +74,23 @@ impl HalfTables {
     }
 }
 
-/// Where the subspaces of one code word lie in a plane (codes of `nbits` dividing 32, so a word's
-/// `32 / nbits` subspaces share a row): the word of its code `i`'s entry for centroid `c` is
-/// `base + c · 32 + ((first_column | i) ^ row)`.
-#[derive(CubeType)]
-pub struct WordColumns {
-    base: u32,
-    first_column: u32,
-    row: u32,
-}
-
-/// The [`WordColumns`] of code word `w` (subspaces `w · per_word ..`).
+/// Where the subspaces of code word `w` (subspaces `w · per_word ..`, codes of `nbits` dividing
+/// 32, so a word's `32 / nbits` subspaces share a row) lie in a plane: the word of its code `i`'s
+/// entry for centroid `c` is `word_base(w) + c · 32 + i`.
 #[cube]
-pub fn word_columns(w: u32, #[comptime] per_word: u32, #[comptime] centroids: u32) -> WordColumns {
+pub fn word_base(w: u32, #[comptime] per_word: u32, #[comptime] tables: HalfTables) -> u32 {
     let words_per_row = comptime!(PLANE_COLUMNS / per_word);
-    let row = w / words_per_row;
-    WordColumns {
-        base: row * comptime!(centroids * PLANE_COLUMNS),
-        first_column: (w % words_per_row) * per_word,
-        row: row % PLANE_COLUMNS,
-    }
+    (w / words_per_row) * comptime!(tables.row_words()) + (w % words_per_row) * per_word
 }
 
+/// The subspace and centroid of word `r` of a plane (the inverse of the layout); the subspace
+/// may lie past the last one (a row's unused columns) and the centroid past the last one (a
+/// row's padding).
 #[cube]
-impl WordColumns {
-    /// The word of the entry of code `code_index` of the word (its subspace) for centroid `c`.
-    pub fn entry(&self, code_index: u32, c: u32) -> u32 {
-        self.base + c * PLANE_COLUMNS + ((self.first_column | code_index) ^ self.row)
-    }
-}
-
-/// The subspace and centroid of word `r` of a plane (the inverse of the layout); the
-/// subspace may lie past the last one, in a row's unused columns.
-#[cube]
-fn word_entry(r: u32, #[comptime] centroids: u32) -> (u32, u32) {
-    let row = r / (centroids * PLANE_COLUMNS);
-    let c = (r / PLANE_COLUMNS) % centroids;
-    let column = r % PLANE_COLUMNS;
-    (row * PLANE_COLUMNS + (column ^ (row % PLANE_COLUMNS)), c)
+fn word_entry(r: u32, #[comptime] tables: HalfTables) -> (u32, u32) {
+    let row_words = comptime!(tables.row_words());
+    let (row, within) = (r / row_words, r % row_words);
+    (row * PLANE_COLUMNS + within % PLANE_COLUMNS, within / PLANE_COLUMNS)
 }
 
 /// Centroids of one cube of [`half_table_kernel`]: a tile of 32 centroids by a row's 32 columns.
@@ -113,7 +102,8 @@ const TILE_LD: u32 = PLANE_COLUMNS + 1;
 
 /// The f16 lookup table of each stream (one cube row per stream = batch row · KV heads + KV
 /// head): word `(plane p, s, c)` holds `scale · <q_g^(s), C_K^s[c]>` for query heads `g = 2p, 2p
-/// + 1` (0 past the group and for unused columns). A cube computes a tile of 32 centroids of one
+/// + 1` (0 past the group and for unused columns; the rows' padding is not written, and no lookup
+/// reads it). A cube computes a tile of 32 centroids of one
 /// row's 32 subspaces, consecutive units on consecutive centroids (the codebook reads are
 /// contiguous), stages it in shared memory, and writes it out a centroid's 32 columns at a time
 /// (the table writes are contiguous).
@@ -165,7 +155,7 @@ pub fn half_table_kernel<E: Float, N: Size>(
             }
         }
         if column < PLANE_COLUMNS {
-            staged[(local * TILE_LD + (column ^ (row % PLANE_COLUMNS))) as usize] = word;
+            staged[(local * TILE_LD + column) as usize] = word;
         }
     }
     sync_cube();
@@ -176,7 +166,7 @@ pub fn half_table_kernel<E: Float, N: Size>(
         let (local, column) = (e / PLANE_COLUMNS, e % PLANE_COLUMNS);
         let c = first_centroid + local;
         if local < TILE_CENTROIDS && c < centroids {
-            table[(plane_at + (row * centroids + c) * PLANE_COLUMNS + column) as usize] =
+            table[(plane_at + row * comptime!(tables.row_words()) + c * PLANE_COLUMNS + column) as usize] =
                 staged[(local * TILE_LD + column) as usize];
         }
     }
@@ -184,7 +174,7 @@ pub fn half_table_kernel<E: Float, N: Size>(
 
 /// The f16 value codebooks of each group of codebooks (one cube row per group, one unit per
 /// word): word `(plane p, s, c)` holds channels `2p, 2p + 1` of `C_V^s[c]` (0 for unused
-/// columns).
+/// columns and the rows' padding).
 ///
 /// - `books`: `[groups, subspaces, centroids, sub_dim]`; `half_books`: `[groups, book_words]`.
 #[cube(launch_unchecked)]
@@ -198,9 +188,9 @@ pub fn half_books_kernel<E: Float, N: Size>(
     let e = CUBE_POS_X * CUBE_DIM + UNIT_POS;
     if e < tables.book_words() {
         let plane = e / tables.plane_words();
-        let (s, c) = word_entry(e % tables.plane_words(), shape.pq.centroids);
+        let (s, c) = word_entry(e % tables.plane_words(), tables);
         let mut word = Vector::<E, N>::new(E::cast_from(0.0f32));
-        if s < shape.pq.subspaces {
+        if s < shape.pq.subspaces && c < shape.pq.centroids {
             let at = ((group * shape.pq.subspaces + s) * shape.pq.centroids + c) * shape.pq.sub_dim + 2 * plane;
             word[0] = E::cast_from(books[at as usize]);
             word[1] = E::cast_from(books[(at + 1) as usize]);
@@ -213,8 +203,7 @@ pub fn half_books_kernel<E: Float, N: Size>(
 pub(super) mod tests {
     /// The word of subspace `s`'s entry for centroid `c` within a plane (the module's layout).
     pub(in crate::kernels::decode) fn lane_word_host(s: u32, c: u32, centroids: u32) -> u32 {
-        let row = s / 32;
-        (row * centroids + c) * 32 + ((s % 32) ^ row)
+        (s / 32) * (centroids * 32 + super::ROW_SKEW) + c * 32 + s % 32
     }
 
     /// The most lanes of 32, looking up subspaces `s(l)` with arbitrary codes, on one bank.

@@ -40,7 +40,7 @@ use cubecl::prelude::{
     *,
 };
 
-use super::half_table::{word_columns, HalfTables};
+use super::half_table::{word_base, HalfTables, PLANE_COLUMNS};
 
 /// Elements of a 32-bit word of the tables and tiles (two f16).
 pub const WORD_ELEMENTS: u32 = 2;
@@ -378,8 +378,13 @@ fn lookup_scores<E: Float, N: Size>(
     #[unroll]
     for j in 0..shape.pq.words {
         let w = (j + lane / 2) % shape.pq.words;
-        let columns = word_columns(w, per_word, shape.pq.centroids);
-        let word = rotate_codes(key_words[j as usize], first_code, shape.pq.nbits);
+        let word = swap_halves(key_words[j as usize], lane % 2 == 1);
+        // Code `i` of `word` is the word's code `i ^ first_code`, at `base + c · 32 + i +
+        // first_code` in the first half of the codes and `base + c · 32 + i − first_code` in the
+        // second: two bases per word, and per code its centroid and a constant (`base −
+        // first_code` may wrap; the sum does not).
+        let base = word_base(w, per_word, geo.tables);
+        let (low, high) = (base + first_code, base - first_code);
         let mut acc = Array::<Vector<E, N>>::new(planes as usize);
         #[unroll]
         for p in 0..planes {
@@ -389,7 +394,10 @@ fn lookup_scores<E: Float, N: Size>(
         for i in 0..per_word {
             let code_index = i ^ first_code;
             if exact || w * per_word + code_index < shape.pq.subspaces {
-                let at = columns.entry(code_index, (word >> (i * shape.pq.nbits)) & mask);
+                let c = (word >> (i * shape.pq.nbits)) & mask;
+                // The constant joins the base first, so that the planes' offsets fold into
+                // the loads.
+                let at = (select(i < comptime!(per_word / 2), low, high) + i) + c * PLANE_COLUMNS;
                 #[unroll]
                 for p in 0..planes {
                     acc[p as usize] += lookup[(p * geo.tables.plane_words() + at) as usize];
@@ -406,8 +414,15 @@ fn lookup_scores<E: Float, N: Size>(
     }
 }
 
-/// `word` with its codes rotated so that its code `i` is code `i ^ first_code` of the original
-/// (`first_code` 0 or half the codes of a word): the codes' shifts stay compile-time constants.
+/// `word` with its 16-bit halves swapped where `swap` holds: its code `i` is then code `i ^
+/// (codes / 2)` of the original, and the codes' shifts stay compile-time constants.
+#[cube]
+fn swap_halves(word: u32, swap: bool) -> u32 {
+    select(swap, (word >> 16) | (word << 16), word)
+}
+
+/// `word` with its codes rotated so that its code `i` is code `(i + first_code) % codes` of the
+/// original: the codes' shifts stay compile-time constants.
 #[cube]
 fn rotate_codes(word: u32, first_code: u32, #[comptime] nbits: u32) -> u32 {
     let bits = first_code * nbits;
@@ -478,7 +493,7 @@ fn rebuild_coded_values<E: Float, N: Size>(
     #[unroll]
     for j in 0..side_words {
         let w = part * geo.part_words() + side * side_words + (j + turn) % side_words;
-        let columns = word_columns(w, per_word, shape.pq.centroids);
+        let base = word_base(w, per_word, geo.tables);
         let loaded = value_words[((half * geo.channel_parts() + part) * side_words + j) as usize];
         let word = rotate_codes(loaded, first_code, shape.pq.nbits);
         #[unroll]
@@ -486,7 +501,7 @@ fn rebuild_coded_values<E: Float, N: Size>(
             let code_index = (i + first_code) % per_word;
             let subspace = w * per_word + code_index;
             if exact || subspace < shape.pq.subspaces {
-                let at = columns.entry(code_index, (word >> (i * shape.pq.nbits)) & mask);
+                let at = (base + code_index) + ((word >> (i * shape.pq.nbits)) & mask) * PLANE_COLUMNS;
                 #[unroll]
                 for p in 0..pairs {
                     tiles[(row_at + (subspace - first_subspace) * pairs + p) as usize] =
