@@ -48,9 +48,10 @@ impl HalfTables {
         self.shape.pq.centroids.div_ceil(TILE_CENTROIDS)
     }
 
-    /// Cubes of [`half_table_kernel`] per stream: one per (plane, row, tile of 32 centroids).
+    /// Cubes of [`half_table_kernel`] per stream: one per (plane of an entry, row, tile of 32
+    /// centroids).
     pub fn table_cubes(&self) -> u32 {
-        self.table_planes() * self.rows() * self.centroid_tiles()
+        self.table_entry_words() * self.rows() * self.centroid_tiles()
     }
 
     /// Planes of the lookup table: one per pair of query heads.
@@ -63,9 +64,20 @@ impl HalfTables {
         self.shape.pq.sub_dim / 2
     }
 
-    /// Words of one stream's lookup table.
+    /// Words of one entry of the lookup table: its planes side by side, rounded up to a power of
+    /// two (a padding plane holds zeros), so that a lookup is one load of every query head.
+    pub fn table_entry_words(&self) -> u32 {
+        self.table_planes().next_power_of_two()
+    }
+
+    /// f16 values of one entry of the lookup table.
+    pub fn table_entry_elements(&self) -> u32 {
+        2 * self.table_entry_words()
+    }
+
+    /// Words of one stream's lookup table: `plane_words` entries.
     pub fn table_words(&self) -> u32 {
-        self.table_planes() * self.plane_words()
+        self.table_entry_words() * self.plane_words()
     }
 
     /// Words of one group's value codebooks.
@@ -101,18 +113,18 @@ pub const TILE_CENTROIDS: u32 = 32;
 const TILE_LD: u32 = PLANE_COLUMNS + 1;
 
 /// The f16 lookup table of each stream (one cube row per stream = batch row · KV heads + KV
-/// head): word `(plane p, s, c)` holds `scale · <q_g^(s), C_K^s[c]>` for query heads `g = 2p, 2p
-/// + 1` (0 past the group and for unused columns; the rows' padding is not written, and no lookup
-/// reads it). A cube computes a tile of 32 centroids of one
-/// row's 32 subspaces, consecutive units on consecutive centroids (the codebook reads are
-/// contiguous), stages it in shared memory, and writes it out a centroid's 32 columns at a time
-/// (the table writes are contiguous).
+/// head), laid out as a plane of entries of [`HalfTables::table_entry_words`] words: word `p` of
+/// entry `(s, c)` holds `scale · <q_g^(s), C_K^s[c]>` for query heads `g = 2p, 2p + 1` (0 past the
+/// group and for unused columns; the rows' padding is not written, and no lookup reads it). A
+/// cube computes one word of the entries of a tile of 32 centroids of one row's 32 subspaces,
+/// consecutive units on consecutive centroids (the codebook reads are contiguous), stages it in
+/// shared memory, and writes it out a centroid's 32 columns at a time.
 ///
 /// - `q`: `[batch, kv_heads · group, head_dim]`; `books`: `[groups, subspaces, centroids,
 ///   sub_dim]` (`groups` is 1, or `kv_heads` when `per_head_books` is 1);
 /// - `table`: `[streams, table_words]` words of two f16;
-/// - cube `(x, stream)`: plane `x / (rows · tiles)`, row `x / tiles % rows`, centroids `32 · (x %
-///   tiles) ..`.
+/// - cube `(x, stream)`: word `x / (rows · tiles)` of the entries, row `x / tiles % rows`,
+///   centroids `32 · (x % tiles) ..`.
 #[cube(launch_unchecked)]
 pub fn half_table_kernel<E: Float, N: Size>(
     q: &Array<f32>,
@@ -159,15 +171,16 @@ pub fn half_table_kernel<E: Float, N: Size>(
         }
     }
     sync_cube();
-    let plane_at = stream * tables.table_words() + plane * tables.plane_words();
+    let entry_words = comptime!(tables.table_entry_words());
+    let table_at = stream * tables.table_words() + plane;
     #[unroll]
     for k in 0..comptime!((TILE_CENTROIDS * PLANE_COLUMNS).div_ceil(units)) {
         let e = UNIT_POS + k * units;
         let (local, column) = (e / PLANE_COLUMNS, e % PLANE_COLUMNS);
         let c = first_centroid + local;
         if local < TILE_CENTROIDS && c < centroids {
-            table[(plane_at + row * comptime!(tables.row_words()) + c * PLANE_COLUMNS + column) as usize] =
-                staged[(local * TILE_LD + column) as usize];
+            let entry = row * comptime!(tables.row_words()) + c * PLANE_COLUMNS + column;
+            table[(table_at + entry * entry_words) as usize] = staged[(local * TILE_LD + column) as usize];
         }
     }
 }
@@ -215,16 +228,38 @@ pub(super) mod tests {
         lanes.into_iter().max().unwrap_or(0)
     }
 
+    /// The host form of the key walk's start (`mma_kernel::key_word_turn`): bits 2 and 3 of the
+    /// lane's pair swapped.
+    pub(in crate::kernels::decode) fn key_word_turn_host(lane: u32) -> u32 {
+        let pair = lane / 2;
+        (pair & 3) | ((pair & 4) << 1) | ((pair & 8) >> 1)
+    }
+
     #[test]
     fn the_decode_kernels_key_walk_spreads_over_the_banks() {
-        // 64 subspaces of 8 bits, 16 words per slot. Keys: lane `l` reads word `(j + l / 2) % 16`
-        // of its slot and code `i ^ 2 (l % 2)` of it: one lane per bank. (The value walk's test
-        // is beside the kernel: `mma_kernel::tests`.)
+        // 64 subspaces of 8 bits, 16 words per slot. Keys: lane `l` reads word `(j +
+        // key_word_turn(l)) % 16` of its slot and code `i ^ 2 (l % 2)` of it.
+        let subspace = |j: u32, i: u32, l: u32| 4 * ((j + key_word_turn_host(l)) % 16) + (i ^ (2 * (l % 2)));
         for j in 0..16 {
             for i in 0..4 {
-                let lanes = lanes_per_bank(|l| 4 * ((j + l / 2) % 16) + (i ^ (2 * (l % 2))));
-                assert_eq!(lanes, 1, "keys: word {j}, code {i}");
+                // Entries of one word (one query head pair): one lane per bank.
+                assert_eq!(lanes_per_bank(|l| subspace(j, i, l)), 1, "keys: word {j}, code {i}");
+                // Entries of two words (two pairs, one 8-byte load): a half warp's 16 lanes on 16
+                // distinct pairs of banks.
+                for half in 0..2 {
+                    let mut pairs = [0u32; 16];
+                    for l in 16 * half..16 * (half + 1) {
+                        pairs[(lane_word_host(subspace(j, i, l), (l * 37 + 11) % 256, 256) % 16) as usize] += 1;
+                    }
+                    assert_eq!(pairs, [1; 16], "8-byte keys: word {j}, code {i}, half warp {half}");
+                }
             }
+        }
+        // Each lane visits every word once.
+        for l in 0..32 {
+            let mut words: Vec<u32> = (0..16).map(|j| (j + key_word_turn_host(l)) % 16).collect();
+            words.sort_unstable();
+            assert_eq!(words, (0..16).collect::<Vec<_>>());
         }
     }
 }

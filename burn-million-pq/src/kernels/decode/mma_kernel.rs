@@ -7,10 +7,12 @@
 //! table and the value codebooks ([`half_table`](super::half_table)) into shared memory, then
 //! each warp attends on its own split of the slots (coded, then the recent window), in rounds of
 //! 32 slots, one slot per lane, with the next round's code words loading into registers:
-//! 1. scores: a coded slot adds `T[s, code_s]` over its subspaces, two heads per 32-bit lookup,
-//!    in f16 over the subspaces of one code word, then in f32; lane `l` walks its words from word
-//!    `l / 2` and an odd lane a word's codes from its second half, so that the warp's 32 lookups
-//!    are on 32 distinct subspaces, hence banks. A recent slot scores `scale · q · k` in f32;
+//! 1. scores: a coded slot adds `T[s, code_s]` over its subspaces, one load of every query
+//!    head's entry per code (two heads per 32-bit word, the words side by side), in f16 over the
+//!    subspaces of one code word, then in f32; lane `l` walks its words from word
+//!    [`key_word_turn`] and an odd lane a word's codes from its second half, so that the warp's 32
+//!    lookups are on 32 distinct subspaces, hence banks (and pairs of banks for a half warp's
+//!    8-byte entries). A recent slot scores `scale · q · k` in f32;
 //! 2. the warp's online softmax ([`weigh_round`]) turns the scores into f16 weights;
 //! 3. values, per half round of 16 slots and block of 32 channels: lanes `(t, h)` rebuild slot
 //!    `t`'s half `h` of the block's channels into the warp's f16 tile (a coded slot from the
@@ -137,8 +139,8 @@ struct StreamRows {
 ///   `warp_chunk`, a multiple of 32).
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked)]
-pub fn mma_decode_kernel<E: Float, N: Size>(
-    table: &Array<Vector<E, N>>,
+pub fn mma_decode_kernel<E: Float, N: Size, T: Size>(
+    table: &Array<Vector<E, T>>,
     books: &Array<Vector<E, N>>,
     k_codes: &Array<u32>,
     v_codes: &Array<u32>,
@@ -173,7 +175,7 @@ pub fn mma_decode_kernel<E: Float, N: Size>(
     let rows = StreamRows { code_row0: stream * coded, recent_row0: stream * (len - coded) };
     let target = SplitOut { first_head: stream * shape.group, split, splits: CUBE_COUNT_X * geo.warps };
 
-    let mut lookup = SharedMemory::<Vector<E, N>>::new_aligned(geo.tables.table_words() as usize, 16usize);
+    let mut lookup = SharedMemory::<Vector<E, T>>::new_aligned(geo.tables.plane_words() as usize, 16usize);
     let mut value_books = SharedMemory::<Vector<E, N>>::new_aligned(geo.tables.book_words() as usize, 16usize);
     let mut tiles =
         SharedMemory::<Vector<E, N>>::new_aligned(comptime!((geo.warps * geo.tile_words()) as usize), 32usize);
@@ -185,8 +187,9 @@ pub fn mma_decode_kernel<E: Float, N: Size>(
     // Initializing the barrier synchronizes the cube.
     let copies = Barrier::shared(geo.units(), UNIT_POS == 0);
     let book_base = (stream % kv_heads) * per_head_books * geo.tables.book_words();
-    stage_words(table, &mut lookup, stream * geo.tables.table_words(), geo.tables.table_words(), geo.units());
-    stage_words(books, &mut value_books, book_base, geo.tables.book_words(), geo.units());
+    let entries = comptime!(geo.tables.plane_words());
+    stage(table, &mut lookup, stream * entries, entries, geo.units(), geo.tables.table_entry_elements());
+    stage(books, &mut value_books, book_base, geo.tables.book_words(), geo.units(), WORD_ELEMENTS);
     copies.commit_copy_async();
     let mut i = UNIT_POS;
     while i < comptime!(shape.group * shape.pq.head_dim) {
@@ -284,27 +287,29 @@ pub fn mma_decode_kernel<E: Float, N: Size>(
     );
 }
 
-/// Issues the calling unit's asynchronous copies of words `base ..` (`words` of them) of `src`
-/// into `dst`, one word of every `units`.
+/// Issues the calling unit's asynchronous copies of vectors `base ..` (`count` of them, of
+/// `elements` f16 each) of `src` into `dst`, one vector of every `units`.
 #[cube]
-fn stage_words<E: Float, N: Size>(
-    src: &Array<Vector<E, N>>,
-    dst: &mut SharedMemory<Vector<E, N>>,
+fn stage<E: Float, V: Size>(
+    src: &Array<Vector<E, V>>,
+    dst: &mut SharedMemory<Vector<E, V>>,
     base: u32,
-    #[comptime] words: u32,
+    #[comptime] count: u32,
     #[comptime] units: u32,
+    #[comptime] elements: u32,
 ) {
     let mut i = UNIT_POS;
-    while i < words {
+    while i < count {
         let from = (base + i) as usize;
-        copy_async(&src.slice(from, from + 1), &mut dst.slice_mut(i as usize, i as usize + 1), WORD_ELEMENTS);
+        copy_async(&src.slice(from, from + 1), &mut dst.slice_mut(i as usize, i as usize + 1), elements);
         i += units;
     }
 }
 
 /// Loads round `round`'s code words of the calling lane into registers (0 for slots past the
-/// split or past the codes): its slot's key words, word `j` of `keys` being word `(j + lane /
-/// 2) % words` of the slot (the walk of the score lookups), and for each half round and channel
+/// split or past the codes): its slot's key words, word `j` of `keys` being word `(j +
+/// key_word_turn(lane)) % words` of the slot (the walk of the score lookups), and for each half
+/// round and channel
 /// part the value words of slot `t = lane % 16` of the half, half `lane / 16` of the part's
 /// words, word `j` of that half being its word `(j + value_word_turn(t)) % n` (`n` words; the
 /// walk of the value rebuild).
@@ -328,7 +333,7 @@ fn load_codes(
     for j in 0..words {
         let mut x = 0u32;
         if t < end {
-            x = k_codes[((rows.code_row0 + t) * words + (j + lane / 2) % words) as usize];
+            x = k_codes[((rows.code_row0 + t) * words + (j + key_word_turn(lane)) % words) as usize];
         }
         keys[j as usize] = x;
     }
@@ -353,19 +358,19 @@ fn load_codes(
     }
 }
 
-/// A coded slot's scores `s[g] = Σ_s T[s, code_s]` from the staged table (two heads per word),
-/// added in f16 over a code word's subspaces, then in f32; see step 1 of the module
-/// documentation for the walk (lane `l` takes its words from word `l / 2`, already so loaded,
-/// and an odd lane a word's codes from its second half: the word is rotated by half its bits).
+/// A coded slot's scores `s[g] = Σ_s T[s, code_s]` from the staged table (one entry of every
+/// query head per lookup, two heads per word), added in f16 over a code word's subspaces, then in
+/// f32; see step 1 of the module documentation for the walk (lane `l` takes its words from word
+/// [`key_word_turn`], already so loaded, and an odd lane a word's codes from its second half: the
+/// word's halves are swapped).
 #[cube]
-fn lookup_scores<E: Float, N: Size>(
-    lookup: &SharedMemory<Vector<E, N>>,
+fn lookup_scores<E: Float, T: Size>(
+    lookup: &SharedMemory<Vector<E, T>>,
     key_words: &Array<u32>,
     s: &mut Array<f32>,
     #[comptime] geo: MmaGeometry,
 ) {
     let shape = geo.tables.shape;
-    let planes = comptime!(geo.tables.table_planes());
     let per_word = comptime!(geo.per_word());
     let exact = comptime!(shape.pq.words * per_word == shape.pq.subspaces);
     let mask = comptime!((1u32 << shape.pq.nbits) - 1);
@@ -377,7 +382,7 @@ fn lookup_scores<E: Float, N: Size>(
     let first_code = (lane % 2) * comptime!(per_word / 2);
     #[unroll]
     for j in 0..shape.pq.words {
-        let w = (j + lane / 2) % shape.pq.words;
+        let w = (j + key_word_turn(lane)) % shape.pq.words;
         let word = swap_halves(key_words[j as usize], lane % 2 == 1);
         // Code `i` of `word` is the word's code `i ^ first_code`, at `base + c · 32 + i +
         // first_code` in the first half of the codes and `base + c · 32 + i − first_code` in the
@@ -385,33 +390,31 @@ fn lookup_scores<E: Float, N: Size>(
         // first_code` may wrap; the sum does not).
         let base = word_base(w, per_word, geo.tables);
         let (low, high) = (base + first_code, base - first_code);
-        let mut acc = Array::<Vector<E, N>>::new(planes as usize);
-        #[unroll]
-        for p in 0..planes {
-            acc[p as usize] = Vector::<E, N>::new(E::cast_from(0.0f32));
-        }
+        let mut acc = Vector::<E, T>::new(E::cast_from(0.0f32));
         #[unroll]
         for i in 0..per_word {
             let code_index = i ^ first_code;
             if exact || w * per_word + code_index < shape.pq.subspaces {
                 let c = (word >> (i * shape.pq.nbits)) & mask;
-                // The constant joins the base first, so that the planes' offsets fold into
-                // the loads.
                 let at = (select(i < comptime!(per_word / 2), low, high) + i) + c * PLANE_COLUMNS;
-                #[unroll]
-                for p in 0..planes {
-                    acc[p as usize] += lookup[(p * geo.tables.plane_words() + at) as usize];
-                }
+                acc += lookup[at as usize];
             }
         }
         #[unroll]
-        for p in 0..planes {
-            s[(2 * p) as usize] += f32::cast_from(acc[p as usize][0]);
-            if 2 * p + 1 < shape.group {
-                s[(2 * p + 1) as usize] += f32::cast_from(acc[p as usize][1]);
-            }
+        for g in 0..shape.group {
+            s[g as usize] += f32::cast_from(acc[g as usize]);
         }
     }
+}
+
+/// Where the key walk of lane `lane` starts among its slot's code words: its pair `lane / 2`
+/// with bits 2 and 3 swapped. With 16 words of 8-bit codes, the 8 pairs of a half warp then
+/// start on words `j, j + 1, j + 2, j + 3` and the same plus 8 (the other row of 32 subspaces),
+/// so that 8-byte entries (two planes) fall on 16 distinct pairs of banks per half warp.
+#[cube]
+fn key_word_turn(lane: u32) -> u32 {
+    let pair = lane / 2;
+    (pair & 3) | ((pair & 4) << 1) | ((pair & 8) >> 1)
 }
 
 /// `word` with its 16-bit halves swapped where `swap` holds: its code `i` is then code `i ^

@@ -93,8 +93,9 @@ pub fn mma_decode_launch<R: CubeRuntime, BT: BoolElement>(
     let (key_books, value_groups) = (view.key_books.dims()[0], view.value_books.dims()[0]);
     let table = dense_output::<R, f16>(&q, streams * (geo.tables.table_words() * WORD_ELEMENTS) as usize);
     let books = dense_output::<R, f16>(&q, value_groups * (geo.tables.book_words() * WORD_ELEMENTS) as usize);
-    // SAFETY: one cube per (plane, row, tile of 32 centroids) of each stream's table, writing
-    // its words within the plane (guard `c < centroids`), reading query head `2p + h < group` of
+    // SAFETY: one cube per (word `p` of an entry, row, tile of 32 centroids) of each stream's
+    // table, writing word `p` of its entries (guard `c < centroids`), reading query head `2p + h
+    // < group` (a padding word `p` reads none and holds zeros) of
     // the stream (`q` holds `streams · group · head_dim` floats, the caller's shape check) at the
     // channels of subspace `s < subspaces`, and codebook row `s, c` of the stream's group
     // (`groups` is 1 or `kv_heads`); `table` holds `streams` tables.
@@ -137,7 +138,8 @@ pub fn mma_decode_launch<R: CubeRuntime, BT: BoolElement>(
     // len` within the warp's split (`len − coded` rows each); every code, masked to `nbits`, is
     // `< centroids`, so table and codebook words stay within a plane; tile words stay within the
     // warp's `16 × stride / 2` (subspace `· sub_dim / 2 + pair < head_dim / 2`); the prologue
-    // copies `table_words` of the stream's table and `book_words` of its group's codebooks
+    // copies the stream's table (`plane_words` entries of `table_entry_words` words) and
+    // `book_words` of its group's codebooks
     // (`per_head_books` 1 only with `kv_heads` groups); the partials hold `heads · cubes ·
     // warps` entries. Bounds validated on CUDA: `burn_kvcompress::kernels`.
     unsafe {
@@ -146,6 +148,7 @@ pub fn mma_decode_launch<R: CubeRuntime, BT: BoolElement>(
             CubeCount::Static(splits.cubes as u32, streams as u32, 1),
             CubeDim::new_1d(geo.units()),
             WORD_ELEMENTS as usize,
+            geo.tables.table_entry_elements() as usize,
             table.into_array_arg(),
             books.into_array_arg(),
             codes.0.into_array_arg(),
