@@ -3,10 +3,13 @@
 //! heads per 32-bit word) and the value codebooks (two channels per word), both laid out so that
 //! 32 lanes looking up 32 distinct subspaces hit 32 distinct banks whatever their codes.
 //!
-//! The layout: a plane of rows of 32 subspaces, each row `[centroid, 32]` words followed by one
-//! word of padding ([`ROW_SKEW`]), subspace `s`'s entry for centroid `c` at word `(s / 32) ·
-//! row_words + c · 32 + s % 32`. Within a row a column is a bank, so lanes on distinct subspaces
-//! of one row fall on distinct banks, and the padding shifts each row by one bank, so that
+//! The layout: a plane of rows of 32 subspaces, each row `[centroid, 32]` entries followed by one
+//! entry of padding ([`ROW_SKEW`]), subspace `s`'s entry for centroid `c` at `(s / 32) ·
+//! row_words + c · 32 + s % 32`. An entry of the value codebooks is one word (a plane per pair of
+//! channels); an entry of the lookup table holds every query head, its planes side by side
+//! ([`HalfTables::table_entry_words`]), so that a lookup is one load. Within a row a column is a
+//! bank (a pair of banks for 8-byte entries, per half warp), so lanes on distinct subspaces of
+//! one row fall on distinct banks, and the padding shifts each row by one entry, so that
 //! subspaces `s` and `s + 32` fall on neighbouring banks rather than the same one. The shift is
 //! additive: the decode kernel folds it, with the column of a code word's first subspace, into
 //! one base per word, and adds a code's centroid and position to it.
@@ -33,12 +36,12 @@ impl HalfTables {
         self.shape.pq.subspaces.div_ceil(PLANE_COLUMNS)
     }
 
-    /// Words of one row of a plane: `centroids · 32` and the padding.
+    /// Entries of one row of a plane: `centroids · 32` and the padding.
     pub fn row_words(&self) -> u32 {
         self.shape.pq.centroids * PLANE_COLUMNS + ROW_SKEW
     }
 
-    /// Words of one plane: `rows · row_words`.
+    /// Entries of one plane (words of a plane of the value codebooks): `rows · row_words`.
     pub fn plane_words(&self) -> u32 {
         self.rows() * self.row_words()
     }
