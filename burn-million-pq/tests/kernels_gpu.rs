@@ -174,6 +174,19 @@ fn decode_kernel_matches_reconstructed_kv_within_the_derived_bound() {
             key_start: vec![0],
             sliding: None,
         },
+        // GQA 6: three planes of the lookup table, entries padded to four words (zeros).
+        Case {
+            config: config(32, 8, Layer),
+            head_dim: 64,
+            kv_heads: 1,
+            group: 6,
+            batch: 1,
+            window: 4,
+            appends: &[600, 1],
+            q_len: 1,
+            key_start: vec![0],
+            sliding: None,
+        },
         // 12-bit codes for GQA 2: a subspace's table does not fit a block, the reference runs.
         Case {
             config: config(8, 12, Layer),
