@@ -217,52 +217,28 @@ pub fn half_books_kernel<E: Float, N: Size>(
 
 #[cfg(test)]
 pub(super) mod tests {
-    /// The word of subspace `s`'s entry for centroid `c` within a plane (the module's layout).
-    pub(in crate::kernels::decode) fn lane_word_host(s: u32, c: u32, centroids: u32) -> u32 {
-        (s / 32) * (centroids * 32 + super::ROW_SKEW) + c * 32 + s % 32
+    use super::{word_base, DecodeShape, HalfTables, PLANE_COLUMNS};
+    use crate::kernels::PqShape;
+
+    /// The benchmark's tables: 64 subspaces of 2 channels, 8-bit codes (4 per word), head dim
+    /// 128, GQA 4.
+    pub(in crate::kernels::decode) fn benchmark_tables() -> HalfTables {
+        let pq = PqShape { head_dim: 128, subspaces: 64, sub_dim: 2, centroids: 256, nbits: 8, words: 16 };
+        HalfTables { shape: DecodeShape { pq, group: 4 } }
+    }
+
+    /// The word of subspace `s`'s entry for centroid `c` within a plane of
+    /// [`benchmark_tables`], by the kernels' own [`word_base`].
+    pub(in crate::kernels::decode) fn lane_word_host(s: u32, c: u32) -> u32 {
+        word_base(s / 4, 4, benchmark_tables()) + c * PLANE_COLUMNS + s % 4
     }
 
     /// The most lanes of 32, looking up subspaces `s(l)` with arbitrary codes, on one bank.
     pub(in crate::kernels::decode) fn lanes_per_bank(s: impl Fn(u32) -> u32) -> usize {
         let mut lanes = [0usize; 32];
         for l in 0..32u32 {
-            lanes[(lane_word_host(s(l), (l * 37 + 11) % 256, 256) % 32) as usize] += 1;
+            lanes[(lane_word_host(s(l), (l * 37 + 11) % 256) % 32) as usize] += 1;
         }
         lanes.into_iter().max().unwrap_or(0)
-    }
-
-    /// The host form of the key walk's start (`mma_kernel::key_word_turn`): bits 2 and 3 of the
-    /// lane's pair swapped.
-    pub(in crate::kernels::decode) fn key_word_turn_host(lane: u32) -> u32 {
-        let pair = lane / 2;
-        (pair & 3) | ((pair & 4) << 1) | ((pair & 8) >> 1)
-    }
-
-    #[test]
-    fn the_decode_kernels_key_walk_spreads_over_the_banks() {
-        // 64 subspaces of 8 bits, 16 words per slot. Keys: lane `l` reads word `(j +
-        // key_word_turn(l)) % 16` of its slot and code `i ^ 2 (l % 2)` of it.
-        let subspace = |j: u32, i: u32, l: u32| 4 * ((j + key_word_turn_host(l)) % 16) + (i ^ (2 * (l % 2)));
-        for j in 0..16 {
-            for i in 0..4 {
-                // Entries of one word (one query head pair): one lane per bank.
-                assert_eq!(lanes_per_bank(|l| subspace(j, i, l)), 1, "keys: word {j}, code {i}");
-                // Entries of two words (two pairs, one 8-byte load): a half warp's 16 lanes on 16
-                // distinct pairs of banks.
-                for half in 0..2 {
-                    let mut pairs = [0u32; 16];
-                    for l in 16 * half..16 * (half + 1) {
-                        pairs[(lane_word_host(subspace(j, i, l), (l * 37 + 11) % 256, 256) % 16) as usize] += 1;
-                    }
-                    assert_eq!(pairs, [1; 16], "8-byte keys: word {j}, code {i}, half warp {half}");
-                }
-            }
-        }
-        // Each lane visits every word once.
-        for l in 0..32 {
-            let mut words: Vec<u32> = (0..16).map(|j| (j + key_word_turn_host(l)) % 16).collect();
-            words.sort_unstable();
-            assert_eq!(words, (0..16).collect::<Vec<_>>());
-        }
     }
 }

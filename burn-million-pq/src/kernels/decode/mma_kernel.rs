@@ -309,10 +309,9 @@ fn stage<E: Float, V: Size>(
 /// Loads round `round`'s code words of the calling lane into registers (0 for slots past the
 /// split or past the codes): its slot's key words, word `j` of `keys` being word `(j +
 /// key_word_turn(lane)) % words` of the slot (the walk of the score lookups), and for each half
-/// round and channel
-/// part the value words of slot `t = lane % 16` of the half, half `lane / 16` of the part's
-/// words, word `j` of that half being its word `(j + value_word_turn(t)) % n` (`n` words; the
-/// walk of the value rebuild).
+/// round and channel part the value words of slot `t = lane % 16` of the half, half `lane / 16`
+/// of the part's words, word `j` of that half being its word `(j + value_word_turn(t)) % n` (`n`
+/// words; the walk of the value rebuild).
 #[allow(clippy::too_many_arguments)]
 #[cube]
 fn load_codes(
@@ -472,7 +471,7 @@ fn recent_scores(
 /// a word's codes from code [`value_code_turn`], so that the warp's 32 lookups fall on as many
 /// distinct subspaces of a row, hence banks, as the part has (up to 32), and its 32 stores into
 /// the tile on distinct banks where a part's codes are 4 words of 4 per side pair and tile rows
-/// 20 words apart (64 subspaces of 8 bits, head dim 128: the unit test in `half_table`).
+/// 20 words apart (64 subspaces of 8 bits, head dim 128: the unit test below).
 #[cube]
 fn rebuild_coded_values<E: Float, N: Size>(
     value_books: &SharedMemory<Vector<E, N>>,
@@ -563,19 +562,14 @@ fn rebuild_recent_values<E: Float, N: Size>(
 
 #[cfg(test)]
 mod tests {
-    use super::{super::half_table::tests::lanes_per_bank, *};
-    use crate::kernels::{decode::table::DecodeShape, PqShape};
-
-    /// Host forms of the value walk's starts ([`value_word_turn`], [`value_code_turn`]).
-    fn turns(slot: u32, side_words: u32, per_word: u32) -> (u32, u32) {
-        ((slot / 2) % side_words, (slot % 2 + 2 * (slot / 8)) % per_word)
-    }
+    use super::{
+        super::half_table::tests::{benchmark_tables, lane_word_host, lanes_per_bank},
+        *,
+    };
 
     #[test]
     fn the_value_walk_spreads_lookups_and_tile_stores_over_the_banks() {
-        // The benchmark's quantizer: 64 subspaces of 2 channels, 8-bit codes, head dim 128.
-        let pq = PqShape { head_dim: 128, subspaces: 64, sub_dim: 2, centroids: 256, nbits: 8, words: 16 };
-        let geo = MmaGeometry { tables: HalfTables { shape: DecodeShape { pq, group: 4 } }, warps: 11 };
+        let geo = MmaGeometry { tables: benchmark_tables(), warps: 11 };
         let (part_words, per_word, side_words) = (geo.part_words(), geo.per_word(), geo.part_words() / 2);
         let row_words = geo.tile_stride() / WORD_ELEMENTS;
         // Lane `l` = (slot `t = l % 16`, side `h = l / 16`) reads, at step `(j, i)`, word `h ·
@@ -583,7 +577,7 @@ mod tests {
         // it, and stores the centroid at word `t · row_words + subspace` of the tile.
         let subspace = |part: u32, j: u32, i: u32, l: u32| {
             let (t, h) = (l % 16, l / 16);
-            let (turn, first) = turns(t, side_words, per_word);
+            let (turn, first) = (value_word_turn(t, side_words), value_code_turn(t, per_word));
             let w = part * part_words + h * side_words + (j + turn) % side_words;
             w * per_word + (i + first) % per_word
         };
@@ -613,6 +607,34 @@ mod tests {
                 let first = part * part_words * per_word;
                 assert_eq!(seen, (first..first + part_words * per_word).collect::<Vec<_>>(), "slot {t}");
             }
+        }
+    }
+
+    #[test]
+    fn the_key_walk_spreads_over_the_banks() {
+        // 64 subspaces of 8 bits, 16 words per slot. Keys: lane `l` reads word `(j +
+        // key_word_turn(l)) % 16` of its slot and code `i ^ 2 (l % 2)` of it.
+        let subspace = |j: u32, i: u32, l: u32| 4 * ((j + key_word_turn(l)) % 16) + (i ^ (2 * (l % 2)));
+        for j in 0..16 {
+            for i in 0..4 {
+                // Entries of one word (one query head pair): one lane per bank.
+                assert_eq!(lanes_per_bank(|l| subspace(j, i, l)), 1, "keys: word {j}, code {i}");
+                // Entries of two words (two pairs, one 8-byte load): a half warp's 16 lanes on 16
+                // distinct pairs of banks.
+                for half in 0..2 {
+                    let mut pairs = [0u32; 16];
+                    for l in 16 * half..16 * (half + 1) {
+                        pairs[(lane_word_host(subspace(j, i, l), (l * 37 + 11) % 256) % 16) as usize] += 1;
+                    }
+                    assert_eq!(pairs, [1; 16], "8-byte keys: word {j}, code {i}, half warp {half}");
+                }
+            }
+        }
+        // Each lane visits every word once.
+        for l in 0..32 {
+            let mut words: Vec<u32> = (0..16).map(|j| (j + key_word_turn(l)) % 16).collect();
+            words.sort_unstable();
+            assert_eq!(words, (0..16).collect::<Vec<_>>());
         }
     }
 }
