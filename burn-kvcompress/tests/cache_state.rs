@@ -64,3 +64,35 @@ fn malformed_states_are_rejected() {
     wrong_tokens.tokens = 7;
     assert!(matches!(import(&wrong_tokens), Err(CacheError::State(_))));
 }
+
+#[test]
+fn narrow_tensors_keep_their_values_and_refuse_what_they_cannot_hold() {
+    use burn::tensor::{Int, TensorData};
+    use burn_kvcompress::cache::StateTensor;
+    let device = Default::default();
+    let ints =
+        |values: Vec<i32>| Tensor::<B, 1, Int>::from_data(TensorData::new(values.clone(), [values.len()]), &device);
+    let floats = |values: Vec<f32>| Tensor::<B, 1>::from_data(TensorData::new(values.clone(), [values.len()]), &device);
+
+    for (dtype, values) in [(StateDType::U8, vec![0, 7, 255]), (StateDType::U16, vec![0, 256, 65535])] {
+        let t = StateTensor::from_int_as("sums", &ints(values.clone()), dtype).unwrap();
+        assert_eq!((t.dtype, t.bytes.len()), (dtype, values.len() * dtype.size()));
+        assert_eq!(StateDType::from_id(dtype.id()), Some(dtype));
+        let back = t.to_int::<B, 1>(&device).unwrap().into_data().convert::<i32>().into_vec::<i32>().unwrap();
+        assert_eq!(back, values);
+    }
+    for (dtype, bad) in [(StateDType::U8, 256), (StateDType::U8, -1), (StateDType::U16, 65536)] {
+        let err = StateTensor::from_int_as("sums", &ints(vec![1, bad]), dtype).unwrap_err();
+        assert!(matches!(&err, CacheError::State(m) if m.contains(&bad.to_string())), "{err}");
+    }
+    assert!(matches!(StateTensor::from_int_as("sums", &ints(vec![1]), StateDType::F16), Err(CacheError::State(_))));
+
+    // fp16 numbers held in f32 travel in two bytes each and come back the same.
+    let exact = vec![0.0, -2.5, 65504.0, 6.1035156e-5, half::f16::from_f32(0.1).to_f32()];
+    let t = StateTensor::from_float_as_f16("min", &floats(exact.clone())).unwrap();
+    assert_eq!((t.dtype, t.bytes.len()), (StateDType::F16, 2 * exact.len()));
+    let back = t.to_float::<B, 1>(&device).unwrap().into_data().convert::<f32>().into_vec::<f32>().unwrap();
+    assert_eq!(back, exact);
+    let err = StateTensor::from_float_as_f16("min", &floats(vec![1.0, 0.1])).unwrap_err();
+    assert!(matches!(&err, CacheError::State(m) if m.contains("0.1")), "{err}");
+}

@@ -150,6 +150,8 @@ fn state_round_trips_the_format_is_counted_and_bad_compositions_are_refused() {
     assert_eq!(cache.memory_bytes(), 2 * (100 * (9 + 17) + 64 * 21 + 36 * 64 * 4));
 
     let state = cache.export_state();
+    // The state carries that format (f16 minima and scales, one-byte sums), not the device's f32.
+    assert_eq!(state.byte_len(), cache.memory_bytes());
     let imported = TransferableScheme::<Cpu>::import_state(&composed, 0, GEOMETRY, &state, &device).unwrap();
     assert_eq!(imported.export_state(), state);
     let options = AttendOptions { scale: 0.125, key_start: vec![0, 0], window: None };

@@ -3,23 +3,36 @@
 //!
 //! Tensors: `k_words`, `k_min`, `k_scale`, `k_sums` (keys, one row per slot); `v_words`, `v_min`,
 //! `v_scale`, `v_sums` (closed blocks, present once a block has closed); `v_tail` (present while
-//! the tail is not empty). Shapes as in [`Codes`].
+//! the tail is not empty). Shapes as in [`Codes`]. The state holds the format's widths, which
+//! [`HackCache`]'s `memory_bytes` counts: packed words as 32-bit integers, minima and scales as
+//! f16 (their values are exact fp16 numbers; the device holds them in f32), code sums as `u8` or
+//! `u16` ([`sum_bytes`]; the device holds them as 32-bit integers), the tail in f32.
 
 use burn_kvcompress::{
-    cache::{CacheGeometry, LayerState, StateTensor, TransferableCache, TransferableScheme},
+    cache::{CacheGeometry, LayerState, StateDType, StateTensor, TransferableCache, TransferableScheme},
     error::CacheError,
 };
 
-use super::{Codes, HackCache};
+use super::{sum_bytes, Codes, HackCache};
 use crate::{kernels::HackBackend, HackConfig};
 
-/// Appends `codes` to `out` as `{prefix}_words`, `{prefix}_min`, `{prefix}_scale` and
-/// `{prefix}_sums`.
-pub fn export_codes<B: HackBackend>(prefix: &str, codes: &Codes<B>, out: &mut Vec<StateTensor>) {
+/// Appends `codes` of `bits`-bit codes to `out` as `{prefix}_words`, `{prefix}_min`,
+/// `{prefix}_scale` (f16) and `{prefix}_sums` (at the width [`sum_bytes`] gives their partitions).
+pub fn export_codes<B: HackBackend>(prefix: &str, codes: &Codes<B>, bits: u8, out: &mut Vec<StateTensor>) {
+    let (words, parts) = (codes.words.dims()[3], codes.sums.dims()[3]);
+    let group = words * 32 / (bits as usize * parts);
+    let sums = match sum_bytes(bits, group) {
+        1 => StateDType::U8,
+        _ => StateDType::U16,
+    };
+    let exact = "HACK's minima and scales are exact fp16 numbers";
     out.push(StateTensor::from_int(&format!("{prefix}_words"), &codes.words));
-    out.push(StateTensor::from_float(&format!("{prefix}_min"), &codes.min));
-    out.push(StateTensor::from_float(&format!("{prefix}_scale"), &codes.scale));
-    out.push(StateTensor::from_int(&format!("{prefix}_sums"), &codes.sums));
+    out.push(StateTensor::from_float_as_f16(&format!("{prefix}_min"), &codes.min).expect(exact));
+    out.push(StateTensor::from_float_as_f16(&format!("{prefix}_scale"), &codes.scale).expect(exact));
+    out.push(
+        StateTensor::from_int_as(&format!("{prefix}_sums"), &codes.sums, sums)
+            .expect("a partition's code sum fits the width sum_bytes gives it"),
+    );
 }
 
 /// Reads the codes [`export_codes`] wrote under `prefix`, checking that they hold `rows` rows of
@@ -56,10 +69,10 @@ impl<B: HackBackend> TransferableCache<B> for HackCache<B> {
     fn export_state(&self) -> LayerState {
         let mut tensors = Vec::new();
         if let Some(keys) = &self.keys {
-            export_codes("k", keys, &mut tensors);
+            export_codes("k", keys, self.config.bits, &mut tensors);
         }
         if let Some(values) = &self.values {
-            export_codes("v", values, &mut tensors);
+            export_codes("v", values, self.config.bits, &mut tensors);
         }
         if let Some(tail) = &self.tail {
             tensors.push(StateTensor::from_float("v_tail", tail));

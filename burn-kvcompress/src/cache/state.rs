@@ -24,6 +24,10 @@ pub enum StateDType {
     I32,
     /// IEEE 754 half-precision float (a cache that stores 16-bit floats sends them as they are).
     F16,
+    /// 8-bit unsigned integer (small integers sent at their storage width, e.g. code sums).
+    U8,
+    /// 16-bit unsigned integer.
+    U16,
 }
 
 impl StateDType {
@@ -31,7 +35,8 @@ impl StateDType {
     pub fn size(self) -> usize {
         match self {
             Self::F32 | Self::I32 => 4,
-            Self::F16 => 2,
+            Self::F16 | Self::U16 => 2,
+            Self::U8 => 1,
         }
     }
 
@@ -41,6 +46,8 @@ impl StateDType {
             Self::F32 => 0,
             Self::I32 => 1,
             Self::F16 => 2,
+            Self::U8 => 3,
+            Self::U16 => 4,
         }
     }
 
@@ -50,6 +57,8 @@ impl StateDType {
             0 => Some(Self::F32),
             1 => Some(Self::I32),
             2 => Some(Self::F16),
+            3 => Some(Self::U8),
+            4 => Some(Self::U16),
             _ => None,
         }
     }
@@ -85,6 +94,20 @@ fn host_bytes<T: burn::tensor::Element + bytemuck::Pod>(data: TensorData) -> Byt
     Bytes::from_owner(PodBytes(data.convert::<T>().into_vec::<T>().expect("host data of the converted type")))
 }
 
+/// `values` as `T`, little-endian bytes; a value `T` does not hold is a [`CacheError::State`]
+/// naming `name` and `dtype`.
+fn narrow_ints<T: TryFrom<i32> + bytemuck::Pod + Send>(
+    name: &str,
+    values: &[i32],
+    dtype: StateDType,
+) -> Result<Bytes, CacheError> {
+    let narrow = values
+        .iter()
+        .map(|&v| T::try_from(v).map_err(|_| CacheError::State(format!("tensor `{name}`: {v} does not fit {dtype:?}"))))
+        .collect::<Result<Vec<T>, _>>()?;
+    Ok(Bytes::from_owner(PodBytes(narrow)))
+}
+
 impl StateTensor {
     /// Copies a float tensor to the host (the host vector becomes the bytes, not copied again): an
     /// f16 tensor as [`StateDType::F16`], any other float tensor as [`StateDType::F32`].
@@ -98,10 +121,53 @@ impl StateTensor {
         Self { name: name.into(), dtype, shape, bytes }
     }
 
+    /// Copies a float tensor whose values are all exact f16 numbers to the host as
+    /// [`StateDType::F16`]: the same values in half the bytes of f32 (a cache that holds fp16
+    /// metadata in f32 registers sends it at its format's width). A value f16 does not hold exactly
+    /// is a [`CacheError::State`]: narrowing never changes what the receiver attends with.
+    pub fn from_float_as_f16<B: Backend, const D: usize>(
+        name: &str,
+        tensor: &Tensor<B, D>,
+    ) -> Result<Self, CacheError> {
+        let shape = tensor.dims().to_vec();
+        let values = tensor.to_data().convert::<f32>().into_vec::<f32>().expect("host data of the converted type");
+        let narrow = values
+            .iter()
+            .map(|&x| {
+                let h = f16::from_f32(x);
+                match h.to_f32().to_bits() == x.to_bits() || (x.is_nan() && h.is_nan()) {
+                    true => Ok(h),
+                    false => Err(CacheError::State(format!("tensor `{name}`: {x} is not an f16 number"))),
+                }
+            })
+            .collect::<Result<Vec<f16>, _>>()?;
+        Ok(Self { name: name.into(), dtype: StateDType::F16, shape, bytes: Bytes::from_owner(PodBytes(narrow)) })
+    }
+
     /// Copies an integer tensor to the host (the host vector becomes the bytes, not copied again).
     pub fn from_int<B: Backend, const D: usize>(name: &str, tensor: &Tensor<B, D, Int>) -> Self {
+        Self::from_int_as(name, tensor, StateDType::I32).expect("every integer tensor value fits i32")
+    }
+
+    /// Copies an integer tensor to the host as `dtype`, an integer type ([`StateDType::I32`],
+    /// [`StateDType::U16`] or [`StateDType::U8`]), so that small integers travel at their storage
+    /// width. A value outside `dtype`'s range, or a float `dtype`, is a [`CacheError::State`].
+    pub fn from_int_as<B: Backend, const D: usize>(
+        name: &str,
+        tensor: &Tensor<B, D, Int>,
+        dtype: StateDType,
+    ) -> Result<Self, CacheError> {
         let shape = tensor.dims().to_vec();
-        Self { name: name.into(), dtype: StateDType::I32, shape, bytes: host_bytes::<i32>(tensor.to_data()) }
+        let values = tensor.to_data().convert::<i32>().into_vec::<i32>().expect("host data of the converted type");
+        let bytes = match dtype {
+            StateDType::I32 => Bytes::from_owner(PodBytes(values)),
+            StateDType::U16 => narrow_ints::<u16>(name, &values, dtype)?,
+            StateDType::U8 => narrow_ints::<u8>(name, &values, dtype)?,
+            StateDType::F32 | StateDType::F16 => {
+                return Err(CacheError::State(format!("tensor `{name}`: {dtype:?} is not an integer type")))
+            }
+        };
+        Ok(Self { name: name.into(), dtype, shape, bytes })
     }
 
     /// Number of elements the shape implies.
@@ -151,10 +217,17 @@ impl StateTensor {
         })
     }
 
-    /// The tensor as an integer tensor of rank `D` on `device`.
+    /// The tensor as an integer tensor of rank `D` on `device` ([`StateDType::U8`] and
+    /// [`StateDType::U16`] values widened).
     pub fn to_int<B: Backend, const D: usize>(&self, device: &B::Device) -> Result<Tensor<B, D, Int>, CacheError> {
-        let shape = self.check::<D>(&[StateDType::I32])?;
-        let values: Vec<i32> = bytemuck::pod_collect_to_vec(&self.bytes[..]);
+        let shape = self.check::<D>(&[StateDType::I32, StateDType::U16, StateDType::U8])?;
+        let values: Vec<i32> = match self.dtype {
+            StateDType::U8 => self.bytes.iter().map(|&b| i32::from(b)).collect(),
+            StateDType::U16 => {
+                bytemuck::pod_collect_to_vec::<u8, u16>(&self.bytes[..]).into_iter().map(i32::from).collect()
+            }
+            _ => bytemuck::pod_collect_to_vec(&self.bytes[..]),
+        };
         Ok(Tensor::from_data(TensorData::new(values, shape), device))
     }
 }

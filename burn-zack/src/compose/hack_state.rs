@@ -1,7 +1,8 @@
 //! A ZACK + HACK cache as a [`LayerState`] and back: the codes, metadata, sums and tail exactly
 //! as held. Tensors: `k{h}_words`, `k{h}_min`, `k{h}_scale`, `k{h}_sums` per KV head `h`;
 //! `v_words`, `v_min`, `v_scale`, `v_sums` once a value block has closed; `v_tail` while the tail
-//! is not empty. Rotations and ranks do not travel (the scheme's name carries their digests).
+//! is not empty, at the widths HACK's state gives them ([`export_codes`]). Rotations and ranks do
+//! not travel (the scheme's name carries their digests).
 
 use burn_hack_attn::{
     cache::{export_codes, import_codes},
@@ -19,10 +20,10 @@ impl<B: ZackBackend + HackBackend> TransferableCache<B> for ZackHackCache<B> {
     fn export_state(&self) -> LayerState {
         let mut tensors = Vec::new();
         for (h, codes) in self.keys.iter().enumerate() {
-            export_codes(&format!("k{h}"), codes, &mut tensors);
+            export_codes(&format!("k{h}"), codes, self.config.bits, &mut tensors);
         }
         if let Some(values) = &self.values {
-            export_codes("v", values, &mut tensors);
+            export_codes("v", values, self.config.bits, &mut tensors);
         }
         if let Some(tail) = &self.tail {
             tensors.push(StateTensor::from_float("v_tail", tail));
