@@ -173,6 +173,8 @@ fn decode_kernel_equals_the_reference_on_uneven_heads() {
         (layout(128, &[128, 40], &[24, 128]), 16, 1, 90, None, true),
         // 32 query heads per KV head: beyond the kernel, the reference runs.
         (layout(16, &[16], &[9]), 32, 1, 40, None, false),
+        // The benchmark's uneven ranks, 8 KV heads per cube.
+        (layout(128, &BENCH_KEY_RANKS, &BENCH_VALUE_RANKS), 4, 2, 700, None, true),
     ];
     for (i, (layout, group, batch, len, window, kernel)) in cases.into_iter().enumerate() {
         let case = Case::new(layout, group, batch, [len, 1], window, 100 * i as u64);
@@ -187,7 +189,21 @@ fn decode_kernel_equals_the_reference_on_uneven_heads() {
             check(&case.rounded_to_f16(), FloatDType::F16, roundoffs(FloatDType::F16), &format!("case {i}, f16"));
         }
     }
+    // On CUDA, a step long enough for the TMA kernel (8 rounds per cube and more): 34 000 slots
+    // in 132 splits of 288 on an H100, all 8 KV heads per cube (8 landed blocks of keys and of
+    // values); the last head's products read 8 columns past each run.
+    if cfg!(feature = "cuda") {
+        let layout = layout(128, &BENCH_KEY_RANKS, &BENCH_VALUE_RANKS);
+        let case = Case::new(layout, 4, 1, [34_000, 1], None, 1600);
+        check(&case.rounded_to_f16(), FloatDType::F16, decode_roundoffs(4, 128, FloatDType::F16), "TMA case, f16");
+    }
 }
+
+/// Uneven ranks as the benchmark spreads them (mean 64 of 128), the last head's not a multiple
+/// of 16.
+const BENCH_KEY_RANKS: [usize; 8] = [32, 40, 48, 56, 72, 80, 96, 88];
+/// Their value ranks.
+const BENCH_VALUE_RANKS: [usize; 8] = [40, 32, 56, 48, 80, 72, 96, 88];
 
 /// Score of the spike slots in [`decode_kernel_follows_a_score_that_rises_within_a_split`]:
 /// more than the tensor-core kernel's rescale margin (8) above the other slots' scores.
@@ -196,32 +212,36 @@ const SPIKE_SCORE: f32 = 9.0;
 #[test]
 fn decode_kernel_follows_a_score_that_rises_within_a_split() {
     // 8 full-rank KV heads of 128 channels, one query head each: on an H100 the tensor-core
-    // kernel takes 4 KV heads per cube (8 do not fit its shared memory) and splits 8192 slots
-    // into 66 splits of 128 (4 rounds). Slot `s` scores about 0 (keys scaled by 0.01), except
-    // every 128th from slot 100, whose key is `SPIKE_SCORE · q̃ / |q̃|²`: the split's reference
-    // max moves by more than its margin in its last round, after 100 slots whose mass (e^-9 each,
-    // about 1% of the total) the rescale must keep.
-    let layout = HeadLayout { head_dim: 128, qk_ranks: vec![128; 8], vo_ranks: vec![128; 8] };
-    let mut case = Case::new(layout, 1, 1, [8192, 1], None, 9100);
-    let (d, kw, scale) = (case.layout.head_dim, case.layout.key_width(), case.options.scale);
-    for x in &mut case.keys {
-        *x *= 0.01;
-    }
-    for h in 0..case.heads {
-        let columns = case.layout.key_columns(h);
-        let reduced: Vec<f32> = columns
-            .clone()
-            .map(|j| scale * (0..d).map(|c| case.q[h * d + c] * case.basis[c * kw + j]).sum::<f32>())
-            .collect();
-        let norm2: f32 = reduced.iter().map(|x| x * x).sum();
-        for slot in (100..case.len).step_by(128) {
-            for (j, x) in columns.clone().zip(&reduced) {
-                case.keys[slot * kw + j] = SPIKE_SCORE * x / norm2;
+    // kernels take 4 KV heads per cube (8 do not fit their shared memory) and cut each group's
+    // slots into 66 splits: 8192 slots into splits of 128 (4 rounds, the `wmma` kernel), on CUDA
+    // also 20 480 into splits of 320 (10 rounds, the TMA kernel). Slot `s` scores about 0 (keys
+    // scaled by 0.01), except every 128th from slot 100, whose key is `SPIKE_SCORE · q̃ / |q̃|²`:
+    // a split's reference max moves by more than its margin after up to 100 slots whose mass
+    // (e^-9 each, about 1% of the total) the rescale must keep.
+    let lens: &[usize] = if cfg!(feature = "cuda") { &[8192, 20_480] } else { &[8192] };
+    for &len in lens {
+        let layout = HeadLayout { head_dim: 128, qk_ranks: vec![128; 8], vo_ranks: vec![128; 8] };
+        let mut case = Case::new(layout, 1, 1, [len, 1], None, 9100);
+        let (d, kw, scale) = (case.layout.head_dim, case.layout.key_width(), case.options.scale);
+        for x in &mut case.keys {
+            *x *= 0.01;
+        }
+        for h in 0..case.heads {
+            let columns = case.layout.key_columns(h);
+            let reduced: Vec<f32> = columns
+                .clone()
+                .map(|j| scale * (0..d).map(|c| case.q[h * d + c] * case.basis[c * kw + j]).sum::<f32>())
+                .collect();
+            let norm2: f32 = reduced.iter().map(|x| x * x).sum();
+            for slot in (100..case.len).step_by(128) {
+                for (j, x) in columns.clone().zip(&reduced) {
+                    case.keys[slot * kw + j] = SPIKE_SCORE * x / norm2;
+                }
             }
         }
+        let roundoffs = decode_roundoffs(1, 128, FloatDType::F16);
+        check(&case.rounded_to_f16(), FloatDType::F16, roundoffs, &format!("rising scores, {len} slots, f16"));
     }
-    let roundoffs = decode_roundoffs(1, 128, FloatDType::F16);
-    check(&case.rounded_to_f16(), FloatDType::F16, roundoffs, "rising scores, f16");
 }
 
 #[test]

@@ -102,16 +102,10 @@ pub fn clear_weights<E: Float>(weights: &mut SharedMemory<E>) {
 }
 
 /// One round's softmax for the calling warp: lane `t`'s scores `s[g]` of its slot (visible or
-/// not) move the heads' references where a round's max passes them by more than
-/// [`RESCALE_MARGIN`] (rescaling masses and `sums` of `value_rank` channels), then the weights
-/// `exp(s − m)` (0 for a hidden slot) are added to the masses and stored, rounded to f16, in the
-/// warp's weights tile at slot `t`.
-///
-/// With `vote`, one warp vote first asks whether any score passes its reference by the margin,
-/// and the heads' maxima are reduced over the warp only when one does (a few rounds per split);
-/// the result is the same bit for bit. MILLION's issue-bound kernel takes 12% less time per step
-/// with it (32K, batch 8, on an H100); ZACK's copy-bound kernel measured 1–2% slower with it
-/// (`results/decode-instruction-diet-h100.md`). Without, the maxima are reduced every round.
+/// not) move the heads' references ([`move_references`]; `sums` of `value_rank` channels
+/// rescaled with the masses), then the weights `exp(s − m)` (0 for a hidden slot) are added to
+/// the masses and stored, rounded to f16, in the warp's weights tile at slot `t`
+/// ([`store_weights`]).
 #[allow(clippy::too_many_arguments)]
 #[cube]
 pub fn weigh_round<E: Float>(
@@ -126,19 +120,81 @@ pub fn weigh_round<E: Float>(
     #[comptime] head_dim: u32,
     #[comptime] vote: bool,
 ) {
-    let lane = UNIT_POS % WARP;
+    let moves = move_references(s, visible, softmax, group, vote);
+    if moves.rescale {
+        rescale_sums(sums, scratch, &moves.factor, value_rank, group, head_dim);
+    }
+    store_weights(s, visible, softmax, weights, group);
+}
+
+/// How one round moved a warp's references: per query head the factor `exp(m_old − m_new)` (1
+/// where the reference stayed) by which its masses were and its value sums must be multiplied,
+/// and whether any sums must be (a reference moved from a real score).
+#[derive(CubeType)]
+pub struct ReferenceMoves {
+    pub factor: Array<f32>,
+    pub rescale: bool,
+}
+
+/// Moves the reference of each query head whose round max (over the warp's visible scores `s`)
+/// exceeds it by more than [`RESCALE_MARGIN`] to that max, rescaling the head's masses by
+/// `exp(m_old − m_new)`; the caller rescales its value sums by the returned factors.
+///
+/// With `vote`, one warp vote first asks whether any score passes its reference by the margin,
+/// and the heads' maxima are reduced over the warp only when one does (a few rounds per split);
+/// the result is the same bit for bit. MILLION's issue-bound kernel takes 12% less time per step
+/// with it (32K, batch 8, on an H100); ZACK's copy-bound kernel measured 1–2% slower with it
+/// (`results/decode-instruction-diet-h100.md`). Without, the maxima are reduced every round.
+#[cube]
+pub fn move_references(
+    s: &Array<f32>,
+    visible: bool,
+    softmax: &mut WarpSoftmax,
+    #[comptime] group: u32,
+    #[comptime] vote: bool,
+) -> ReferenceMoves {
+    let mut factor = Array::<f32>::new(group as usize);
+    #[unroll]
+    for g in 0..group {
+        factor[g as usize] = 1.0;
+    }
+    let mut passes = true;
     if vote {
-        let mut passes = false;
+        let mut any = false;
         #[unroll]
         for g in 0..group {
-            passes = passes || (visible && s[g as usize] > softmax.max[g as usize] + RESCALE_MARGIN);
+            any = any || (visible && s[g as usize] > softmax.max[g as usize] + RESCALE_MARGIN);
         }
-        if plane_any(passes) {
-            move_references(s, visible, softmax, sums, scratch, value_rank, group, head_dim);
-        }
-    } else {
-        move_references(s, visible, softmax, sums, scratch, value_rank, group, head_dim);
+        passes = plane_any(any);
     }
+    let mut rescale = false;
+    if passes {
+        #[unroll]
+        for g in 0..group {
+            let top = plane_max(select(visible, s[g as usize], masked_score()));
+            if top > softmax.max[g as usize] + RESCALE_MARGIN {
+                // 0 while the reference is the masked score: nothing has been summed yet.
+                factor[g as usize] = f32::exp(softmax.max[g as usize] - top);
+                rescale = rescale || softmax.max[g as usize] > masked_score();
+                softmax.mass[g as usize] *= factor[g as usize];
+                softmax.max[g as usize] = top;
+            }
+        }
+    }
+    ReferenceMoves { factor, rescale }
+}
+
+/// Adds lane `t`'s weights `exp(s[g] − m)` (0 for a hidden slot) to the masses and stores them,
+/// rounded to f16, in the calling warp's weights tile at slot `t`.
+#[cube]
+pub fn store_weights<E: Float>(
+    s: &Array<f32>,
+    visible: bool,
+    softmax: &mut WarpSoftmax,
+    weights: &mut SharedMemory<E>,
+    #[comptime] group: u32,
+) {
+    let lane = UNIT_POS % WARP;
     let own_weights = (UNIT_POS / WARP) * MMA_HEADS * WARP;
     #[unroll]
     for g in 0..group {
@@ -147,40 +203,6 @@ pub fn weigh_round<E: Float>(
         weights[(own_weights + g * WARP + lane) as usize] = E::cast_from(w);
     }
     sync_plane();
-}
-
-/// Moves the reference of each query head whose round max (over the warp's visible scores `s`)
-/// exceeds it by more than [`RESCALE_MARGIN`] to that max, rescaling the head's masses and value
-/// sums by `exp(m_old − m_new)`.
-#[allow(clippy::too_many_arguments)]
-#[cube]
-fn move_references(
-    s: &Array<f32>,
-    visible: bool,
-    softmax: &mut WarpSoftmax,
-    sums: &Sequence<Matrix<f32>>,
-    scratch: &mut SharedMemory<f32>,
-    value_rank: u32,
-    #[comptime] group: u32,
-    #[comptime] head_dim: u32,
-) {
-    let mut factor = Array::<f32>::new(group as usize);
-    let mut rescale = false;
-    #[unroll]
-    for g in 0..group {
-        let top = plane_max(select(visible, s[g as usize], masked_score()));
-        factor[g as usize] = 1.0;
-        if top > softmax.max[g as usize] + RESCALE_MARGIN {
-            // 0 while the reference is the masked score: nothing has been summed yet.
-            factor[g as usize] = f32::exp(softmax.max[g as usize] - top);
-            rescale = rescale || softmax.max[g as usize] > masked_score();
-            softmax.mass[g as usize] *= factor[g as usize];
-            softmax.max[g as usize] = top;
-        }
-    }
-    if rescale {
-        rescale_sums(sums, scratch, &factor, value_rank, group, head_dim);
-    }
 }
 
 /// `Oᵀ += Ṽᵀ Pᵀ` for the calling warp over `depths` blocks of 16 slots and `blocks` blocks of 32
@@ -300,6 +322,20 @@ pub fn write_warp_partials(
         }
         sync_plane();
     }
+    write_warp_stats(softmax, target, out_max, out_sum, group);
+}
+
+/// Writes the calling warp's query heads' reference max and mass (summed over its lanes) as
+/// `target`'s split.
+#[cube]
+pub fn write_warp_stats(
+    softmax: &WarpSoftmax,
+    target: &SplitOut,
+    out_max: &mut Array<f32>,
+    out_sum: &mut Array<f32>,
+    #[comptime] group: u32,
+) {
+    let lane = UNIT_POS % WARP;
     #[unroll]
     for g in 0..group {
         let mass = plane_sum(softmax.mass[g as usize]);

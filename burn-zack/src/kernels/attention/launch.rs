@@ -7,19 +7,40 @@ use burn_cubecl::{
 };
 use burn_kvcompress::{
     cache::AttendOptions,
-    kernels::{dense_output, float_arg, int_arg, merge_partials, CubeF32, SplitPartials},
+    kernels::{dense_output, float_arg, int_arg, merge_partials, warp_mma::WARP, CubeF32, SplitPartials},
 };
 
 use super::{
     kernel::{decode_kernel, DecodeGeometry},
     mma_kernel::mma_decode_kernel,
-    mma_launch::{mma_geometry, RowSplits},
+    mma_kernel::MmaGeometry,
+    mma_launch::{mma_geometry, RowSplits, StagedTiles},
     rotate::{rotate_queries_kernel, ROTATE_COLUMNS},
+    tma_kernel::{tma_decode_kernel, TmaGeometry},
+    tma_launch::{landed_rows, tma_geometry},
 };
 use crate::{cache::HeadLayout, kernels::DecodeSchedule};
 
 /// Units per cube.
 pub const UNITS: u32 = 256;
+
+/// The fewest 32-slot rounds per cube for which a step runs the TMA kernel. Each of its launches
+/// costs the host more (CubeCL encodes the two TMA maps and uploads their shapes with every
+/// launch), which shows where the device's step is short: on an H100 the TMA kernel's steps took
+/// as long as the `wmma` kernel's at 8 rounds per cube (batch 8 at 4K, batch 1 at 32K) and
+/// longer at 4 and 1 (batch 1 at 16K and 4K; `results/decode-zack-tma-h100.md`).
+const TMA_MIN_ROUNDS: usize = 8;
+
+/// The decode kernel a step runs, with its compile-time shapes.
+enum DecodeKernel {
+    /// Rows landed by TMA, warp products read from the landed rows (`tma_kernel`).
+    Tma(TmaGeometry),
+    /// Rows staged by asynchronous copies into per-head tiles, `wmma` products (`mma_kernel`).
+    Mma(MmaGeometry, StagedTiles),
+    /// Units on column blocks of rows, scalar products (`kernel`).
+    Scalar,
+}
+
 /// Floats of the shared scratch buffer (9 KiB): one head's value sums of every unit (`256 · 9`
 /// for blocks of 8), or, without plane sums, a round's partial scores of as many lanes as fit.
 const SCRATCH_FLOATS: u32 = 2304;
@@ -149,20 +170,39 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
         false => 0,
     };
     let geo = DecodeGeometry { vector, plane: score_plane(&geo, plane_size), ..geo };
-    let mma =
-        mma_geometry(layout, (heads / kv_heads, d), vector, keys.dtype(), properties).filter(|_| plane_size == 32);
+    // On CUDA: the TMA kernel where the device lands rows by TMA and its cubes take at least
+    // `TMA_MIN_ROUNDS` rounds, else the tensor-core kernel where it has warp matrix products and
+    // asynchronous copies, else (and elsewhere) the scalar kernel. The tensor-core kernels need
+    // 32-lane planes (one warp per KV head).
+    let warps = plane_size == 32;
+    let tma = tma_geometry(layout, (heads / kv_heads, d), keys.dtype(), properties).filter(|tma| {
+        let rows = RowSplits::for_device((tma.heads, tma.shared_bytes()), layout, batch, len, properties);
+        warps && rows.chunk >= TMA_MIN_ROUNDS * WARP as usize
+    });
+    let kernel = match tma {
+        Some(tma) => DecodeKernel::Tma(tma),
+        None => match mma_geometry(layout, (heads / kv_heads, d), vector, keys.dtype(), properties).filter(|_| warps) {
+            Some((mma, tiles)) => DecodeKernel::Mma(mma, tiles),
+            None => DecodeKernel::Scalar,
+        },
+    };
     // One upload per step: the head layout, each row's first real slot, then the scalar kernel's
-    // task table or the tensor-core kernel's tiles. `split_word` is the kernels' twelfth argument:
-    // the splits per head (scalar) or the slots per split (tensor cores).
+    // task table or the `wmma` kernel's tiles (the TMA kernel needs neither). `split_word` is the
+    // kernels' twelfth argument: the splits per head (scalar) or the slots per split (tensor cores).
     let mut meta = step_metadata(layout, options);
-    let (cubes, units, splits, split_word) = match &mma {
-        Some((mma, tiles)) => {
-            let rows = RowSplits::for_device(mma, layout, batch, len, properties);
-            meta.extend(tiles.table.iter().map(|&w| w as i32));
-            let cubes = CubeCount::Static(rows.splits as u32, kv_heads as u32 / mma.heads, batch as u32);
-            (cubes, mma.units(), rows.splits, rows.chunk)
+    let row_cubes =
+        |rows: RowSplits, heads: u32| CubeCount::Static(rows.splits as u32, kv_heads as u32 / heads, batch as u32);
+    let (cubes, units, splits, split_word) = match &kernel {
+        DecodeKernel::Tma(tma) => {
+            let rows = RowSplits::for_device((tma.heads, tma.shared_bytes()), layout, batch, len, properties);
+            (row_cubes(rows, tma.heads), tma.units(), rows.splits, rows.chunk)
         }
-        None => {
+        DecodeKernel::Mma(mma, tiles) => {
+            let rows = RowSplits::for_device((mma.heads, mma.shared_bytes()), layout, batch, len, properties);
+            meta.extend(tiles.table.iter().map(|&w| w as i32));
+            (row_cubes(rows, mma.heads), mma.units(), rows.splits, rows.chunk)
+        }
+        DecodeKernel::Scalar => {
             let base = base_chunk(batch, kv_heads, len).min(geo.max_chunk as usize);
             let schedule = DecodeSchedule::plan(layout, len, base, longest_split(base, geo.max_chunk));
             meta.extend(schedule.table());
@@ -234,10 +274,37 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     // the partials hold `heads · splits` entries. Bounds validated on CUDA:
     // `burn_kvcompress::kernels`.
     unsafe {
-        match (mma, keys.dtype()) {
-            (Some((mma, _)), _) => launch!(mma_decode_kernel::launch_unchecked::<f16, R>, mma),
-            (None, DType::F16) => launch!(decode_kernel::launch_unchecked::<f16, R>, geo),
-            (None, _) => launch!(decode_kernel::launch_unchecked::<f32, R>, geo),
+        match (kernel, keys.dtype()) {
+            (DecodeKernel::Tma(tma), _) => {
+                // SAFETY: as the tensor-core kernel's splits; the TMA lands whole boxes (rows past
+                // the caches and columns past their widths as zeros) into the two stages, and the
+                // products read within the stages and the guard block after them (`TmaGeometry`).
+                let (key_width, value_width) = (layout.key_width(), layout.value_width());
+                let landed = |cache: &Tensor<CubeF32<R, BT>, 3>, width: usize| {
+                    landed_rows(float_arg(&cache.clone().reshape([batch * len, width])))
+                };
+                tma_decode_kernel::launch_unchecked::<f16, R>(
+                    &client,
+                    cubes,
+                    CubeDim::new_1d(units),
+                    reduced_q.into_array_arg(),
+                    landed(&keys, key_width),
+                    landed(&values, value_width),
+                    meta.into_array_arg(),
+                    partials.output.clone().into_array_arg(),
+                    partials.max.clone().into_array_arg(),
+                    partials.sum.clone().into_array_arg(),
+                    kv_heads as u32,
+                    len as u32,
+                    split_word as u32,
+                    options.window.unwrap_or(0) as u32,
+                    key_width as u32,
+                    tma,
+                )
+            }
+            (DecodeKernel::Mma(mma, _), _) => launch!(mma_decode_kernel::launch_unchecked::<f16, R>, mma),
+            (DecodeKernel::Scalar, DType::F16) => launch!(decode_kernel::launch_unchecked::<f16, R>, geo),
+            (DecodeKernel::Scalar, _) => launch!(decode_kernel::launch_unchecked::<f32, R>, geo),
         }
     };
     let out = merge_partials(partials);

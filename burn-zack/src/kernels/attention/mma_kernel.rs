@@ -1,6 +1,7 @@
 //! ZACK decode attention on tensor cores: the kernel a decode step runs where the backend has
 //! warp matrix products of f16 `32 × 16` by `16 × 8` blocks into f32 (CUDA's `wmma`) and the
-//! reduced cache is held as f16 ([`MmaGeometry`]); elsewhere the scalar kernel
+//! reduced cache is held as f16 ([`MmaGeometry`]), but no TMA (where it has, the
+//! [`tma_decode_kernel`](super::tma_kernel::tma_decode_kernel) runs); elsewhere the scalar kernel
 //! ([`decode_kernel`](super::kernel::decode_kernel)) runs.
 //!
 //! A cube works on whole cache rows: one range of slots (a split) of one sequence, for a group
@@ -222,7 +223,16 @@ pub fn mma_decode_kernel<E: Float, N: Size>(
     even.commit_copy_async();
     // The padding is cleared and the queries load while the first round's rows land.
     clear_padding(&mut stage, &head, geo);
-    stage_queries(reduced_q, &mut queries, &head, target.first_head, key_width, geo);
+    stage_queries(
+        reduced_q,
+        &mut queries,
+        head.key_offset,
+        head.key_rank,
+        target.first_head,
+        key_width,
+        geo.group,
+        geo.query_stride,
+    );
     sync_plane();
     let query_ops = query_operands(&queries, geo);
     let mut softmax = warp_softmax(geo.group);
@@ -322,28 +332,31 @@ fn clear_padding<E: Float, N: Size>(
 }
 
 /// The calling warp's reduced queries, `queries[w · 8 · stride + h · stride + j]` = query head
-/// `h` of its KV head at coordinate `j`, rounded to f16 (zero past the rank and for `h ≥
-/// group`).
+/// `h` of its KV head (whose key columns start at `key_offset`) at coordinate `j`, rounded to
+/// f16 (zero past `key_rank` and for `h ≥ group`), `stride` = `query_stride`.
+#[allow(clippy::too_many_arguments)]
 #[cube]
-fn stage_queries<E: Float>(
+pub(super) fn stage_queries<E: Float>(
     reduced_q: &Array<f32>,
     queries: &mut SharedMemory<E>,
-    head: &StagedHead,
+    key_offset: u32,
+    key_rank: u32,
     first_head: u32,
     key_width: u32,
-    #[comptime] geo: MmaGeometry,
+    #[comptime] group: u32,
+    #[comptime] query_stride: u32,
 ) {
     let warp = UNIT_POS / WARP;
-    let count = comptime!(MMA_HEADS * geo.query_stride);
+    let count = comptime!(MMA_HEADS * query_stride);
     // Unrolled, so that every load of the lane is in flight at once.
     #[unroll]
     for r in 0..comptime!(count.div_ceil(WARP)) {
         let i = r * WARP + UNIT_POS % WARP;
         if i < count {
-            let (h, j) = (i / geo.query_stride, i % geo.query_stride);
+            let (h, j) = (i / query_stride, i % query_stride);
             let mut x = 0.0f32;
-            if h < geo.group && j < head.key_rank {
-                x = reduced_q[((first_head + h) * key_width + head.key_offset + j) as usize];
+            if h < group && j < key_rank {
+                x = reduced_q[((first_head + h) * key_width + key_offset + j) as usize];
             }
             queries[(warp * count + i) as usize] = E::cast_from(x);
         }

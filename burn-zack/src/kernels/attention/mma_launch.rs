@@ -151,20 +151,20 @@ impl RowSplits {
         Self { chunk, splits: len.div_ceil(chunk) }
     }
 
-    /// The splits of a step of `batch` sequences of `len` slots for `geo` on a device with
+    /// The splits of a step of `batch` sequences of `len` slots for a kernel whose cubes take
+    /// `heads` KV heads (a warp each) and `shared_bytes` of shared memory, on a device with
     /// `properties`: the cubes an SM holds are limited by its shared memory and its warps.
     pub fn for_device(
-        geo: &MmaGeometry,
+        (heads, shared_bytes): (u32, u32),
         layout: &HeadLayout,
         batch: usize,
         len: usize,
         properties: &DeviceProperties,
     ) -> Self {
         let hardware = &properties.hardware;
-        let per_sm =
-            (hardware.max_shared_memory_size / geo.shared_bytes() as usize).clamp(1, SM_WARPS / geo.heads as usize);
+        let per_sm = (hardware.max_shared_memory_size / shared_bytes as usize).clamp(1, SM_WARPS / heads as usize);
         let sms = hardware.num_streaming_multiprocessors.unwrap_or(1) as usize;
-        Self::plan(len, batch * layout.kv_heads() / geo.heads as usize, sms, per_sm)
+        Self::plan(len, batch * layout.kv_heads() / heads as usize, sms, per_sm)
     }
 }
 

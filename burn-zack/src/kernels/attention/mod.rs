@@ -24,6 +24,12 @@ mod rotate;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 #[allow(missing_docs)]
 mod task;
+// `#[cube]` expands the kernel into undocumented helper items.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[allow(missing_docs)]
+mod tma_kernel;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod tma_launch;
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub use launch::{decode_launch, supports};
@@ -36,3 +42,7 @@ pub use prefill_kernel::PrefillGeometry;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub use prefill_launch::{prefill_geometry, prefill_launch, prefill_tasks};
 pub use reference::zack_attention_reference;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub use tma_kernel::TmaGeometry;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub use tma_launch::tma_geometry;
