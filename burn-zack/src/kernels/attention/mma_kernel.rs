@@ -56,7 +56,7 @@ use cubecl::{
     },
 };
 
-use super::task::TaskSlots;
+use super::task::{split_slots, TaskSlots};
 
 /// Buffers of staged rows: one round lands while the other is computed.
 pub const STAGE_BUFFERS: u32 = 2;
@@ -181,16 +181,8 @@ pub fn mma_decode_kernel<E: Float, N: Size>(
 ) {
     let batch_row = CUBE_POS_Z;
     let first_kv = CUBE_POS_Y * geo.heads;
-    let first = CUBE_POS_X * chunk;
     let tiles_at = 4 * kv_heads + CUBE_COUNT_Z;
-    let slots = TaskSlots {
-        row0: batch_row * len + first,
-        first,
-        count: u32::min(chunk, len - first),
-        len,
-        start: meta[(4 * kv_heads + batch_row) as usize],
-        window,
-    };
+    let slots = split_slots(meta, kv_heads, len, chunk, window);
     let kv_head = first_kv + UNIT_POS / WARP;
     let head = staged_head(meta, tiles_at, kv_head);
     let target =

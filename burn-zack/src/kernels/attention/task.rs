@@ -66,3 +66,21 @@ pub fn read_task(
         target: SplitOut { first_head: (batch_row * kv_heads + kv_head) * group, split, splits },
     }
 }
+
+/// The slots of cube `(split, group, sequence)` of the tensor-core kernels, which split every
+/// sequence into `chunk` slots per cube: slots `split · chunk ..` (fewer in the last split) of
+/// sequence `CUBE_POS_Z` of `len` slots, whose first real slot is `meta`'s word `4 · kv_heads +
+/// sequence` (after the head layout).
+#[cube]
+pub fn split_slots(meta: &Array<u32>, kv_heads: u32, len: u32, chunk: u32, window: u32) -> TaskSlots {
+    let batch_row = CUBE_POS_Z;
+    let first = CUBE_POS_X * chunk;
+    TaskSlots {
+        row0: batch_row * len + first,
+        first,
+        count: u32::min(chunk, len - first),
+        len,
+        start: meta[(4 * kv_heads + batch_row) as usize],
+        window,
+    }
+}

@@ -44,7 +44,7 @@ use cubecl::{
 
 use super::{
     mma_kernel::stage_queries,
-    task::{HeadColumns, TaskSlots},
+    task::{split_slots, HeadColumns, TaskSlots},
 };
 
 /// Columns of one landed block: 128 bytes of f16, the span of the TMA's 128-byte swizzle.
@@ -136,15 +136,7 @@ pub fn tma_decode_kernel<E: Float>(
 ) {
     let batch_row = CUBE_POS_Z;
     let first_kv = CUBE_POS_Y * geo.heads;
-    let first = CUBE_POS_X * chunk;
-    let slots = TaskSlots {
-        row0: batch_row * len + first,
-        first,
-        count: u32::min(chunk, len - first),
-        len,
-        start: meta[(4 * kv_heads + batch_row) as usize],
-        window,
-    };
+    let slots = split_slots(meta, kv_heads, len, chunk, window);
     // The group's runs of key and value columns start at its first head's: the rows' first
     // columns where one group holds every KV head (the first round is then asked for before
     // any metadata arrives).
@@ -198,13 +190,23 @@ pub fn tma_decode_kernel<E: Float>(
     for i in 0..comptime!(2 * geo.head_dim / PRODUCT_ROWS) {
         sums[i as usize] = Pair::new(0.0);
     }
+    // Even rounds land on `even`, odd ones on `odd`; each round asks for the next before its wait.
     let rounds = slots.count.div_ceil(WARP);
     let mut round = 0u32;
     while round < rounds {
-        if UNIT_POS == 0 && round + 1 < rounds {
-            land_round(keys, values, &mut stage, &odd, key_run, value_run, &slots, round + 1, geo);
+        let next = round + 1;
+        if UNIT_POS == 0 && next < rounds {
+            if next % 2 == 0 {
+                land_round(keys, values, &mut stage, &even, key_run, value_run, &slots, next, geo);
+            } else {
+                land_round(keys, values, &mut stage, &odd, key_run, value_run, &slots, next, geo);
+            }
         }
-        even.wait_parity((round / 2) % 2);
+        if round % 2 == 0 {
+            even.wait_parity((round / 2) % 2);
+        } else {
+            odd.wait_parity((round / 2) % 2);
+        }
         attend_round(
             &stage,
             &query_ops,
@@ -218,27 +220,7 @@ pub fn tma_decode_kernel<E: Float>(
             geo,
         );
         sync_cube();
-        round += 1;
-        if round < rounds {
-            if UNIT_POS == 0 && round + 1 < rounds {
-                land_round(keys, values, &mut stage, &even, key_run, value_run, &slots, round + 1, geo);
-            }
-            odd.wait_parity((round / 2) % 2);
-            attend_round(
-                &stage,
-                &query_ops,
-                &mut weights,
-                &mut scratch,
-                &columns,
-                &slots,
-                round,
-                &mut softmax,
-                &mut sums,
-                geo,
-            );
-            sync_cube();
-            round += 1;
-        }
+        round = next;
     }
     write_outputs(&sums, value_rank, &target, out, geo);
     write_warp_stats(&softmax, &target, out_max, out_sum, geo.group);
