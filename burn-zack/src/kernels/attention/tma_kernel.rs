@@ -196,16 +196,16 @@ pub fn tma_decode_kernel<E: Float>(
     while round < rounds {
         let next = round + 1;
         if UNIT_POS == 0 && next < rounds {
-            if next % 2 == 0 {
-                land_round(keys, values, &mut stage, &even, key_run, value_run, &slots, next, geo);
-            } else {
+            if next % 2 == 1 {
                 land_round(keys, values, &mut stage, &odd, key_run, value_run, &slots, next, geo);
+            } else {
+                land_round(keys, values, &mut stage, &even, key_run, value_run, &slots, next, geo);
             }
         }
-        if round % 2 == 0 {
-            even.wait_parity((round / 2) % 2);
-        } else {
+        if round % 2 == 1 {
             odd.wait_parity((round / 2) % 2);
+        } else {
+            even.wait_parity((round / 2) % 2);
         }
         attend_round(
             &stage,
