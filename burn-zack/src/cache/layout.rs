@@ -41,6 +41,12 @@ impl HeadLayout {
         columns(&self.vo_ranks, head)
     }
 
+    /// Whether every head's key and value rank is a multiple of `step`, hence also every head's
+    /// column offsets and both packed widths (sums of ranks).
+    pub fn ranks_multiple_of(&self, step: usize) -> bool {
+        self.qk_ranks.iter().chain(&self.vo_ranks).all(|rank| rank.is_multiple_of(step))
+    }
+
     /// Whether some head keeps no key or no value coordinate (rank 0).
     pub fn has_empty_head(&self) -> bool {
         self.qk_ranks.iter().chain(&self.vo_ranks).any(|&rank| rank == 0)
@@ -64,5 +70,8 @@ mod tests {
         assert_eq!(layout.value_columns(2), 4..9);
         assert!(!layout.has_empty_head());
         assert!(HeadLayout { head_dim: 8, qk_ranks: vec![3, 0], vo_ranks: vec![2, 2] }.has_empty_head());
+        let eights = HeadLayout { head_dim: 128, qk_ranks: vec![32, 40], vo_ranks: vec![48, 8] };
+        assert!(eights.ranks_multiple_of(8) && !eights.ranks_multiple_of(16));
+        assert!(layout.ranks_multiple_of(1) && !layout.ranks_multiple_of(2));
     }
 }

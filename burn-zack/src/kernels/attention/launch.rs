@@ -33,8 +33,9 @@ const TMA_MIN_ROUNDS: usize = 8;
 
 /// The decode kernel a step runs, with its compile-time shapes.
 enum DecodeKernel {
-    /// Rows landed by TMA, warp products read from the landed rows (`tma_kernel`).
-    Tma(TmaGeometry),
+    /// Rows landed by TMA, warp products read from the landed rows (`tma_kernel`), with the
+    /// step's splits.
+    Tma(TmaGeometry, RowSplits),
     /// Rows staged by asynchronous copies into per-head tiles, `wmma` products (`mma_kernel`).
     Mma(MmaGeometry, StagedTiles),
     /// Units on column blocks of rows, scalar products (`kernel`).
@@ -106,13 +107,8 @@ pub fn score_plane(geo: &DecodeGeometry, plane_size: u32) -> u32 {
 /// geometry's `block` that divides both rows' widths and every head's column offset and rank,
 /// so every load is aligned and within its head.
 pub fn load_vector(layout: &HeadLayout, geo: &DecodeGeometry, widest: usize) -> u32 {
-    let (keys, values) = (layout.key_width(), layout.value_width());
-    let spans = (0..layout.kv_heads()).flat_map(|h| {
-        let (k, v) = (layout.key_columns(h), layout.value_columns(h));
-        [k.start, k.len(), v.start, v.len()]
-    });
     let mut vector = widest.min(geo.block as usize).next_power_of_two();
-    while vector > 1 && !spans.clone().chain([keys, values]).all(|x| x % vector == 0) {
+    while vector > 1 && !layout.ranks_multiple_of(vector) {
         vector /= 2;
     }
     vector as u32
@@ -175,12 +171,12 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     // asynchronous copies, else (and elsewhere) the scalar kernel. The tensor-core kernels need
     // 32-lane planes (one warp per KV head).
     let warps = plane_size == 32;
-    let tma = tma_geometry(layout, (heads / kv_heads, d), keys.dtype(), properties).filter(|tma| {
-        let rows = RowSplits::for_device((tma.heads, tma.shared_bytes()), layout, batch, len, properties);
-        warps && rows.chunk >= TMA_MIN_ROUNDS * WARP as usize
-    });
+    let tma = tma_geometry(layout, (heads / kv_heads, d), keys.dtype(), properties)
+        .filter(|_| warps)
+        .map(|tma| (tma, RowSplits::for_device((tma.heads, tma.shared_bytes()), layout, batch, len, properties)))
+        .filter(|(_, rows)| rows.chunk >= TMA_MIN_ROUNDS * WARP as usize);
     let kernel = match tma {
-        Some(tma) => DecodeKernel::Tma(tma),
+        Some((tma, rows)) => DecodeKernel::Tma(tma, rows),
         None => match mma_geometry(layout, (heads / kv_heads, d), vector, keys.dtype(), properties).filter(|_| warps) {
             Some((mma, tiles)) => DecodeKernel::Mma(mma, tiles),
             None => DecodeKernel::Scalar,
@@ -193,10 +189,7 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     let row_cubes =
         |rows: RowSplits, heads: u32| CubeCount::Static(rows.splits as u32, kv_heads as u32 / heads, batch as u32);
     let (cubes, units, splits, split_word) = match &kernel {
-        DecodeKernel::Tma(tma) => {
-            let rows = RowSplits::for_device((tma.heads, tma.shared_bytes()), layout, batch, len, properties);
-            (row_cubes(rows, tma.heads), tma.units(), rows.splits, rows.chunk)
-        }
+        DecodeKernel::Tma(tma, rows) => (row_cubes(*rows, tma.heads), tma.units(), rows.splits, rows.chunk),
         DecodeKernel::Mma(mma, tiles) => {
             let rows = RowSplits::for_device((mma.heads, mma.shared_bytes()), layout, batch, len, properties);
             meta.extend(tiles.table.iter().map(|&w| w as i32));
@@ -275,7 +268,7 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     // `burn_kvcompress::kernels`.
     unsafe {
         match (kernel, keys.dtype()) {
-            (DecodeKernel::Tma(tma), _) => {
+            (DecodeKernel::Tma(tma, _), _) => {
                 // SAFETY: as the tensor-core kernel's splits; the TMA lands whole boxes (rows past
                 // the caches and columns past their widths as zeros) into the two stages, and the
                 // products read within the stages and the guard block after them (`TmaGeometry`).

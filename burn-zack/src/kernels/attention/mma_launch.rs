@@ -16,9 +16,9 @@ use super::mma_kernel::{MmaGeometry, CELL_BUFFER_VECTORS, CELL_ROW_VECTORS, TILE
 use crate::cache::HeadLayout;
 
 /// The most KV heads (warps) one cube takes.
-const MAX_CUBE_HEADS: usize = 8;
+pub(super) const MAX_CUBE_HEADS: usize = 8;
 /// The most channels of an output head (4 blocks of value sums per warp).
-const MAX_HEAD_DIM: usize = 128;
+pub(super) const MAX_HEAD_DIM: usize = 128;
 /// Warps an SM holds at once ([`SM_UNITS`] over the warp's lanes).
 const SM_WARPS: usize = (SM_UNITS / WARP) as usize;
 

@@ -13,13 +13,12 @@ use burn_cubecl::{
 };
 use burn_kvcompress::kernels::warp_mma::{MMA_HEADS, WARP};
 
-use super::tma_kernel::{TmaGeometry, BLOCK_COLUMNS};
+use super::{
+    mma_launch::{MAX_CUBE_HEADS, MAX_HEAD_DIM},
+    tma_kernel::{TmaGeometry, BLOCK_COLUMNS},
+};
 use crate::cache::HeadLayout;
 
-/// The most KV heads (warps) one cube takes.
-const MAX_CUBE_HEADS: usize = 8;
-/// The most channels of an output head.
-const MAX_HEAD_DIM: usize = 128;
 /// Elements of a 16-byte piece: every head's columns and the rows' widths are multiples of it.
 const PIECE: usize = 8;
 
@@ -41,20 +40,13 @@ pub fn tma_geometry(
         MmaConfig { a_type: f16, b_type: f16, cd_type: ElemType::Float(FloatKind::F32).into(), m: 16, n: 8, k: 16 };
     let features = &properties.features;
     let kv_heads = layout.kv_heads();
-    let pieces = (0..kv_heads)
-        .flat_map(|h| {
-            let (k, v) = (layout.key_columns(h), layout.value_columns(h));
-            [k.start, k.len(), v.start, v.len()]
-        })
-        .chain([layout.key_width(), layout.value_width()])
-        .all(|x| x % PIECE == 0);
     let applies = dtype == DType::F16
         && features.tma.contains(Tma::Base)
         && features.matmul.mma.contains(&product)
         && group <= MMA_HEADS as usize
         && head_dim <= MAX_HEAD_DIM
         && head_dim.is_multiple_of(16)
-        && pieces;
+        && layout.ranks_multiple_of(PIECE);
     if !applies {
         return None;
     }
