@@ -184,12 +184,13 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     };
     // One upload per step: the head layout, each row's first real slot, then the scalar kernel's
     // task table or the `wmma` kernel's tiles (the TMA kernel needs neither). `split_word` is the
-    // kernels' twelfth argument: the splits per head (scalar) or the slots per split (tensor cores).
+    // scalar and `wmma` kernels' twelfth argument: the splits per head (scalar) or the slots per
+    // split (`wmma`); the TMA kernel interleaves its splits' rounds and takes none.
     let mut meta = step_metadata(layout, options);
     let row_cubes =
         |rows: RowSplits, heads: u32| CubeCount::Static(rows.splits as u32, kv_heads as u32 / heads, batch as u32);
     let (cubes, units, splits, split_word) = match &kernel {
-        DecodeKernel::Tma(tma, rows) => (row_cubes(*rows, tma.heads), tma.units(), rows.splits, rows.chunk),
+        DecodeKernel::Tma(tma, rows) => (row_cubes(*rows, tma.heads), tma.units(), rows.splits, 0),
         DecodeKernel::Mma(mma, tiles) => {
             let rows = RowSplits::for_device((mma.heads, mma.shared_bytes()), layout, batch, len, properties);
             meta.extend(tiles.table.iter().map(|&w| w as i32));
@@ -269,9 +270,10 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     unsafe {
         match (kernel, keys.dtype()) {
             (DecodeKernel::Tma(tma, _), _) => {
-                // SAFETY: as the tensor-core kernel's splits; the TMA lands whole boxes (rows past
-                // the caches and columns past their widths as zeros) into the two stages, and the
-                // products read within the stages and the guard block after them (`TmaGeometry`).
+                // SAFETY: every split has a round (`RowSplits`: at most `⌈len / 32⌉` splits), whose
+                // slots past `len` are masked; the TMA lands whole boxes (rows past the caches and
+                // columns past their widths as zeros) into the two stages, and the products read
+                // within the stages and the guard block after them (`TmaGeometry`).
                 let (key_width, value_width) = (layout.key_width(), layout.value_width());
                 let landed = |cache: &Tensor<CubeF32<R, BT>, 3>, width: usize| {
                     landed_rows(float_arg(&cache.clone().reshape([batch * len, width])))
@@ -289,7 +291,6 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
                     partials.sum.clone().into_array_arg(),
                     kv_heads as u32,
                     len as u32,
-                    split_word as u32,
                     options.window.unwrap_or(0) as u32,
                     key_width as u32,
                     tma,

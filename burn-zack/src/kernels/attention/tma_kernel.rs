@@ -6,7 +6,9 @@
 //!
 //! A cube works as the [`mma_decode_kernel`](super::mma_kernel)'s does (one split of one
 //! sequence for a group of KV heads whose columns lie side by side, one warp per KV head, rounds
-//! of 32 slots, an online softmax per warp), but its rows arrive otherwise:
+//! of 32 slots, an online softmax per warp), but its split's rounds are interleaved with the
+//! other splits' ([`InterleavedRounds`]: split `s` of `S` takes rounds `s, s + S, …`) and its rows
+//! arrive otherwise:
 //! 1. landing: one unit asks the TMA for the round's rows of the group's key columns and of its
 //!    value columns, in blocks of [`BLOCK_COLUMNS`] columns (128 bytes) by 32 rows, each landed
 //!    with the 128-byte swizzle (the 16-byte chunk `c` of row `r` lands at chunk `c ⊕ (r mod 8)`),
@@ -44,7 +46,7 @@ use cubecl::{
 
 use super::{
     mma_kernel::stage_queries,
-    task::{split_slots, HeadColumns, TaskSlots},
+    task::{interleaved_rounds, HeadColumns, InterleavedRounds, TaskSlots},
 };
 
 /// Columns of one landed block: 128 bytes of f16, the span of the TMA's 128-byte swizzle.
@@ -116,7 +118,9 @@ impl TmaGeometry {
 ///   first real slot;
 /// - `out`, `out_max`, `out_sum`: the partials, `[batch · kv_heads · group, splits, head_dim]`
 ///   and `[…, splits]`;
-/// - cube `(split, group of KV heads, sequence)`: slots `split · chunk ..` (at most `chunk`).
+/// - cube `(split, group of KV heads, sequence)`: the split's interleaved rounds
+///   ([`InterleavedRounds`]); `CUBE_COUNT_X` splits, at most `⌈len / 32⌉`, so that every split has
+///   a round.
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked)]
 pub fn tma_decode_kernel<E: Float>(
@@ -129,14 +133,13 @@ pub fn tma_decode_kernel<E: Float>(
     out_sum: &mut Array<f32>,
     kv_heads: u32,
     len: u32,
-    chunk: u32,
     window: u32,
     key_width: u32,
     #[comptime] geo: TmaGeometry,
 ) {
     let batch_row = CUBE_POS_Z;
     let first_kv = CUBE_POS_Y * geo.heads;
-    let slots = split_slots(meta, kv_heads, len, chunk, window);
+    let task = interleaved_rounds(meta, kv_heads, len, window);
     // The group's runs of key and value columns start at its first head's: the rows' first
     // columns where one group holds every KV head (the first round is then asked for before
     // any metadata arrives).
@@ -151,7 +154,7 @@ pub fn tma_decode_kernel<E: Float>(
     let even = Barrier::shared(1, UNIT_POS == 0);
     let odd = Barrier::shared(1, UNIT_POS == 0);
     if UNIT_POS == 0 {
-        land_round(keys, values, &mut stage, &even, key_run, value_run, &slots, 0, geo);
+        land_round(keys, values, &mut stage, &even, key_run, value_run, &task, 0, geo);
     }
     let kv_head = first_kv + UNIT_POS / WARP;
     let at = kv_head * 4;
@@ -191,15 +194,14 @@ pub fn tma_decode_kernel<E: Float>(
         sums[i as usize] = Pair::new(0.0);
     }
     // Even rounds land on `even`, odd ones on `odd`; each round asks for the next before its wait.
-    let rounds = slots.count.div_ceil(WARP);
     let mut round = 0u32;
-    while round < rounds {
+    while round < task.rounds {
         let next = round + 1;
-        if UNIT_POS == 0 && next < rounds {
+        if UNIT_POS == 0 && next < task.rounds {
             if next % 2 == 1 {
-                land_round(keys, values, &mut stage, &odd, key_run, value_run, &slots, next, geo);
+                land_round(keys, values, &mut stage, &odd, key_run, value_run, &task, next, geo);
             } else {
-                land_round(keys, values, &mut stage, &even, key_run, value_run, &slots, next, geo);
+                land_round(keys, values, &mut stage, &even, key_run, value_run, &task, next, geo);
             }
         }
         if round % 2 == 1 {
@@ -213,8 +215,9 @@ pub fn tma_decode_kernel<E: Float>(
             &mut weights,
             &mut scratch,
             &columns,
-            &slots,
+            &task.slots,
             round,
+            task.position(round),
             &mut softmax,
             &mut sums,
             geo,
@@ -226,9 +229,10 @@ pub fn tma_decode_kernel<E: Float>(
     write_warp_stats(&softmax, &target, out_max, out_sum, geo.group);
 }
 
-/// Asks the TMA for round `round`'s rows (slots `32 · round ..` of the split) of the key columns
-/// from `key_run` and the value columns from `value_run`, into stage `round % 2`, on `barrier`
-/// (which then expects the stage's bytes). Called by one unit.
+/// Asks the TMA for the split's round `round`'s rows (slots `32 · position ..` of the sequence,
+/// [`InterleavedRounds::position`]) of the key columns from `key_run` and the value columns from
+/// `value_run`, into stage `round % 2`, on `barrier` (which then expects the stage's bytes).
+/// Called by one unit.
 #[allow(clippy::too_many_arguments)]
 #[cube]
 fn land_round<E: Float>(
@@ -238,14 +242,14 @@ fn land_round<E: Float>(
     barrier: &Barrier,
     key_run: u32,
     value_run: u32,
-    slots: &TaskSlots,
+    task: &InterleavedRounds,
     round: u32,
     #[comptime] geo: TmaGeometry,
 ) {
     // The stage is rewritten by the TMA (the async proxy) after the units read it.
     sync_async_proxy_shared();
     barrier.arrive_and_expect_tx(1, comptime!(geo.landed_bytes()));
-    let row = (slots.row0 + round * WARP) as i32;
+    let row = (task.slots.row0 + task.position(round) * WARP) as i32;
     let base = (round % 2) * comptime!(geo.stage_elements());
     #[unroll]
     for b in 0..geo.key_blocks {
@@ -312,7 +316,8 @@ fn query_operands<E: Float>(queries: &SharedMemory<E>, #[comptime] geo: TmaGeome
 }
 
 /// Steps 2 to 4 of the module documentation for the calling warp's head (its `columns` counted
-/// from its group's runs) over round `round`, landed in stage `round % 2`.
+/// from its group's runs) over the split's round `round` (slots `32 · position ..` of the
+/// sequence `slots`), landed in stage `round % 2`.
 #[allow(clippy::too_many_arguments)]
 #[cube]
 fn attend_round<E: Float>(
@@ -323,6 +328,7 @@ fn attend_round<E: Float>(
     columns: &HeadColumns,
     slots: &TaskSlots,
     round: u32,
+    position: u32,
     softmax: &mut WarpSoftmax,
     sums: &mut Array<Pair>,
     #[comptime] geo: TmaGeometry,
@@ -332,7 +338,7 @@ fn attend_round<E: Float>(
     let own = (UNIT_POS / WARP) * MMA_HEADS * SCRATCH_LD;
     round_scores(stage, base, query_ops, scratch, own, columns.key_offset, columns.key_rank, geo);
     sync_plane();
-    let t = round * WARP + lane;
+    let t = position * WARP + lane;
     let visible = t < slots.count && decode_slot_visible(slots.first + t, slots.len, slots.start, slots.window);
     let mut s = Array::<f32>::new(geo.group as usize);
     #[unroll]
