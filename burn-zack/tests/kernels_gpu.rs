@@ -189,13 +189,21 @@ fn decode_kernel_equals_the_reference_on_uneven_heads() {
             check(&case.rounded_to_f16(), FloatDType::F16, roundoffs(FloatDType::F16), &format!("case {i}, f16"));
         }
     }
-    // On CUDA, a step long enough for the TMA kernel (8 rounds per cube and more): 34 000 slots
-    // in 132 splits of 288 on an H100, all 8 KV heads per cube (8 landed blocks of keys and of
-    // values); the last head's products read 8 columns past each run.
+    // On CUDA, steps long enough for the TMA kernel (8 rounds per cube and more): 34 000 slots
+    // dealt out to 132 splits on an H100 (8 or 9 rounds each), all 8 KV heads per cube (8 landed
+    // blocks of keys and of values); the last head's products read 8 columns past each run. Then
+    // wider ranks, 4 KV heads per cube (8 do not fit the shared memory) in 66 splits (17 rounds
+    // each): the narrower group lands as many blocks as the wider (7 of keys, 8 of values), the
+    // next group's columns past its own run.
     if cfg!(feature = "cuda") {
-        let layout = layout(128, &BENCH_KEY_RANKS, &BENCH_VALUE_RANKS);
-        let case = Case::new(layout, 4, 1, [34_000, 1], None, 1600);
-        check(&case.rounded_to_f16(), FloatDType::F16, decode_roundoffs(4, 128, FloatDType::F16), "TMA case, f16");
+        let cases = [
+            (layout(128, &BENCH_KEY_RANKS, &BENCH_VALUE_RANKS), "TMA case, f16"),
+            (layout(128, &WIDE_KEY_RANKS, &WIDE_VALUE_RANKS), "TMA case, two groups, f16"),
+        ];
+        for (layout, name) in cases {
+            let case = Case::new(layout, 4, 1, [34_000, 1], None, 1600);
+            check(&case.rounded_to_f16(), FloatDType::F16, decode_roundoffs(4, 128, FloatDType::F16), name);
+        }
     }
 }
 
@@ -205,6 +213,13 @@ const BENCH_KEY_RANKS: [usize; 8] = [32, 40, 48, 56, 72, 80, 96, 88];
 /// Their value ranks.
 const BENCH_VALUE_RANKS: [usize; 8] = [40, 32, 56, 48, 80, 72, 96, 88];
 
+/// Uneven ranks with a mean of 96: in groups of 4 KV heads, key runs of 320 and 448 columns (5
+/// and 7 blocks), each group's last rank not a multiple of 16, so that its last products read 8
+/// columns past its run.
+const WIDE_KEY_RANKS: [usize; 8] = [64, 72, 80, 104, 88, 112, 128, 120];
+/// Their value ranks: runs of 320 and 464 columns (5 and 8 blocks).
+const WIDE_VALUE_RANKS: [usize; 8] = [64, 72, 80, 104, 112, 104, 128, 120];
+
 /// Score of the spike slots in [`decode_kernel_follows_a_score_that_rises_within_a_split`]:
 /// more than the tensor-core kernel's rescale margin (8) above the other slots' scores.
 const SPIKE_SCORE: f32 = 9.0;
@@ -212,12 +227,13 @@ const SPIKE_SCORE: f32 = 9.0;
 #[test]
 fn decode_kernel_follows_a_score_that_rises_within_a_split() {
     // 8 full-rank KV heads of 128 channels, one query head each: on an H100 the tensor-core
-    // kernels take 4 KV heads per cube (8 do not fit their shared memory) and cut each group's
-    // slots into 66 splits: 8192 slots into splits of 128 (4 rounds, the `wmma` kernel), on CUDA
-    // also 20 480 into splits of 320 (10 rounds, the TMA kernel). Slot `s` scores about 0 (keys
-    // scaled by 0.01), except every 128th from slot 100, whose key is `SPIKE_SCORE · q̃ / |q̃|²`:
-    // a split's reference max moves by more than its margin after up to 100 slots whose mass
-    // (e^-9 each, about 1% of the total) the rescale must keep.
+    // kernels take 4 KV heads per cube (8 do not fit their shared memory) and split each group's
+    // slots 66 ways: 8192 slots into splits of 128 (4 rounds, the `wmma` kernel), on CUDA also
+    // 20 480 slots whose 640 rounds are dealt out in turn (9 or 10 rounds a split, the TMA
+    // kernel). Slot `s` scores about 0 (keys scaled by 0.01), except every 128th from slot 100
+    // (every fourth round), whose key is `SPIKE_SCORE · q̃ / |q̃|²`: a split's reference max moves
+    // by more than its margin after up to 100 slots (`wmma`) or a round (TMA: the splits whose
+    // first round has no spike and whose second has) whose mass (e^-9 each) the rescale must keep.
     let lens: &[usize] = if cfg!(feature = "cuda") { &[8192, 20_480] } else { &[8192] };
     for &len in lens {
         let layout = HeadLayout { head_dim: 128, qk_ranks: vec![128; 8], vo_ranks: vec![128; 8] };
