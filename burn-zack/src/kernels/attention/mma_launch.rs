@@ -131,7 +131,9 @@ pub fn mma_geometry(
 }
 
 /// How a decode step's slots are split: cubes of `chunk` slots (a multiple of the 32-slot
-/// rounds), `splits` per sequence and group of KV heads.
+/// rounds), `splits` per sequence and group of KV heads. The `wmma` kernel gives each split a
+/// contiguous chunk; the TMA kernel deals the rounds out to the splits in turn
+/// (`task::InterleavedRounds`), `chunk / 32` rounds or fewer each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RowSplits {
     /// Slots per cube (the last split of a sequence may be shorter).
