@@ -55,7 +55,7 @@ pub fn read_task(
     let split = meta[(tasks + task * 4 + 1) as usize];
     let first = meta[(tasks + task * 4 + 2) as usize];
     let count = meta[(tasks + task * 4 + 3) as usize];
-    let start = meta[(4 * kv_heads + batch_row) as usize];
+    let start = sequence_start(meta, kv_heads, batch_row);
     DecodeTaskView {
         columns: HeadColumns {
             key_offset: meta[(kv_head * 4) as usize],
@@ -68,10 +68,16 @@ pub fn read_task(
     }
 }
 
-/// The slots of cube `(split, group, sequence)` of the tensor-core kernels, which split every
-/// sequence into `chunk` slots per cube: slots `split · chunk ..` (fewer in the last split) of
-/// sequence `CUBE_POS_Z` of `len` slots, whose first real slot is `meta`'s word `4 · kv_heads +
-/// sequence` (after the head layout).
+/// The first real slot of sequence `sequence`: `meta`'s word `4 · kv_heads + sequence`, after the
+/// head layout (`step_metadata`).
+#[cube]
+fn sequence_start(meta: &Array<u32>, kv_heads: u32, sequence: u32) -> u32 {
+    meta[(4 * kv_heads + sequence) as usize]
+}
+
+/// The slots of cube `(split, group, sequence)` of the `wmma` kernel, which splits every sequence
+/// into `chunk` slots per cube: slots `split · chunk ..` (fewer in the last split) of sequence
+/// `CUBE_POS_Z` of `len` slots (`sequence_start` its first real slot).
 #[cube]
 pub fn split_slots(meta: &Array<u32>, kv_heads: u32, len: u32, chunk: u32, window: u32) -> TaskSlots {
     let batch_row = CUBE_POS_Z;
@@ -81,7 +87,7 @@ pub fn split_slots(meta: &Array<u32>, kv_heads: u32, len: u32, chunk: u32, windo
         first,
         count: u32::min(chunk, len - first),
         len,
-        start: meta[(4 * kv_heads + batch_row) as usize],
+        start: sequence_start(meta, kv_heads, batch_row),
         window,
     }
 }
@@ -90,7 +96,7 @@ pub fn split_slots(meta: &Array<u32>, kv_heads: u32, len: u32, chunk: u32, windo
 /// sequence's rounds over its splits: round `i` of split `s` of `S` (`CUBE_POS_X` of
 /// `CUBE_COUNT_X`) covers slots `32 (s + i S) ..` of sequence `CUBE_POS_Z`, so that at any time a
 /// sequence's cubes read neighbouring rows (one sweep over the cache rather than `S` sweeps a
-/// chunk apart; the latter measured 3 % slower at 32K slots and 13 % at 40K on an H100,
+/// chunk apart: steps 2 % shorter at 32K slots and 10–12 % at 40K on an H100, batch 8,
 /// `results/decode-zack-interleave-h100.md`). A split's rounds differ from another's by at most
 /// one.
 #[derive(CubeType)]
@@ -101,8 +107,8 @@ pub struct InterleavedRounds {
     pub rounds: u32,
 }
 
-/// The interleaved rounds of the calling cube for sequences of `len` slots, whose first real slot
-/// is `meta`'s word `4 · kv_heads + sequence` (after the head layout).
+/// The interleaved rounds of the calling cube for sequences of `len` slots (`sequence_start`
+/// their first real slots).
 #[cube]
 pub fn interleaved_rounds(meta: &Array<u32>, kv_heads: u32, len: u32, window: u32) -> InterleavedRounds {
     let batch_row = CUBE_POS_Z;
@@ -113,7 +119,7 @@ pub fn interleaved_rounds(meta: &Array<u32>, kv_heads: u32, len: u32, window: u3
             first: 0,
             count: len,
             len,
-            start: meta[(4 * kv_heads + batch_row) as usize],
+            start: sequence_start(meta, kv_heads, batch_row),
             window,
         },
         rounds: split_rounds(total, CUBE_POS_X, CUBE_COUNT_X),
