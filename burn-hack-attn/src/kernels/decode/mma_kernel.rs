@@ -207,7 +207,7 @@ impl MmaGeometry {
 /// The calling lane's query operand and its rows' metadata, fixed for the kernel: `operand[(tile ·
 /// channel_steps + step) · 4 + r]`, and per lane row `i` (see [`MmaGeometry::lane_rows`]) its Q
 /// run's scale, min, and `scale · code sum + key_group · min`, Eq. 4's factor of the key's min
-/// (zero for padding rows).
+/// (zero for padding rows), each times the attention's scale.
 #[derive(CubeType)]
 struct QueryRows {
     operand: Array<Codes>,
@@ -237,8 +237,13 @@ fn head_slot(i: u32, geo: MmaGeometry) -> u32 {
 ///   `out_sum`;
 /// - cube `(x, stream)`: warp `w` takes slots `(x · warps + w) · warp_chunk ..` (at most
 ///   `warp_chunk`, a multiple of Π).
+///
+/// The kernel's float modes make `exp` the device's fast exponential (`__expf`: a multiply and one
+/// `ex2.approx`, relative error about `2⁻²¹ · (2 + 1.2 |x|)`, far below the 8-bit quantization of P
+/// that follows; the precise `expf` takes nine instructions). Its arguments are finite scores
+/// minus their block's max, or the masked score's, whose exponential is 0 either way.
 #[allow(clippy::too_many_arguments)]
-#[cube(launch_unchecked)]
+#[cube(launch_unchecked, fast_math = FastMath::ReducedPrecision | FastMath::NotNaN | FastMath::NotInf)]
 pub fn mma_decode_kernel(
     q_codes: &Array<u32>,
     q_meta: &Array<f32>,
@@ -306,7 +311,7 @@ pub fn mma_decode_kernel(
     copy_block_values(v_words, v_min, v_scale, v_sums, &mut stage, &slots, blocks, slots.first, geo);
     value_copies.commit_copy_async();
     // The query operands load while the first block lands.
-    let queries = query_rows(q_codes, q_meta, stream, geo);
+    let queries = query_rows(q_codes, q_meta, stream, scale, geo);
 
     // The cube's warps go through their blocks in lock step, round by round: the scores of a
     // round's block from its staged keys while its values land, then its values while the next
@@ -320,7 +325,7 @@ pub fn mma_decode_kernel(
         let closed = block_first < slots.quantized;
         key_copies.arrive_and_wait();
         if attends {
-            block_scores(&mut s, &stage, &queries, &slots, block_first, scale, geo);
+            block_scores(&mut s, &stage, &queries, &slots, block_first, geo);
             // The block's numerators (in `s`), P codes and their metadata per head slot; `keep`
             // and `join` weigh the running and the block's own outputs under the larger max.
             #[unroll]
@@ -395,7 +400,13 @@ pub fn mma_decode_kernel(
 
 /// The calling lane's [`QueryRows`] for `stream`.
 #[cube]
-fn query_rows(q_codes: &Array<u32>, q_meta: &Array<f32>, stream: u32, #[comptime] geo: MmaGeometry) -> QueryRows {
+fn query_rows(
+    q_codes: &Array<u32>,
+    q_meta: &Array<f32>,
+    stream: u32,
+    scale: f32,
+    #[comptime] geo: MmaGeometry,
+) -> QueryRows {
     let lane = UNIT_POS % WARP;
     let (g, t) = (lane / 4, lane % 4);
     let d = geo.head_dim;
@@ -419,9 +430,9 @@ fn query_rows(q_codes: &Array<u32>, q_meta: &Array<f32>, stream: u32, #[comptime
         let lo = select(valid, q_meta[at as usize], 0.0);
         let step = select(valid, q_meta[(at + runs) as usize], 0.0);
         let total = select(valid, q_meta[(at + 2 * runs) as usize], 0.0);
-        queries.step[i as usize] = step;
-        queries.lo[i as usize] = lo;
-        queries.fixed[i as usize] = step * total + f32::cast_from(geo.key_group) * lo;
+        queries.step[i as usize] = step * scale;
+        queries.lo[i as usize] = lo * scale;
+        queries.fixed[i as usize] = (step * total + f32::cast_from(geo.key_group) * lo) * scale;
     }
     #[unroll]
     for mt in 0..geo.score_tiles() {
@@ -454,6 +465,9 @@ fn query_rows(q_codes: &Array<u32>, q_meta: &Array<f32>, stream: u32, #[comptime
 /// Writes to `s` the scores of the block from slot `block_first`, staged in the calling warp's
 /// `stage`: `s[(h · slot_tiles + j) · 2 + c]` for head slot `h` and slot `8j + 4c + t` of the
 /// block (lane `4g + t`), scaled, or [`masked_score`] for a slot the lane's sequence does not see.
+///
+/// The lane reads the stage through slices that start at its own first element, so that every
+/// read's offset from them is a compile-time constant.
 #[cube]
 fn block_scores(
     s: &mut Array<f32>,
@@ -461,7 +475,6 @@ fn block_scores(
     queries: &QueryRows,
     slots: &WarpBlocks,
     block_first: u32,
-    scale: f32,
     #[comptime] geo: MmaGeometry,
 ) {
     let lane = UNIT_POS % WARP;
@@ -474,16 +487,17 @@ fn block_scores(
     for x in 0..count {
         s[x] = 0.0;
     }
-    let words_at = warp * comptime!(geo.warp_key_vectors());
+    // This lane's column of the key operand in slot tile `j`: slot `8j + 4 (g mod 2) + g / 2`.
+    let words_end = (warp + 1) * comptime!(geo.warp_key_vectors());
+    let words_at = words_end - comptime!(geo.warp_key_vectors()) + (4 * (g % 2) + g / 2) * comptime!(geo.key_stride());
+    let lane_words = stage.key_words.slice(words_at as usize, words_end as usize);
     let meta_at = warp * comptime!(geo.key_meta());
     #[unroll]
     for j in 0..geo.slot_tiles() {
-        // This lane's column of the key operand: slot `8j + 4 (g mod 2) + g / 2`.
-        let slot = PRODUCT_COLUMNS * j + 4 * (g % 2) + g / 2;
         let mut key = Array::<Codes>::new(comptime!(geo.key_words() as usize));
         #[unroll]
         for w4 in 0..comptime!(geo.key_words() / 4) {
-            let four = stage.key_words[(words_at + slot * comptime!(geo.key_stride()) + w4) as usize];
+            let four = lane_words[comptime!((PRODUCT_COLUMNS * j * geo.key_stride() + w4) as usize)];
             #[unroll]
             for w in 0..4u32 {
                 key[(4 * w4 + w) as usize] = Codes::reinterpret((four[w as usize] >> (2 * t)) & BYTE_CODES);
@@ -514,13 +528,19 @@ fn block_scores(
                 if comptime!(8 * i < geo.score_rows()) {
                     let part = u32::min((8 * i + g) / gp, comptime!(geo.parts() - 1));
                     let h = comptime!(head_slot(i, geo));
+                    // The metadata of the lane's slot `t` of the block from its key group.
+                    let meta = t * comptime!(geo.parts()) + part;
+                    let scales_end = 2 * meta_at + comptime!(2 * geo.key_meta());
+                    let lane_scales = stage.key_scales.slice((2 * meta_at + meta) as usize, scales_end as usize);
+                    let sums_end = meta_at + comptime!(geo.key_meta());
+                    let lane_sums = stage.key_sums.slice((meta_at + meta) as usize, sums_end as usize);
                     #[unroll]
                     for c in 0..2u32 {
-                        let own = PRODUCT_COLUMNS * j + 4 * c + t;
-                        let meta = own * comptime!(geo.parts()) + part;
-                        let k_lo = stage.key_scales[(2 * meta_at + meta) as usize];
-                        let k_step = stage.key_scales[(2 * meta_at + comptime!(geo.key_meta()) + meta) as usize];
-                        let k_total = f32::cast_from(stage.key_sums[(meta_at + meta) as usize]);
+                        // Slot `8j + 4c + t`.
+                        let own = comptime!(((PRODUCT_COLUMNS * j + 4 * c) * geo.parts()) as usize);
+                        let k_lo = lane_scales[own];
+                        let k_step = lane_scales[comptime!(own + geo.key_meta() as usize)];
+                        let k_total = f32::cast_from(lane_sums[own]);
                         let dot = f32::cast_from(dots[half as usize][c as usize]);
                         let q = i as usize;
                         let at = ((h * geo.slot_tiles() + j) * 2 + c) as usize;
@@ -530,19 +550,24 @@ fn block_scores(
             }
         }
     }
-    // Key groups of a head held by other lanes (groups below 8), then scale and mask.
+    // Key groups of a head held by other lanes (groups below 8).
     #[unroll]
     for x in 0..count {
-        let mut v = s[x];
         #[unroll]
         for k in 0..comptime!(geo.lane_group_shuffles()) {
-            v += plane_shuffle_xor(v, (4 * gp) << k);
+            s[x] += plane_shuffle_xor(s[x], (4 * gp) << k);
         }
-        let x32 = x as u32;
-        let j = (x32 / 2) % comptime!(geo.slot_tiles());
-        let own = block_first + PRODUCT_COLUMNS * j + 4 * (x32 % 2) + t;
-        let visible = own >= slots.visible_from && own < slots.end;
-        s[x] = select(visible, v * scale, masked_score());
+    }
+    // The mask, in the blocks that hold the window's edge or the split's end.
+    if block_first < slots.visible_from || block_first + geo.partition > slots.end {
+        #[unroll]
+        for x in 0..count {
+            let x32 = x as u32;
+            let j = (x32 / 2) % comptime!(geo.slot_tiles());
+            let own = block_first + PRODUCT_COLUMNS * j + 4 * (x32 % 2) + t;
+            let visible = own >= slots.visible_from && own < slots.end;
+            s[x] = select(visible, s[x], masked_score());
+        }
     }
 }
 
@@ -616,22 +641,26 @@ fn block_softmax(
         // A multiply by the reciprocal instead of `code8`'s division: one more rounding of a
         // code's argument (an ulp), of the order of the scores' own float noise, which the decode
         // test's bound measures (`tests/kernels_gpu.rs`, `reference_sensitivity`).
+        // `p · per_step + bias = (p − lo) / step + 1/2` in one multiply-add, at least 1/2 − an ulp
+        // for `p ≥ lo`, so truncating it rounds to nearest; the min guards the top code against
+        // the fast exponential's rounding.
         let per_step = 1.0 / step;
-        let mut sum = 0.0f32;
+        let bias = 0.5 - lo * per_step;
+        let mut sum = 0u32;
         #[unroll]
         for x in 0..comptime!(geo.slot_tiles() / 2) {
             let mut word = 0u32;
             #[unroll]
             for k in 0..4u32 {
-                let code = f32::floor((s[(first + 4 * x + k) as usize] - lo) * per_step + 0.5).clamp(0.0, 255.0);
-                word |= u32::cast_from(code) << (8 * k);
+                let code = u32::min(u32::cast_from(fma(s[(first + 4 * x + k) as usize], per_step, bias)), 255);
+                word |= code << (8 * k);
                 sum += code;
             }
             codes[(h * comptime!(geo.slot_tiles() / 2) + x) as usize] = word;
         }
         numerators.lo = lo;
         numerators.step = step;
-        numerators.code_sum = quad_sum(sum);
+        numerators.code_sum = quad_sum(f32::cast_from(sum));
     }
     numerators
 }
@@ -652,7 +681,12 @@ fn closed_block_values(
     let (g, t) = (lane / 4, lane % 4);
     let d = geo.head_dim;
     let product = MmaDefinition::<u8, u8, i32>::new(16usize, 8usize, 32usize);
-    let words_at = warp * comptime!(geo.warp_value_pairs());
+    // The lane's rows start at channel `g`: slices from its first element of each buffer.
+    let pairs_end = (warp + 1) * comptime!(geo.warp_value_pairs());
+    let pairs_at = pairs_end - comptime!(geo.warp_value_pairs()) + g * comptime!(geo.value_words() / 2);
+    let lane_words = stage.value_words.slice(pairs_at as usize, pairs_end as usize);
+    let lane_scales = stage.value_scales.slice((warp * 2 * d + g) as usize, ((warp + 1) * 2 * d) as usize);
+    let lane_sums = stage.value_sums.slice((warp * d + g) as usize, ((warp + 1) * d) as usize);
     #[unroll]
     for h in 0..geo.lane_heads() {
         // The P operand: depth half `r` of step `step` holds slots `32 step + 16 r + 4b + t`,
@@ -676,14 +710,14 @@ fn closed_block_values(
             let mut dots = Array::<Dots>::new(2usize);
             dots[0] = Dots::new(0i32);
             dots[1] = Dots::new(0i32);
-            let low = PRODUCT_ROWS * mt + g;
             #[unroll]
             for step in 0..geo.slot_steps() {
                 let mut a = Array::<Codes>::new(4usize);
                 #[unroll]
                 for half in 0..2u32 {
-                    let at = words_at + (low + 8 * half) * comptime!(geo.value_words() / 2) + step;
-                    let pair = stage.value_words[at as usize];
+                    // Channel `16 mt + 8 half + g`.
+                    let pair = lane_words
+                        [comptime!(((PRODUCT_ROWS * mt + 8 * half) * (geo.value_words() / 2) + step) as usize)];
                     #[unroll]
                     for k in 0..2u32 {
                         a[(half + 2 * k) as usize] = Codes::reinterpret((pair[k as usize] >> (2 * t)) & BYTE_CODES);
@@ -696,11 +730,10 @@ fn closed_block_values(
             }
             #[unroll]
             for half in 0..2u32 {
-                let channel = low + 8 * half;
-                let scales_at = warp * 2 * d + channel;
-                let v_lo = stage.value_scales[scales_at as usize];
-                let v_step = stage.value_scales[(scales_at + d) as usize];
-                let v_total = f32::cast_from(stage.value_sums[(warp * d + channel) as usize]);
+                let channel = comptime!((PRODUCT_ROWS * mt + 8 * half) as usize);
+                let v_lo = lane_scales[channel];
+                let v_step = lane_scales[comptime!(channel + d as usize)];
+                let v_total = f32::cast_from(lane_sums[channel]);
                 #[unroll]
                 for e in 0..2u32 {
                     let m = 4 * e;
