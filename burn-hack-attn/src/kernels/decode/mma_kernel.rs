@@ -167,6 +167,32 @@ impl MmaGeometry {
         self.head_dim / PRODUCT_ROWS
     }
 
+    /// Output tiles whose corrections a lane shares out: with a padded group below 8 only the
+    /// first `padded_group / 2` column pairs of an output product hold heads (lanes `4g + t`
+    /// hold columns `2t, 2t + 1`), so the lanes of the other pairs take the real columns of the
+    /// next tiles instead (`fold` tiles at a time; see [`Self::lane_columns`]). 1 where every
+    /// pair is real or the tiles do not divide.
+    pub fn value_fold(&self) -> u32 {
+        let fold = 4 / self.padded_group().min(PRODUCT_COLUMNS).div_ceil(2);
+        if self.channel_tiles().is_multiple_of(fold) {
+            fold
+        } else {
+            1
+        }
+    }
+
+    /// Column pairs of the output product whose corrections lanes take: `4 / value_fold`. Lane `4g
+    /// + t` takes pair `t mod lane_columns` of tile `fold · q + t / lane_columns` for each `q`.
+    pub fn lane_columns(&self) -> u32 {
+        4 / self.value_fold()
+    }
+
+    /// Output values a lane accumulates: per tile it takes, head slot, and the two rows and two
+    /// columns of its pair.
+    pub fn lane_outputs(&self) -> u32 {
+        self.channel_tiles() / self.value_fold() * self.lane_heads() * 4
+    }
+
     /// 16-byte vectors between two staged slots' keys: their words and one of padding.
     pub fn key_stride(&self) -> u32 {
         self.key_words() / 4 + 1
@@ -240,8 +266,11 @@ fn head_slot(i: u32, geo: MmaGeometry) -> u32 {
 ///
 /// The kernel's float modes make `exp` the device's fast exponential (`__expf`: a multiply and one
 /// `ex2.approx`, relative error about `2⁻²¹ · (2 + 1.2 |x|)`, far below the 8-bit quantization of P
-/// that follows; the precise `expf` takes nine instructions). Its arguments are finite scores
-/// minus their block's max, or the masked score's, whose exponential is 0 either way.
+/// that follows; the precise `expf` takes nine instructions). Its arguments are a score minus its
+/// block's or the running max (at most 0, finite), or the masked score's, whose exponential is 0
+/// either way; the kernel calls no other function these modes change (`log`, `sqrt`, `powf`, the
+/// trigonometric ones), and division keeps its precise form. (MILLION's tensor-core kernel under
+/// the same modes measured 7 % slower steps, `results/decode-hack-diet-h100.md`.)
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked, fast_math = FastMath::ReducedPrecision | FastMath::NotNaN | FastMath::NotInf)]
 pub fn mma_decode_kernel(
@@ -283,7 +312,7 @@ pub fn mma_decode_kernel(
         visible_from: first_visible_slot(len - 1, key_start[(stream / kv_heads) as usize], window),
     };
     let heads = comptime!(geo.lane_heads() as usize);
-    let outputs = comptime!((geo.channel_tiles() * geo.lane_heads() * 4) as usize);
+    let outputs = comptime!(geo.lane_outputs() as usize);
     let mut total = Array::<f32>::new(outputs);
     #[unroll]
     for o in 0..outputs {
@@ -366,20 +395,21 @@ pub fn mma_decode_kernel(
     let target = SplitOut { first_head: stream * geo.group, split, splits: CUBE_COUNT_X * geo.warps };
     let lane = UNIT_POS % WARP;
     let (g, t) = (lane / 4, lane % 4);
+    let (pair, offset) = (t % comptime!(geo.lane_columns()), t / comptime!(geo.lane_columns()));
     #[unroll]
-    for mt in 0..geo.channel_tiles() {
+    for q in 0..comptime!(geo.channel_tiles() / geo.value_fold()) {
         #[unroll]
         for h in 0..geo.lane_heads() {
             #[unroll]
             for e in 0..4u32 {
-                let head = PRODUCT_COLUMNS * h + 2 * t + e % 2;
+                let head = PRODUCT_COLUMNS * h + 2 * pair + e % 2;
                 if head < geo.group {
-                    let channel = PRODUCT_ROWS * mt + g + 8 * (e / 2);
+                    let channel = PRODUCT_ROWS * (comptime!(geo.value_fold()) * q + offset) + g + 8 * (e / 2);
                     target.write_output(
                         out,
                         head,
                         channel,
-                        total[((mt * geo.lane_heads() + h) * 4 + e) as usize],
+                        total[((q * geo.lane_heads() + h) * 4 + e) as usize],
                         geo.head_dim,
                     );
                 }
@@ -668,6 +698,8 @@ fn block_softmax(
 /// The closed block staged in the calling warp's `stage`: per tile of 16 channels, the value
 /// products with the P codes (`codes`, as [`block_softmax`] wrote them) and Eq. 4's corrections,
 /// joined to `total` with the heads' `p_meta` (lo, step, code sum, keep, join per head slot).
+/// Each lane corrects the values of its pair of columns in the tiles it takes
+/// ([`MmaGeometry::value_fold`]), fetched from the lane whose accumulator holds them.
 #[cube]
 fn closed_block_values(
     stage: &BlockStage,
@@ -681,12 +713,18 @@ fn closed_block_values(
     let (g, t) = (lane / 4, lane % 4);
     let d = geo.head_dim;
     let product = MmaDefinition::<u8, u8, i32>::new(16usize, 8usize, 32usize);
-    // The lane's rows start at channel `g`: slices from its first element of each buffer.
+    let fold = comptime!(geo.value_fold());
+    let (pair, offset) = (t % comptime!(geo.lane_columns()), t / comptime!(geo.lane_columns()));
+    // The lane holding this lane's columns `2 pair, 2 pair + 1` in its accumulator.
+    let holder = 4 * g + pair;
+    // The rows of the lane's products start at channel `g`, those of its corrections at channel
+    // `16 offset + g`: slices from its first element of each buffer.
     let pairs_end = (warp + 1) * comptime!(geo.warp_value_pairs());
     let pairs_at = pairs_end - comptime!(geo.warp_value_pairs()) + g * comptime!(geo.value_words() / 2);
     let lane_words = stage.value_words.slice(pairs_at as usize, pairs_end as usize);
-    let lane_scales = stage.value_scales.slice((warp * 2 * d + g) as usize, ((warp + 1) * 2 * d) as usize);
-    let lane_sums = stage.value_sums.slice((warp * d + g) as usize, ((warp + 1) * d) as usize);
+    let first_channel = PRODUCT_ROWS * offset + g;
+    let lane_scales = stage.value_scales.slice((warp * 2 * d + first_channel) as usize, ((warp + 1) * 2 * d) as usize);
+    let lane_sums = stage.value_sums.slice((warp * d + first_channel) as usize, ((warp + 1) * d) as usize);
     #[unroll]
     for h in 0..geo.lane_heads() {
         // The P operand: depth half `r` of step `step` holds slots `32 step + 16 r + 4b + t`,
@@ -702,45 +740,63 @@ fn closed_block_values(
         for e in 0..2u32 {
             #[unroll]
             for k in 0..4u32 {
-                meta[(4 * e + k) as usize] = plane_shuffle(p_meta[(4 * h + k) as usize], 4 * (2 * t + e));
+                meta[(4 * e + k) as usize] = plane_shuffle(p_meta[(4 * h + k) as usize], 4 * (2 * pair + e));
             }
         }
         #[unroll]
-        for mt in 0..geo.channel_tiles() {
-            let mut dots = Array::<Dots>::new(2usize);
-            dots[0] = Dots::new(0i32);
-            dots[1] = Dots::new(0i32);
+        for q in 0..comptime!(geo.channel_tiles() / fold) {
+            // The lane's dot products `[2 half + e]` of tile `fold · q + offset`.
+            let mut own = Array::<i32>::new(4usize);
             #[unroll]
-            for step in 0..geo.slot_steps() {
-                let mut a = Array::<Codes>::new(4usize);
+            for f in 0..fold {
+                let mt = fold * q + f;
+                let mut dots = Array::<Dots>::new(2usize);
+                dots[0] = Dots::new(0i32);
+                dots[1] = Dots::new(0i32);
                 #[unroll]
-                for half in 0..2u32 {
-                    // Channel `16 mt + 8 half + g`.
-                    let pair = lane_words
-                        [comptime!(((PRODUCT_ROWS * mt + 8 * half) * (geo.value_words() / 2) + step) as usize)];
+                for step in 0..geo.slot_steps() {
+                    let mut a = Array::<Codes>::new(4usize);
                     #[unroll]
-                    for k in 0..2u32 {
-                        a[(half + 2 * k) as usize] = Codes::reinterpret((pair[k as usize] >> (2 * t)) & BYTE_CODES);
+                    for half in 0..2u32 {
+                        // Channel `16 mt + 8 half + g`.
+                        let words = lane_words
+                            [comptime!(((PRODUCT_ROWS * mt + 8 * half) * (geo.value_words() / 2) + step) as usize)];
+                        #[unroll]
+                        for k in 0..2u32 {
+                            a[(half + 2 * k) as usize] =
+                                Codes::reinterpret((words[k as usize] >> (2 * t)) & BYTE_CODES);
+                        }
+                    }
+                    let mut b = Array::<Codes>::new(2usize);
+                    b[0] = weights[(2 * step) as usize];
+                    b[1] = weights[(2 * step + 1) as usize];
+                    product.execute_inplace(&a, &b, &mut dots);
+                }
+                #[unroll]
+                for x in 0..4u32 {
+                    let dot = dots[(x / 2) as usize][(x % 2) as usize];
+                    if comptime!(f == 0) {
+                        // Lanes with offset 0 hold their own columns (`pair = t`).
+                        own[x as usize] = dot;
+                    } else {
+                        own[x as usize] = select(offset == f, plane_shuffle(dot, holder), own[x as usize]);
                     }
                 }
-                let mut b = Array::<Codes>::new(2usize);
-                b[0] = weights[(2 * step) as usize];
-                b[1] = weights[(2 * step + 1) as usize];
-                product.execute_inplace(&a, &b, &mut dots);
             }
             #[unroll]
             for half in 0..2u32 {
-                let channel = comptime!((PRODUCT_ROWS * mt + 8 * half) as usize);
+                // Channel `16 (fold · q + offset) + 8 half + g`.
+                let channel = comptime!((PRODUCT_ROWS * fold * q + 8 * half) as usize);
                 let v_lo = lane_scales[channel];
                 let v_step = lane_scales[comptime!(channel + d as usize)];
                 let v_total = f32::cast_from(lane_sums[channel]);
                 #[unroll]
                 for e in 0..2u32 {
                     let m = 4 * e;
-                    let dot = f32::cast_from(dots[half as usize][e as usize]);
+                    let dot = f32::cast_from(own[(2 * half + e) as usize]);
                     let block = v_step * (meta[m as usize] * dot + meta[(m + 1) as usize] * v_total)
                         + v_lo * meta[(m + 2) as usize];
-                    let at = ((mt * geo.lane_heads() + h) * 4 + 2 * half + e) as usize;
+                    let at = ((q * geo.lane_heads() + h) * 4 + 2 * half + e) as usize;
                     total[at] = total[at] * meta[(m + 3) as usize] + block;
                 }
             }
@@ -763,18 +819,21 @@ fn tail_values(
 ) {
     let lane = UNIT_POS % WARP;
     let (g, t) = (lane / 4, lane % 4);
+    let (pair, offset) = (t % comptime!(geo.lane_columns()), t / comptime!(geo.lane_columns()));
     let d = geo.head_dim;
     let stream_row0 = slots.stream * (slots.len - slots.quantized);
+    // The lane's rows `x`: channel `16 (fold · (x / 2) + offset) + 8 (x mod 2) + g`.
+    let rows = comptime!(2 * geo.channel_tiles() / geo.value_fold());
     #[unroll]
     for h in 0..geo.lane_heads() {
         let mut join = Array::<f32>::new(2usize);
         #[unroll]
         for e in 0..2u32 {
-            let owner = 4 * (2 * t + e);
+            let owner = 4 * (2 * pair + e);
             join[e as usize] = plane_shuffle(p_meta[(4 * h) as usize], owner);
             let keep = plane_shuffle(p_meta[(4 * h + 3) as usize], owner);
             #[unroll]
-            for x in 0..comptime!(2 * geo.channel_tiles()) {
+            for x in 0..rows {
                 let at = (((x / 2) * geo.lane_heads() + h) * 4 + 2 * (x % 2) + e) as usize;
                 total[at] *= keep;
             }
@@ -789,13 +848,13 @@ fn tail_values(
                 let mut p = Array::<f32>::new(2usize);
                 #[unroll]
                 for e in 0..2u32 {
-                    p[e as usize] = join[e as usize] * plane_shuffle(held, 4 * (2 * t + e) + o % 4);
+                    p[e as usize] = join[e as usize] * plane_shuffle(held, 4 * (2 * pair + e) + o % 4);
                 }
                 if slot < slots.end {
                     let row = stream_row0 + slot - slots.quantized;
                     #[unroll]
-                    for x in 0..comptime!(2 * geo.channel_tiles()) {
-                        let channel = PRODUCT_ROWS * (x / 2) + g + 8 * (x % 2);
+                    for x in 0..rows {
+                        let channel = PRODUCT_ROWS * (comptime!(geo.value_fold()) * (x / 2) + offset) + g + 8 * (x % 2);
                         let v = tail[(row * d + channel) as usize];
                         #[unroll]
                         for e in 0..2u32 {
@@ -839,6 +898,35 @@ mod tests {
         // The smallest: Π = 32, 64 channels, one 16-byte copy of words per lane.
         let small = MmaGeometry { head_dim: 64, key_group: 32, partition: 32, ..bench };
         assert_eq!(small.word_copies(), 1);
+    }
+
+    #[test]
+    fn lanes_take_every_real_column_pair_of_every_output_tile_once() {
+        for (group, head_dim) in [(1, 128), (2, 128), (3, 64), (4, 128), (4, 32), (8, 128), (32, 64)] {
+            let geo = MmaGeometry { group, head_dim, key_group: 32, partition: 64, warps: 4, meta_vector: 1 };
+            let (fold, columns) = (geo.value_fold(), geo.lane_columns());
+            let real_pairs = geo.padded_group().min(PRODUCT_COLUMNS).div_ceil(2);
+            let mut taken = vec![0u32; (geo.channel_tiles() * 4) as usize];
+            for t in 0..4 {
+                for q in 0..geo.channel_tiles() / fold {
+                    let (tile, pair) = (fold * q + t / columns, t % columns);
+                    taken[(tile * 4 + pair) as usize] += 1;
+                }
+            }
+            for tile in 0..geo.channel_tiles() {
+                for pair in 0..real_pairs {
+                    assert_eq!(
+                        taken[(tile * 4 + pair) as usize],
+                        1,
+                        "group {group}, {head_dim} channels: tile {tile} pair {pair}"
+                    );
+                }
+            }
+            assert_eq!(geo.lane_outputs(), geo.channel_tiles() / fold * geo.lane_heads() * 4);
+        }
+        // The benchmark geometry (4 heads): two tiles per lane pair, half the running outputs.
+        let bench = MmaGeometry { group: 4, head_dim: 128, key_group: 64, partition: 64, warps: 16, meta_vector: 2 };
+        assert_eq!((bench.value_fold(), bench.lane_columns(), bench.lane_outputs()), (2, 2, 16));
     }
 
     #[test]
