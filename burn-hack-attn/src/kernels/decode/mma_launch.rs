@@ -18,7 +18,8 @@ use burn_kvcompress::{
 use super::{
     kernel::DecodeGeometry,
     launch::{quantize_queries, QueryCodes},
-    mma_kernel::{mma_decode_kernel, MmaGeometry, COPY_BARRIER_BYTES, PRODUCT_COLUMNS, PRODUCT_DEPTH, PRODUCT_ROWS},
+    mma_geometry::{MmaGeometry, COPY_BARRIER_BYTES, PRODUCT_COLUMNS, PRODUCT_DEPTH, PRODUCT_ROWS},
+    mma_kernel::mma_decode_kernel,
 };
 use crate::kernels::{
     cache_args::{key_start_arg, CacheArgs},

@@ -17,7 +17,7 @@
 use burn_kvcompress::kernels::warp_mma::WARP;
 use cubecl::prelude::{barrier::copy_async, *};
 
-use super::mma_kernel::MmaGeometry;
+use super::mma_geometry::MmaGeometry;
 
 /// Elements of a 16-byte copy of `u32` words.
 const WORDS_PER_COPY: u32 = 4;

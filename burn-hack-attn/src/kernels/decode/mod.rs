@@ -4,6 +4,7 @@
 
 mod kernel;
 mod launch;
+mod mma_geometry;
 // `#[cube]` expands the kernel into undocumented helper items.
 #[allow(missing_docs)]
 mod mma_kernel;
@@ -15,5 +16,5 @@ mod query_kernel;
 
 pub use kernel::DecodeGeometry;
 pub use launch::{decode_chunk, decode_geometry, decode_launch};
-pub use mma_kernel::MmaGeometry;
+pub use mma_geometry::MmaGeometry;
 pub use mma_launch::{mma_decode_launch, mma_geometry};

@@ -1,0 +1,236 @@
+//! The compile-time shapes of the tensor-core decode kernel
+//! ([`mma_decode_kernel`](super::mma_kernel::mma_decode_kernel)): its warp products' dimensions and
+//! how a model geometry, a configuration and a cube size map onto them.
+
+use burn_kvcompress::kernels::warp_mma::WARP;
+
+/// Rows of a warp product (query rows of the scores, channels of the outputs).
+pub const PRODUCT_ROWS: u32 = 16;
+/// Columns of a warp product (slots of the scores, heads of the outputs).
+pub const PRODUCT_COLUMNS: u32 = 8;
+/// Depth of a warp product (channels of the scores, slots of the outputs).
+pub const PRODUCT_DEPTH: u32 = 32;
+/// Bytes of the two barriers of a cube's asynchronous copies.
+pub const COPY_BARRIER_BYTES: u32 = 16;
+
+/// Shapes fixed at compile time (one compiled kernel per model geometry, configuration and cube
+/// size).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MmaGeometry {
+    /// Query heads per KV head.
+    pub group: u32,
+    /// Channels per head, a multiple of 32.
+    pub head_dim: u32,
+    /// Channels per key group, a multiple of 16.
+    pub key_group: u32,
+    /// Π, a multiple of 32.
+    pub partition: u32,
+    /// Warps per cube.
+    pub warps: u32,
+    /// Key metadata values per asynchronous copy: 1, 2 or 4, dividing the key groups per head and
+    /// the metadata rows' pitch.
+    pub meta_vector: u32,
+}
+
+impl MmaGeometry {
+    /// Units per cube.
+    pub fn units(&self) -> u32 {
+        WARP * self.warps
+    }
+
+    /// The group padded to a divisor of 8 or a multiple of 8, so that every lane of a product's
+    /// row groups sees whole heads.
+    pub fn padded_group(&self) -> u32 {
+        if self.group <= PRODUCT_COLUMNS {
+            self.group.next_power_of_two()
+        } else {
+            self.group.next_multiple_of(PRODUCT_COLUMNS)
+        }
+    }
+
+    /// Key channel groups per head.
+    pub fn parts(&self) -> u32 {
+        self.head_dim / self.key_group
+    }
+
+    /// Query rows of the score product: one per (key group, padded head).
+    pub fn score_rows(&self) -> u32 {
+        self.parts() * self.padded_group()
+    }
+
+    /// Row tiles of the score product.
+    pub fn score_tiles(&self) -> u32 {
+        self.score_rows().div_ceil(PRODUCT_ROWS)
+    }
+
+    /// Query rows a lane holds in the score products: rows `8i + g` for lane `4g + t`.
+    pub fn lane_rows(&self) -> u32 {
+        2 * self.score_tiles()
+    }
+
+    /// Heads a lane holds scores of (`head_slot` `h` is head `g mod 8 + 8h`), and column tiles of
+    /// the output product.
+    pub fn lane_heads(&self) -> u32 {
+        (self.padded_group() / PRODUCT_COLUMNS).max(1)
+    }
+
+    /// Exchanges that sum a head's key groups across lanes: lanes `4g + t` whose `g` agree modulo
+    /// the padded group (none where it is 8 or more).
+    pub fn lane_group_shuffles(&self) -> u32 {
+        (PRODUCT_COLUMNS / self.padded_group().min(PRODUCT_COLUMNS)).ilog2()
+    }
+
+    /// Depth steps of the score product (channels / 32).
+    pub fn channel_steps(&self) -> u32 {
+        self.head_dim / PRODUCT_DEPTH
+    }
+
+    /// Packed words of one slot's key (16 codes each).
+    pub fn key_words(&self) -> u32 {
+        self.head_dim / 16
+    }
+
+    /// Packed words of one channel's values in a block.
+    pub fn value_words(&self) -> u32 {
+        self.partition / 16
+    }
+
+    /// Slot tiles (8 slots) of a block.
+    pub fn slot_tiles(&self) -> u32 {
+        self.partition / PRODUCT_COLUMNS
+    }
+
+    /// Depth steps of the output product (slots / 32).
+    pub fn slot_steps(&self) -> u32 {
+        self.partition / PRODUCT_DEPTH
+    }
+
+    /// Row tiles (16 channels) of the output product.
+    pub fn channel_tiles(&self) -> u32 {
+        self.head_dim / PRODUCT_ROWS
+    }
+
+    /// Output tiles whose corrections a lane shares out: with a padded group below 8 only the
+    /// first `padded_group / 2` column pairs of an output product hold heads (lanes `4g + t`
+    /// hold columns `2t, 2t + 1`), so the lanes of the other pairs take the real columns of the
+    /// next tiles instead (`fold` tiles at a time; see [`Self::lane_columns`]). 1 where every
+    /// pair is real or the tiles do not divide.
+    pub fn value_fold(&self) -> u32 {
+        let fold = 4 / self.padded_group().min(PRODUCT_COLUMNS).div_ceil(2);
+        if self.channel_tiles().is_multiple_of(fold) {
+            fold
+        } else {
+            1
+        }
+    }
+
+    /// Column pairs of the output product whose corrections lanes take: `4 / value_fold`. Lane `4g
+    /// + t` takes pair `t mod lane_columns` of tile `fold · q + t / lane_columns` for each `q`.
+    pub fn lane_columns(&self) -> u32 {
+        4 / self.value_fold()
+    }
+
+    /// Output values a lane accumulates: per tile it takes, head slot, and the two rows and two
+    /// columns of its pair.
+    pub fn lane_outputs(&self) -> u32 {
+        self.channel_tiles() / self.value_fold() * self.lane_heads() * 4
+    }
+
+    /// 16-byte vectors between two staged slots' keys: their words and one of padding.
+    pub fn key_stride(&self) -> u32 {
+        self.key_words() / 4 + 1
+    }
+
+    /// 16-byte vectors of a warp's staged key words.
+    pub fn warp_key_vectors(&self) -> u32 {
+        self.partition * self.key_stride()
+    }
+
+    /// Key metadata values of a warp's staged block, per tensor.
+    pub fn key_meta(&self) -> u32 {
+        self.partition * self.parts()
+    }
+
+    /// Pairs of value words of a warp's staged block.
+    pub fn warp_value_pairs(&self) -> u32 {
+        self.head_dim * self.value_words() / 2
+    }
+
+    /// 16-byte copies per lane of a block's key words, and of its value words: `Π · head_dim /
+    /// 16` words each, four per copy, over the warp's 32 lanes.
+    pub fn word_copies(&self) -> u32 {
+        self.partition * self.head_dim / (16 * 4 * WARP)
+    }
+
+    /// Bytes of shared memory a warp stages a block in (`mma_stage`).
+    pub fn warp_shared_bytes(&self) -> u32 {
+        16 * self.warp_key_vectors() + 12 * self.key_meta() + 8 * self.warp_value_pairs() + 12 * self.head_dim
+    }
+
+    /// Bytes of shared memory of a cube: its warps' stages and the two barriers of their copies.
+    pub fn shared_bytes(&self) -> u32 {
+        self.warps * self.warp_shared_bytes() + COPY_BARRIER_BYTES
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn padded_groups_divide_or_fill_the_product_columns() {
+        let geo = |group| MmaGeometry { group, head_dim: 128, key_group: 64, partition: 64, warps: 4, meta_vector: 2 };
+        let padded: Vec<u32> = [1, 2, 3, 4, 5, 8, 9, 16, 32].iter().map(|&g| geo(g).padded_group()).collect();
+        assert_eq!(padded, [1, 2, 4, 4, 8, 8, 16, 16, 32]);
+        // The benchmark geometry: 4 heads × 2 key groups fill one row tile's first 8 rows.
+        let bench = geo(4);
+        assert_eq!((bench.score_rows(), bench.score_tiles(), bench.lane_heads()), (8, 1, 1));
+        // 32 heads: 64 rows in 4 tiles; a lane holds heads g + 8h for 4 head slots.
+        assert_eq!((geo(32).score_tiles(), geo(32).lane_heads()), (4, 4));
+    }
+
+    #[test]
+    fn a_warp_stages_a_block_in_its_bytes() {
+        // The benchmark geometry: keys 64 slots × 3 vectors (3 KiB), their metadata 3 × 128
+        // values (1.5 KiB), values 128 channels × 16 bytes (2 KiB), their metadata 1.5 KiB.
+        let bench = MmaGeometry { group: 4, head_dim: 128, key_group: 64, partition: 64, warps: 16, meta_vector: 2 };
+        assert_eq!((bench.warp_shared_bytes(), bench.word_copies()), (8192, 4));
+        assert_eq!(bench.shared_bytes(), 16 * 8192 + COPY_BARRIER_BYTES);
+        // Π = 128, one key group: 6 + 1.5 + 4 + 1.5 KiB; 16 warps still fit an H100's 227 KiB.
+        let long = MmaGeometry { key_group: 128, partition: 128, ..bench };
+        assert_eq!((long.warp_shared_bytes(), long.word_copies()), (13312, 8));
+        assert!(long.shared_bytes() <= 227 * 1024);
+        // The smallest: Π = 32, 64 channels, one 16-byte copy of words per lane.
+        let small = MmaGeometry { head_dim: 64, key_group: 32, partition: 32, ..bench };
+        assert_eq!(small.word_copies(), 1);
+    }
+
+    #[test]
+    fn lanes_take_every_real_column_pair_of_every_output_tile_once() {
+        for (group, head_dim) in [(1, 128), (2, 128), (3, 64), (4, 128), (4, 32), (8, 128), (32, 64)] {
+            let geo = MmaGeometry { group, head_dim, key_group: 32, partition: 64, warps: 4, meta_vector: 1 };
+            let (fold, columns) = (geo.value_fold(), geo.lane_columns());
+            let real_pairs = geo.padded_group().min(PRODUCT_COLUMNS).div_ceil(2);
+            let mut taken = vec![0u32; (geo.channel_tiles() * 4) as usize];
+            for t in 0..4 {
+                for q in 0..geo.channel_tiles() / fold {
+                    let (tile, pair) = (fold * q + t / columns, t % columns);
+                    taken[(tile * 4 + pair) as usize] += 1;
+                }
+            }
+            for tile in 0..geo.channel_tiles() {
+                for pair in 0..real_pairs {
+                    assert_eq!(
+                        taken[(tile * 4 + pair) as usize],
+                        1,
+                        "group {group}, {head_dim} channels: tile {tile} pair {pair}"
+                    );
+                }
+            }
+            assert_eq!(geo.lane_outputs(), geo.channel_tiles() / fold * geo.lane_heads() * 4);
+        }
+        // The benchmark geometry (4 heads): two tiles per lane pair, half the running outputs.
+        let bench = MmaGeometry { group: 4, head_dim: 128, key_group: 64, partition: 64, warps: 16, meta_vector: 2 };
+        assert_eq!((bench.value_fold(), bench.lane_columns(), bench.lane_outputs()), (2, 2, 16));
+    }
+}
