@@ -46,13 +46,12 @@
 //! writes its split's partials for `merge_kernel`.
 
 use burn_kvcompress::kernels::{first_visible_slot, masked_score, warp_mma::WARP, SplitOut};
-
-use super::mma_geometry::{MmaGeometry, PRODUCT_COLUMNS, PRODUCT_DEPTH, PRODUCT_ROWS};
 use cubecl::{
     cmma::MmaDefinition,
     prelude::{barrier::Barrier, *},
 };
 
+use super::mma_geometry::{MmaGeometry, PRODUCT_COLUMNS, PRODUCT_DEPTH, PRODUCT_ROWS};
 use super::mma_stage::{block_stage, copy_block_keys, copy_block_values, BlockStage, WarpBlocks};
 use crate::kernels::eight_bit::{numerator, scale8};
 
@@ -83,6 +82,38 @@ fn head_slot(i: u32, geo: MmaGeometry) -> u32 {
     } else {
         0
     }
+}
+
+/// The calling lane's share of the output products' corrections ([`MmaGeometry::value_fold`]):
+/// columns `2 pair, 2 pair + 1` (heads `8h + 2 pair + e` of head slot `h`) of tiles `fold · q +
+/// offset`, whose lane rows start at channel `first_channel = 16 offset + g` (lane `4g + t`).
+#[derive(CubeType)]
+struct OutputShare {
+    pair: u32,
+    offset: u32,
+    first_channel: u32,
+}
+
+/// The calling lane's [`OutputShare`].
+#[cube]
+fn output_share(#[comptime] geo: MmaGeometry) -> OutputShare {
+    let lane = UNIT_POS % WARP;
+    let (g, t) = (lane / 4, lane % 4);
+    let offset = t / comptime!(geo.lane_columns());
+    OutputShare { pair: t % comptime!(geo.lane_columns()), offset, first_channel: PRODUCT_ROWS * offset + g }
+}
+
+/// The channel of the share's row `row` (0, or 1 for 8 channels on) in its `q`-th tile.
+#[cube]
+fn share_channel(share: &OutputShare, q: u32, row: u32, #[comptime] geo: MmaGeometry) -> u32 {
+    share.first_channel + PRODUCT_ROWS * geo.value_fold() * q + 8 * row
+}
+
+/// The lane whose softmax holds the head of the share's column `2 pair + e`: lane `4 (2 pair +
+/// e)`, whose `g` is that column.
+#[cube]
+fn column_owner(share: &OutputShare, e: u32) -> u32 {
+    4 * (2 * share.pair + e)
 }
 
 /// One cube of HACK decode attention on tensor cores; see the module documentation.
@@ -229,16 +260,16 @@ pub fn mma_decode_kernel(
     let target = SplitOut { first_head: stream * geo.group, split, splits: CUBE_COUNT_X * geo.warps };
     let lane = UNIT_POS % WARP;
     let (g, t) = (lane / 4, lane % 4);
-    let (pair, offset) = (t % comptime!(geo.lane_columns()), t / comptime!(geo.lane_columns()));
+    let share = output_share(geo);
     #[unroll]
     for q in 0..comptime!(geo.channel_tiles() / geo.value_fold()) {
         #[unroll]
         for h in 0..geo.lane_heads() {
             #[unroll]
             for e in 0..4u32 {
-                let head = PRODUCT_COLUMNS * h + 2 * pair + e % 2;
+                let head = PRODUCT_COLUMNS * h + 2 * share.pair + e % 2;
                 if head < geo.group {
-                    let channel = PRODUCT_ROWS * (comptime!(geo.value_fold()) * q + offset) + g + 8 * (e / 2);
+                    let channel = share_channel(&share, q, e / 2, geo);
                     target.write_output(
                         out,
                         head,
@@ -548,17 +579,17 @@ fn closed_block_values(
     let d = geo.head_dim;
     let product = MmaDefinition::<u8, u8, i32>::new(16usize, 8usize, 32usize);
     let fold = comptime!(geo.value_fold());
-    let (pair, offset) = (t % comptime!(geo.lane_columns()), t / comptime!(geo.lane_columns()));
+    let share = output_share(geo);
     // The lane holding this lane's columns `2 pair, 2 pair + 1` in its accumulator.
-    let holder = 4 * g + pair;
-    // The rows of the lane's products start at channel `g`, those of its corrections at channel
-    // `16 offset + g`: slices from its first element of each buffer.
+    let holder = 4 * g + share.pair;
+    // The rows of the lane's products start at channel `g`, those of its corrections at the
+    // share's first channel: slices from its first element of each buffer.
     let pairs_end = (warp + 1) * comptime!(geo.warp_value_pairs());
     let pairs_at = pairs_end - comptime!(geo.warp_value_pairs()) + g * comptime!(geo.value_words() / 2);
     let lane_words = stage.value_words.slice(pairs_at as usize, pairs_end as usize);
-    let first_channel = PRODUCT_ROWS * offset + g;
-    let lane_scales = stage.value_scales.slice((warp * 2 * d + first_channel) as usize, ((warp + 1) * 2 * d) as usize);
-    let lane_sums = stage.value_sums.slice((warp * d + first_channel) as usize, ((warp + 1) * d) as usize);
+    let lane_scales =
+        stage.value_scales.slice((warp * 2 * d + share.first_channel) as usize, ((warp + 1) * 2 * d) as usize);
+    let lane_sums = stage.value_sums.slice((warp * d + share.first_channel) as usize, ((warp + 1) * d) as usize);
     #[unroll]
     for h in 0..geo.lane_heads() {
         // The P operand: depth half `r` of step `step` holds slots `32 step + 16 r + 4b + t`,
@@ -574,13 +605,13 @@ fn closed_block_values(
         for e in 0..2u32 {
             #[unroll]
             for k in 0..4u32 {
-                meta[(4 * e + k) as usize] = plane_shuffle(p_meta[(4 * h + k) as usize], 4 * (2 * pair + e));
+                meta[(4 * e + k) as usize] = plane_shuffle(p_meta[(4 * h + k) as usize], column_owner(&share, e));
             }
         }
         #[unroll]
         for q in 0..comptime!(geo.channel_tiles() / fold) {
             // The lane's dot products `[2 half + e]` of tile `fold · q + offset`.
-            let mut own = Array::<i32>::new(4usize);
+            let mut lane_dots = Array::<i32>::new(4usize);
             #[unroll]
             for f in 0..fold {
                 let mt = fold * q + f;
@@ -611,9 +642,10 @@ fn closed_block_values(
                     let dot = dots[(x / 2) as usize][(x % 2) as usize];
                     if comptime!(f == 0) {
                         // Lanes with offset 0 hold their own columns (`pair = t`).
-                        own[x as usize] = dot;
+                        lane_dots[x as usize] = dot;
                     } else {
-                        own[x as usize] = select(offset == f, plane_shuffle(dot, holder), own[x as usize]);
+                        lane_dots[x as usize] =
+                            select(share.offset == f, plane_shuffle(dot, holder), lane_dots[x as usize]);
                     }
                 }
             }
@@ -627,7 +659,7 @@ fn closed_block_values(
                 #[unroll]
                 for e in 0..2u32 {
                     let m = 4 * e;
-                    let dot = f32::cast_from(own[(2 * half + e) as usize]);
+                    let dot = f32::cast_from(lane_dots[(2 * half + e) as usize]);
                     let block = v_step * (meta[m as usize] * dot + meta[(m + 1) as usize] * v_total)
                         + v_lo * meta[(m + 2) as usize];
                     let at = ((q * geo.lane_heads() + h) * 4 + 2 * half + e) as usize;
@@ -651,19 +683,17 @@ fn tail_values(
     total: &mut Array<f32>,
     #[comptime] geo: MmaGeometry,
 ) {
-    let lane = UNIT_POS % WARP;
-    let (g, t) = (lane / 4, lane % 4);
-    let (pair, offset) = (t % comptime!(geo.lane_columns()), t / comptime!(geo.lane_columns()));
+    let share = output_share(geo);
     let d = geo.head_dim;
     let stream_row0 = slots.stream * (slots.len - slots.quantized);
-    // The lane's rows `x`: channel `16 (fold · (x / 2) + offset) + 8 (x mod 2) + g`.
+    // The lane's rows `x`: row `x mod 2` of the share's tile `x / 2`.
     let rows = comptime!(2 * geo.channel_tiles() / geo.value_fold());
     #[unroll]
     for h in 0..geo.lane_heads() {
         let mut join = Array::<f32>::new(2usize);
         #[unroll]
         for e in 0..2u32 {
-            let owner = 4 * (2 * pair + e);
+            let owner = column_owner(&share, e);
             join[e as usize] = plane_shuffle(p_meta[(4 * h) as usize], owner);
             let keep = plane_shuffle(p_meta[(4 * h + 3) as usize], owner);
             #[unroll]
@@ -682,13 +712,13 @@ fn tail_values(
                 let mut p = Array::<f32>::new(2usize);
                 #[unroll]
                 for e in 0..2u32 {
-                    p[e as usize] = join[e as usize] * plane_shuffle(held, 4 * (2 * pair + e) + o % 4);
+                    p[e as usize] = join[e as usize] * plane_shuffle(held, column_owner(&share, e) + o % 4);
                 }
                 if slot < slots.end {
                     let row = stream_row0 + slot - slots.quantized;
                     #[unroll]
                     for x in 0..rows {
-                        let channel = PRODUCT_ROWS * (comptime!(geo.value_fold()) * (x / 2) + offset) + g + 8 * (x % 2);
+                        let channel = share_channel(&share, x / 2, x % 2, geo);
                         let v = tail[(row * d + channel) as usize];
                         #[unroll]
                         for e in 0..2u32 {
