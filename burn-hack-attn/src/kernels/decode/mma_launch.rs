@@ -12,7 +12,9 @@ use burn_cubecl::{
 };
 use burn_kvcompress::{
     cache::AttendOptions,
-    kernels::{float_arg as float, merge_partials, warp_mma::WARP, CubeF32 as Backend, SplitPartials, WarpSplits},
+    kernels::{
+        float_arg as float, merge_partials, warp_mma::WARP, CubeF32 as Backend, SplitPartials, WarpSplits, SM_REGISTERS,
+    },
 };
 
 use super::{
@@ -32,6 +34,8 @@ use crate::kernels::{
 /// cap (24 warps: 80 registers). 16 measured fastest on an H100
 /// (`results/decode-hack-register-products-h100.md`).
 const WARPS: u32 = 16;
+/// Registers a lane of the kernel takes without a launch bound (about 145 at 4 to 12 warps).
+const UNBOUNDED_LANE_REGISTERS: u32 = 145;
 /// The most channels of a head (the lanes' running outputs: `head_dim / 8 · lane_heads`
 /// registers).
 const MAX_HEAD_DIM: u32 = 128;
@@ -80,6 +84,14 @@ pub fn mma_geometry(decode: &DecodeGeometry, properties: &DeviceProperties) -> O
     (applies && fitting > 0).then_some(MmaGeometry { warps: fitting.min(WARPS), ..geo })
 }
 
+/// Registers a lane of a cube of `units` takes: as many as it needs
+/// ([`UNBOUNDED_LANE_REGISTERS`]), or what CUDA's launch bound leaves it (`SM_REGISTERS / units`,
+/// 128 at 16 warps), so that the launch plans only the cubes an SM's registers hold (one, from 8
+/// to 16 warps).
+fn lane_registers(units: u32) -> u32 {
+    UNBOUNDED_LANE_REGISTERS.min(SM_REGISTERS / units)
+}
+
 /// `geo` with its key metadata copied in the widest vectors (up to 4 values) that divide both
 /// the key groups per head and the metadata rows' `pitch`.
 fn with_key_meta_pitch(geo: MmaGeometry, pitch: usize) -> MmaGeometry {
@@ -115,6 +127,7 @@ pub fn mma_decode_launch<R: CubeRuntime, BT: BoolElement>(
     let splits = WarpSplits::for_device(
         geo.warps,
         geo.shared_bytes(),
+        Some(lane_registers(geo.units())),
         geo.partition as usize,
         (streams, len),
         client.properties(),

@@ -130,7 +130,8 @@ pub fn mma_decode_launch<R: CubeRuntime, BT: BoolElement>(
             geo.tables,
         )
     };
-    let splits = WarpSplits::for_device(geo.warps, geo.shared_bytes(), WARP as usize, (streams, len), properties);
+    // Cubes per SM as their shared memory and units allow (the kernel's registers not counted).
+    let splits = WarpSplits::for_device(geo.warps, geo.shared_bytes(), None, WARP as usize, (streams, len), properties);
     let warp_splits = splits.cubes * geo.warps as usize;
     let partials = SplitPartials::allocate(&q, streams * shape.group as usize, warp_splits, shape.pq.head_dim as usize);
     // SAFETY: each warp's slots `split · warp_chunk ..` are clamped to `len`; code rows are read
