@@ -343,6 +343,28 @@ fn decode_kernel_equals_reference() {
             q_len: 1,
             window: None,
         },
+        // One and two heads per KV head (on CUDA's tensor-core kernel: outputs shared out over 4
+        // tiles per lane, code sums from the padding rows and columns), 4 key groups of 32.
+        AttendCase {
+            config: "bits=2,pi=32,round=stochastic,seed=5",
+            batch: 2,
+            kv_heads: 2,
+            group: 2,
+            head_dim: 128,
+            len: 301,
+            q_len: 1,
+            window: None,
+        },
+        AttendCase {
+            config: "bits=2,pi=64,round=nearest",
+            batch: 1,
+            kv_heads: 3,
+            group: 1,
+            head_dim: 64,
+            len: 250,
+            q_len: 1,
+            window: Some(100),
+        },
         // 33.6 KB of shared memory: over lavapipe's 32 KiB, so there it runs the reference, and
         // on CUDA (48 KiB) the kernel.
         AttendCase {

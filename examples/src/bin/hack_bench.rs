@@ -7,6 +7,7 @@
 use anyhow::ensure;
 use burn::tensor::{Distribution, Tensor};
 use burn_hack_attn::{
+    cache::key_group,
     kernels::{attention_reference, HackBackend},
     HackConfig, Rounding,
 };
@@ -81,16 +82,44 @@ fn check_against_cpu<B: HackBackend>(device: &B::Device) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Bytes the decode kernel reads from device memory: every resident code word, min, scale and
-/// sum (4 bytes each on the device), the tail and the queries.
+/// Bytes the decode kernel reads from device memory: every resident code word, min and scale, the
+/// code sums it reads (4 bytes each on the device), the tail and the queries.
 fn device_bytes(args: &Args, batch: usize, len: usize) -> f64 {
     let (d, bits, pi) = (args.grid.head_dim, args.config.bits as usize, args.config.partition);
-    let parts = d / burn_hack_attn::cache::key_group(d, pi);
+    let parts = d / key_group(d, pi);
     let blocks = len / pi;
     let tail = len - blocks * pi;
-    let keys = len * (d * bits / 8 + parts * 12);
-    let values = blocks * d * (pi * bits / 8 + 12) + tail * d * 4;
+    let (key_sums, value_sums) = reads_code_sums(args);
+    let keys = len * (d * bits / 8 + parts * (8 + 4 * key_sums as usize));
+    let values = blocks * d * (pi * bits / 8 + 8 + 4 * value_sums as usize) + tail * d * 4;
     (batch * args.grid.kv_heads * (keys + values) + batch * args.grid.heads * d * 4) as f64
+}
+
+/// Whether the decode kernel reads the cached key and value code sums: CUDA's tensor-core kernel
+/// (2-bit codes) takes them from its products' padding where the geometry leaves some
+/// (`MmaGeometry::key_sums_from_products`); the other kernels read them.
+#[cfg(feature = "cuda")]
+fn reads_code_sums(args: &Args) -> (bool, bool) {
+    use burn_hack_attn::kernels::decode::MmaGeometry;
+    let (d, pi) = (args.grid.head_dim as u32, args.config.partition as u32);
+    let geo = MmaGeometry {
+        group: (args.grid.heads / args.grid.kv_heads) as u32,
+        head_dim: d,
+        key_group: key_group(d as usize, pi as usize) as u32,
+        partition: pi,
+        warps: 1,
+        meta_vector: 1,
+    };
+    match (args.backend, args.config.bits) {
+        (BackendChoice::Cuda, 2) => (!geo.key_sums_from_products(), !geo.value_sums_from_products()),
+        _ => (true, true),
+    }
+}
+
+/// Without CUDA every kernel reads the cached code sums.
+#[cfg(not(feature = "cuda"))]
+fn reads_code_sums(_: &Args) -> (bool, bool) {
+    (true, true)
 }
 
 fn run<B: HackBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {

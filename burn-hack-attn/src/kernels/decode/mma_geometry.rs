@@ -48,6 +48,21 @@ impl MmaGeometry {
         }
     }
 
+    /// Whether the score product's padding rows give the key code sums: with at most 8 query rows
+    /// (one row tile), row `8 + g` holds ones on the channels of row `g`'s key group, so the
+    /// accumulator leaves each lane the sums of its own rows' key groups beside their dot products,
+    /// and the kernel neither copies nor reads the cached key sums.
+    pub fn key_sums_from_products(&self) -> bool {
+        self.score_rows() <= PRODUCT_ROWS / 2
+    }
+
+    /// Whether the output product's padding columns give the value code sums: with a padded group
+    /// below 8, columns `padded_group ..` hold ones, so every row's last column is its channel's
+    /// code sum over the block, and the kernel neither copies nor reads the cached value sums.
+    pub fn value_sums_from_products(&self) -> bool {
+        self.padded_group() < PRODUCT_COLUMNS
+    }
+
     /// Key channel groups per head.
     pub fn parts(&self) -> u32 {
         self.head_dim / self.key_group
@@ -162,9 +177,31 @@ impl MmaGeometry {
         self.partition * self.head_dim / (16 * 4 * WARP)
     }
 
+    /// Key code sums of a warp's staged block: one per slot and key group, or none where the
+    /// products give them ([`Self::key_sums_from_products`]).
+    pub fn staged_key_sums(&self) -> u32 {
+        if self.key_sums_from_products() {
+            0
+        } else {
+            self.key_meta()
+        }
+    }
+
+    /// Value code sums of a warp's staged block: one per channel, or none where the products give
+    /// them ([`Self::value_sums_from_products`]).
+    pub fn staged_value_sums(&self) -> u32 {
+        if self.value_sums_from_products() {
+            0
+        } else {
+            self.head_dim
+        }
+    }
+
     /// Bytes of shared memory a warp stages a block in (`mma_stage`).
     pub fn warp_shared_bytes(&self) -> u32 {
-        16 * self.warp_key_vectors() + 12 * self.key_meta() + 8 * self.warp_value_pairs() + 12 * self.head_dim
+        let words = 16 * self.warp_key_vectors() + 8 * self.warp_value_pairs();
+        let scales = 8 * (self.key_meta() + self.head_dim);
+        words + scales + 4 * (self.staged_key_sums() + self.staged_value_sums())
     }
 
     /// Bytes of shared memory of a cube: its warps' stages and the two barriers of their copies.
@@ -190,15 +227,54 @@ mod tests {
     }
 
     #[test]
+    fn code_sums_come_from_padding_rows_and_columns_where_there_are_some() {
+        let sums = |group, head_dim, key_group| {
+            let geo = MmaGeometry { group, head_dim, key_group, partition: 64, warps: 4, meta_vector: 1 };
+            (geo.key_sums_from_products(), geo.value_sums_from_products())
+        };
+        // The benchmark (4 heads × 2 key groups: 8 of 16 rows, 4 of 8 columns) and SmolLM2 (3
+        // heads, one key group of 64 channels).
+        assert_eq!([sums(4, 128, 64), sums(3, 64, 64)], [(true, true); 2]);
+        // 4 heads × 4 key groups fill the rows; 8 heads fill the columns too; 1 and 2 heads leave
+        // both.
+        assert_eq!(
+            [sums(4, 128, 32), sums(8, 128, 64), sums(8, 128, 128)],
+            [(false, true), (false, false), (true, false)]
+        );
+        assert_eq!([sums(1, 128, 32), sums(2, 64, 16)], [(true, true); 2]);
+        // Where the output product gives the value sums, a lane reads its rows' sums from column
+        // 7 (lane 4g + 3) in its share's first tile, and from its own first column 2t in the
+        // others: both must be padding columns.
+        // (Groups 1 to 4: 5 and more pad to 8.)
+        for group in 1..=4 {
+            for head_dim in [32, 64, 96, 128] {
+                let geo = MmaGeometry { group, head_dim, key_group: 32, partition: 64, warps: 4, meta_vector: 1 };
+                assert!(geo.value_sums_from_products() && geo.padded_group() < PRODUCT_COLUMNS);
+                for t in 0..4 {
+                    if t / geo.lane_columns() > 0 {
+                        assert!(2 * t >= geo.padded_group(), "group {group}, {head_dim} channels, t {t}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
     fn a_warp_stages_a_block_in_its_bytes() {
-        // The benchmark geometry: keys 64 slots × 3 vectors (3 KiB), their metadata 3 × 128
-        // values (1.5 KiB), values 128 channels × 16 bytes (2 KiB), their metadata 1.5 KiB.
+        // The benchmark geometry: keys 64 slots × 3 vectors (3 KiB), their minima and scales 2 ×
+        // 128 values (1 KiB), values 128 channels × 16 bytes (2 KiB), their minima and scales 1 KiB;
+        // the products give the code sums.
         let bench = MmaGeometry { group: 4, head_dim: 128, key_group: 64, partition: 64, warps: 16, meta_vector: 2 };
-        assert_eq!((bench.warp_shared_bytes(), bench.word_copies()), (8192, 4));
-        assert_eq!(bench.shared_bytes(), 16 * 8192 + COPY_BARRIER_BYTES);
-        // Π = 128, one key group: 6 + 1.5 + 4 + 1.5 KiB; 16 warps still fit an H100's 227 KiB.
+        assert_eq!((bench.staged_key_sums(), bench.staged_value_sums()), (0, 0));
+        assert_eq!((bench.warp_shared_bytes(), bench.word_copies()), (7168, 4));
+        assert_eq!(bench.shared_bytes(), 16 * 7168 + COPY_BARRIER_BYTES);
+        // 8 heads fill both products: the cached sums are staged (512 bytes each).
+        let full = MmaGeometry { group: 8, ..bench };
+        assert_eq!((full.staged_key_sums(), full.staged_value_sums()), (128, 128));
+        assert_eq!(full.warp_shared_bytes(), 8192);
+        // Π = 128, one key group: 6 + 1 + 4 + 1 KiB; 16 warps still fit an H100's 227 KiB.
         let long = MmaGeometry { key_group: 128, partition: 128, ..bench };
-        assert_eq!((long.warp_shared_bytes(), long.word_copies()), (13312, 8));
+        assert_eq!((long.warp_shared_bytes(), long.word_copies()), (12288, 8));
         assert!(long.shared_bytes() <= 227 * 1024);
         // The smallest: Π = 32, 64 channels, one 16-byte copy of words per lane.
         let small = MmaGeometry { head_dim: 64, key_group: 32, partition: 32, ..bench };

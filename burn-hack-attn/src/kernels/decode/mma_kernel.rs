@@ -37,6 +37,15 @@
 //! codes with no exchange: lane `4g + t` holds head `g`'s codes of slots `8j + t` and `8j + 4 + t`,
 //! which are depth indices `4t .. 4t + 4` of the value product's halves.
 //!
+//! **Code sums from padding.** Eq. 4 needs each key group's and each value channel's code sum.
+//! Where the products have padding, they give them: with at most 8 score rows, padding row `8 +
+//! g` holds ones on the channels of row `g`'s key group, so lane `4g + t`'s accumulator holds its
+//! rows' key sums beside their dot products; with a padded group below 8, the output product's
+//! padding columns hold ones, and column 7 is each channel's code sum over the block. The cached
+//! sums are then neither copied nor read (`MmaGeometry::key_sums_from_products`,
+//! `value_sums_from_products`): the products compute them exactly, in the tensor-core work the
+//! padding costs anyway.
+//!
 //! Per block of Π slots, a warp: scores its slots; takes the block's max per head `m_b`, the
 //! numerators `p = exp(s − m_b)` and their mass; for a closed block quantizes P to 8 bits against
 //! the block's min and max of `p` (the codes of the normalized P up to float rounding: quantization
@@ -62,6 +71,8 @@ type Dots = Vector<i32, Const<2>>;
 
 /// The four 2-bit codes of a shifted word that land in a register's bytes.
 const BYTE_CODES: u32 = 0x0303_0303;
+/// An operand register of four codes 1: a row or column that sums the other operand's codes.
+const ONE_CODES: u32 = 0x0101_0101;
 
 /// The calling lane's query operand and its rows' metadata, fixed for the kernel: `operand[(tile ·
 /// channel_steps + step) · 4 + r]`, and per lane row `i` (see [`MmaGeometry::lane_rows`]) its Q
@@ -73,6 +84,12 @@ struct QueryRows {
     step: Array<f32>,
     lo: Array<f32>,
     fixed: Array<f32>,
+}
+
+/// The key group of score row `row` (that of the last group for padding rows past them).
+#[cube]
+fn key_part(row: u32, #[comptime] geo: MmaGeometry) -> u32 {
+    u32::min(row / comptime!(geo.padded_group()), comptime!(geo.parts() - 1))
 }
 
 /// The head slot (see [`MmaGeometry::lane_heads`]) that lane row `i` adds to.
@@ -121,8 +138,9 @@ fn column_owner(share: &OutputShare, e: u32) -> u32 {
 /// - `q_codes`, `q_meta`: the group's 8-bit query codes and their runs' metadata, as
 ///   [`query_kernel`](super::query_kernel::query_kernel) writes them;
 /// - `k_words`: `[streams · len, key_words]`; `k_min`, `k_scale`, `k_sums`: one row of
-///   `key_meta_pitch` per slot; `v_words`: `[streams · blocks · head_dim, value_words]`;
-///   `v_min`, `v_scale`, `v_sums`: `[streams · blocks · head_dim]`; `tail`: `[streams · (len −
+///   `key_meta_pitch` per slot (`k_sums` unread where the score product gives the sums); `v_words`:
+///   `[streams · blocks · head_dim, value_words]`; `v_min`, `v_scale`, `v_sums`: `[streams · blocks
+///   · head_dim]` (`v_sums` unread likewise); `tail`: `[streams · (len −
 ///   blocks · Π), head_dim]`; `key_start`: `[batch]`;
 /// - outputs per (query head, split = cube · warps + warp): `out` (`head_dim` each), `out_max`,
 ///   `out_sum`;
@@ -344,7 +362,11 @@ fn query_rows(
                 for b in 0..4u32 {
                     let channel = PRODUCT_DEPTH * step + 16 * (r / 2) + 4 * b + t;
                     let mut code = 0u32;
-                    if head < geo.group && channel / geo.key_group == part {
+                    if comptime!(geo.key_sums_from_products()) && row >= 8 {
+                        // Padding row `8 + g`: ones on the key group of row `g`, whose code sums
+                        // it takes.
+                        code = u32::cast_from(channel / geo.key_group == key_part(g, geo));
+                    } else if head < geo.group && channel / geo.key_group == part {
                         code = (q_codes[(stream * pairs * d + (head / 2) * d + channel) as usize] >> (16 * (head % 2)))
                             & 0xFF;
                     }
@@ -421,21 +443,26 @@ fn block_scores(
             for half in 0..2u32 {
                 let i = 2 * mt + half;
                 if comptime!(8 * i < geo.score_rows()) {
-                    let part = u32::min((8 * i + g) / gp, comptime!(geo.parts() - 1));
+                    let part = key_part(8 * i + g, geo);
                     let h = comptime!(head_slot(i, geo));
                     // The metadata of the lane's slot `t` of the block from its key group.
                     let meta = t * comptime!(geo.parts()) + part;
                     let scales_end = 2 * meta_at + comptime!(2 * geo.key_meta());
                     let lane_scales = stage.key_scales.slice((2 * meta_at + meta) as usize, scales_end as usize);
-                    let sums_end = meta_at + comptime!(geo.key_meta());
-                    let lane_sums = stage.key_sums.slice((meta_at + meta) as usize, sums_end as usize);
                     #[unroll]
                     for c in 0..2u32 {
                         // Slot `8j + 4c + t`.
                         let own = comptime!(((PRODUCT_COLUMNS * j + 4 * c) * geo.parts()) as usize);
                         let k_lo = lane_scales[own];
                         let k_step = lane_scales[comptime!(own + geo.key_meta() as usize)];
-                        let k_total = f32::cast_from(lane_sums[own]);
+                        // The key group's code sum: from the padding row `8 + g`, or staged.
+                        let k_total = if comptime!(geo.key_sums_from_products()) {
+                            f32::cast_from(dots[1][c as usize])
+                        } else {
+                            let sums_end = meta_at + comptime!(geo.key_meta());
+                            let lane_sums = stage.key_sums.slice((meta_at + meta) as usize, sums_end as usize);
+                            f32::cast_from(lane_sums[own])
+                        };
                         let dot = f32::cast_from(dots[half as usize][c as usize]);
                         let q = i as usize;
                         let at = ((h * geo.slot_tiles() + j) * 2 + c) as usize;
@@ -589,7 +616,11 @@ fn closed_block_values(
     let lane_words = stage.value_words.slice(pairs_at as usize, pairs_end as usize);
     let lane_scales =
         stage.value_scales.slice((warp * 2 * d + share.first_channel) as usize, ((warp + 1) * 2 * d) as usize);
-    let lane_sums = stage.value_sums.slice((warp * d + share.first_channel) as usize, ((warp + 1) * d) as usize);
+    // Lanes of the padding columns `padded_group ..` put ones there where those give the sums.
+    let mut ones = false;
+    if comptime!(geo.value_sums_from_products()) {
+        ones = g >= comptime!(geo.padded_group());
+    }
     #[unroll]
     for h in 0..geo.lane_heads() {
         // The P operand: depth half `r` of step `step` holds slots `32 step + 16 r + 4b + t`,
@@ -597,7 +628,8 @@ fn closed_block_values(
         let mut weights = Array::<Codes>::new(comptime!((2 * geo.slot_steps()) as usize));
         #[unroll]
         for x in 0..comptime!(2 * geo.slot_steps()) {
-            weights[x as usize] = Codes::reinterpret(codes[(h * comptime!(geo.slot_tiles() / 2) + x) as usize]);
+            let own = codes[(h * comptime!(geo.slot_tiles() / 2) + x) as usize];
+            weights[x as usize] = Codes::reinterpret(select(ones, ONE_CODES, own));
         }
         // Each column's head metadata, from the lanes that own the head.
         let mut meta = Array::<f32>::new(8usize);
@@ -610,8 +642,10 @@ fn closed_block_values(
         }
         #[unroll]
         for q in 0..comptime!(geo.channel_tiles() / fold) {
-            // The lane's dot products `[2 half + e]` of tile `fold · q + offset`.
+            // The lane's dot products `[2 half + e]` of tile `fold · q + offset`, and (where the
+            // products give them) its rows' code sums `[half]`.
             let mut lane_dots = Array::<i32>::new(4usize);
+            let mut lane_sums = Array::<i32>::new(2usize);
             #[unroll]
             for f in 0..fold {
                 let mt = fold * q + f;
@@ -648,6 +682,19 @@ fn closed_block_values(
                             select(share.offset == f, plane_shuffle(dot, holder), lane_dots[x as usize]);
                     }
                 }
+                if comptime!(geo.value_sums_from_products()) {
+                    // Column 7 (lane `4g + 3`'s second) is a ones column; so is the own first
+                    // column of every lane whose offset is not 0 (`2t ≥ padded_group`).
+                    #[unroll]
+                    for half in 0..2u32 {
+                        if comptime!(f == 0) {
+                            lane_sums[half as usize] = plane_shuffle(dots[half as usize][1], 4 * g + 3);
+                        } else {
+                            lane_sums[half as usize] =
+                                select(share.offset == f, dots[half as usize][0], lane_sums[half as usize]);
+                        }
+                    }
+                }
             }
             #[unroll]
             for half in 0..2u32 {
@@ -655,7 +702,13 @@ fn closed_block_values(
                 let channel = comptime!((PRODUCT_ROWS * fold * q + 8 * half) as usize);
                 let v_lo = lane_scales[channel];
                 let v_step = lane_scales[comptime!(channel + d as usize)];
-                let v_total = f32::cast_from(lane_sums[channel]);
+                let v_total = if comptime!(geo.value_sums_from_products()) {
+                    f32::cast_from(lane_sums[half as usize])
+                } else {
+                    let sums_at = warp * d + share.first_channel;
+                    let staged = stage.value_sums.slice(sums_at as usize, ((warp + 1) * d) as usize);
+                    f32::cast_from(staged[channel])
+                };
                 #[unroll]
                 for e in 0..2u32 {
                     let m = 4 * e;

@@ -6,10 +6,13 @@
 //! - `key_words`: `[Π, key_stride]` 16-byte vectors, a slot's `head_dim / 64` vectors then one of
 //!   padding, so that the eight slots a product reads at once fall in distinct banks;
 //! - `key_scales`: `[2, Π · parts]` f32, the slots' key minima then their scales; `key_sums`:
-//!   `[Π · parts]`;
+//!   `[Π · parts]`, unless the score product gives them (`MmaGeometry::key_sums_from_products`);
 //! - `value_words`: `[head_dim, Π / 32]` pairs of words, the block's channels in order;
 //! - `value_scales`: `[2, head_dim]` f32, the channels' minima then their scales; `value_sums`:
-//!   `[head_dim]`.
+//!   `[head_dim]`, unless the output product gives them (`MmaGeometry::value_sums_from_products`).
+//!
+//! Sums the products give are neither copied nor staged (their buffers keep one placeholder
+//! element per warp).
 //!
 //! Slots past the warp's last slot are staged as copies of it (the scores mask them), so every
 //! copy reads inside the caches.
@@ -43,13 +46,13 @@ pub struct BlockStage {
     pub key_words: SharedMemory<Vector<u32, Const<4>>>,
     /// Key minima and scales, `[warps, 2, Π · parts]`.
     pub key_scales: SharedMemory<f32>,
-    /// Key code sums, `[warps, Π · parts]`.
+    /// Key code sums, `[warps, Π · parts]` (`[warps]` where not staged).
     pub key_sums: SharedMemory<u32>,
     /// Value words, `[warps, head_dim, Π / 32]` pairs.
     pub value_words: SharedMemory<Vector<u32, Const<2>>>,
     /// Value minima and scales, `[warps, 2, head_dim]`.
     pub value_scales: SharedMemory<f32>,
-    /// Value code sums, `[warps, head_dim]`.
+    /// Value code sums, `[warps, head_dim]` (`[warps]` where not staged).
     pub value_sums: SharedMemory<u32>,
 }
 
@@ -60,10 +63,10 @@ pub fn block_stage(#[comptime] geo: MmaGeometry) -> BlockStage {
     BlockStage {
         key_words: SharedMemory::new_aligned(comptime!((warps * geo.warp_key_vectors()) as usize), 16usize),
         key_scales: SharedMemory::new_aligned(comptime!((warps * 2 * geo.key_meta()) as usize), 16usize),
-        key_sums: SharedMemory::new_aligned(comptime!((warps * geo.key_meta()) as usize), 16usize),
+        key_sums: SharedMemory::new_aligned(comptime!((warps * geo.staged_key_sums().max(1)) as usize), 16usize),
         value_words: SharedMemory::new_aligned(comptime!((warps * geo.warp_value_pairs()) as usize), 16usize),
         value_scales: SharedMemory::new_aligned(comptime!((warps * 2 * geo.head_dim) as usize), 16usize),
-        value_sums: SharedMemory::new_aligned(comptime!((warps * geo.head_dim) as usize), 16usize),
+        value_sums: SharedMemory::new_aligned(comptime!((warps * geo.staged_value_sums().max(1)) as usize), 16usize),
     }
 }
 
@@ -121,11 +124,13 @@ pub fn copy_block_keys(
                     &mut stage.key_scales.slice_mut(step_at, step_at + n),
                     geo.meta_vector,
                 );
-                copy_async(
-                    &k_sums.slice(from, from + n),
-                    &mut stage.key_sums.slice_mut(sum_at, sum_at + n),
-                    geo.meta_vector,
-                );
+                if comptime!(geo.staged_key_sums() > 0) {
+                    copy_async(
+                        &k_sums.slice(from, from + n),
+                        &mut stage.key_sums.slice_mut(sum_at, sum_at + n),
+                        geo.meta_vector,
+                    );
+                }
             }
         }
     }
@@ -181,11 +186,13 @@ pub fn copy_block_values(
                     &mut stage.value_scales.slice_mut(step_at, step_at + n),
                     WORDS_PER_COPY,
                 );
-                copy_async(
-                    &v_sums.slice(from, from + n),
-                    &mut stage.value_sums.slice_mut(sum_at, sum_at + n),
-                    WORDS_PER_COPY,
-                );
+                if comptime!(geo.staged_value_sums() > 0) {
+                    copy_async(
+                        &v_sums.slice(from, from + n),
+                        &mut stage.value_sums.slice_mut(sum_at, sum_at + n),
+                        WORDS_PER_COPY,
+                    );
+                }
             }
         }
     }
