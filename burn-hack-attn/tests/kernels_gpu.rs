@@ -557,3 +557,30 @@ fn prefill_reference_on_wgpu_equals_ndarray() {
         assert!(worst < 1e-4, "{config}: max diff {worst}");
     }
 }
+
+#[test]
+fn appended_key_metadata_stays_dense_and_equal() {
+    // Two key groups per slot: two 4-byte values per row, which CUDA's allocations pad to 16
+    // bytes when a tensor of such rows is allocated whole (as a concatenation's output is).
+    let config: HackConfig = "bits=2,pi=64,round=nearest".parse().unwrap();
+    let geometry = CacheGeometry { batch: 2, kv_heads: 2, heads: 4, head_dim: 128 };
+    let mut gpu_cache = KvScheme::<Gpu>::new_cache(&config, 0, geometry, &Default::default());
+    let mut cpu_cache = KvScheme::<Cpu>::new_cache(&config, 0, geometry, &Default::default());
+    for (i, len) in [70, 1, 57].into_iter().enumerate() {
+        let shape = [2, 2, len, 128];
+        let n: usize = shape.iter().product();
+        let (k, v) = (normal(n, 10 + i as u64, 1.0), normal(n, 20 + i as u64, 1.0));
+        let gpu = |x: Vec<f32>| Tensor::<Gpu, 4>::from_data(TensorData::new(x, shape), &Default::default());
+        let cpu = |x: Vec<f32>| Tensor::<Cpu, 4>::from_data(TensorData::new(x, shape), &Default::default());
+        gpu_cache.append(gpu(k.clone()), gpu(v.clone())).unwrap();
+        cpu_cache.append(cpu(k), cpu(v)).unwrap();
+    }
+    let (gpu_keys, cpu_keys) = (gpu_cache.view().unwrap().keys.clone(), cpu_cache.view().unwrap().keys.clone());
+    for (name, t) in [("min", gpu_keys.min.clone()), ("scale", gpu_keys.scale.clone())] {
+        let strides = t.into_primitive().tensor().meta.strides().to_vec();
+        assert_eq!(strides, [2 * 128 * 2, 128 * 2, 2, 1], "key {name}");
+    }
+    let sums = gpu_keys.sums.clone().into_primitive().meta.strides().to_vec();
+    assert_eq!(sums, [2 * 128 * 2, 128 * 2, 2, 1], "key sums");
+    assert_eq!(host(gpu_keys), host(cpu_keys));
+}

@@ -36,9 +36,9 @@ impl<B: Backend> Codes<B> {
     pub fn append(self, more: Codes<B>) -> Codes<B> {
         Codes {
             words: Tensor::cat(vec![self.words, more.words], 2),
-            min: Tensor::cat(vec![self.min, more.min], 2),
-            scale: Tensor::cat(vec![self.scale, more.scale], 2),
-            sums: Tensor::cat(vec![self.sums, more.sums], 2),
+            min: cat_dense_rows(self.min, more.min),
+            scale: cat_dense_rows(self.scale, more.scale),
+            sums: cat_dense_rows(self.sums, more.sums),
         }
     }
 
@@ -50,6 +50,23 @@ impl<B: Backend> Codes<B> {
         let per_part = |t: &Tensor<B, 4>| t.clone().reshape([a, b, rows, parts, 1]);
         (codes * per_part(&self.scale) + per_part(&self.min)).reshape([a, b, rows, parts * group])
     }
+}
+
+/// `a` followed by `b` along axis 2, `[x, y, rows, width]`, through views of one element per row
+/// (`[x, y, rows · width, 1]`): a backend that pads narrow rows in its allocations (CUDA's pads
+/// two 4-byte values to 16 bytes) keeps the result dense, and the kernels read half the bytes of
+/// two key groups' metadata.
+fn cat_dense_rows<B: Backend, K>(a: Tensor<B, 4, K>, b: Tensor<B, 4, K>) -> Tensor<B, 4, K>
+where
+    K: burn::tensor::BasicOps<B>,
+{
+    let [x, y, first, width] = a.dims();
+    let rows = first + b.dims()[2];
+    let column = |t: Tensor<B, 4, K>| {
+        let n = t.dims()[2];
+        t.reshape([x, y, n * width, 1])
+    };
+    Tensor::cat(vec![column(a), column(b)], 2).reshape([x, y, rows, width])
 }
 
 /// Appends `more` to an optional `codes`.
