@@ -79,7 +79,7 @@ where
         let decode = decode::decode_geometry(group, cache);
         if q_len == 1 {
             if let Some(geo) = decode::mma_geometry(&decode, properties) {
-                return Ok(decode::mma_decode_launch(q, cache, decode, geo, options));
+                return Ok(decode::mma_decode_launch(q, cache, geo, options));
             }
             if decode.fits(device_shared) {
                 return Ok(decode::decode_launch(q, cache, decode, options));

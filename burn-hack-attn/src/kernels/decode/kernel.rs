@@ -30,6 +30,7 @@
 use burn_kvcompress::kernels::{decode_slot_visible, masked_score as masked, min_max_runs, sum_runs, SplitOut};
 use cubecl::prelude::*;
 
+use super::query_kernel::QueryShape;
 use crate::kernels::eight_bit::{code8, numerator, scale8};
 
 /// Shapes fixed at compile time (one compiled kernel per model geometry and configuration).
@@ -71,6 +72,11 @@ impl DecodeGeometry {
     /// Pairs of heads whose codes share a packed word (the last one half empty for an odd group).
     pub fn head_pairs(&self) -> u32 {
         self.group.div_ceil(2)
+    }
+
+    /// The shape of the group's queries.
+    pub fn queries(&self) -> QueryShape {
+        QueryShape { group: self.group, head_dim: self.head_dim, key_group: self.key_group }
     }
 
     /// Units per channel in the value phase: each takes every `value_splits`-th block of the

@@ -110,7 +110,7 @@ pub(super) struct QueryCodes<R: CubeRuntime> {
 }
 
 /// Quantizes the queries `q` (`[streams · group · head_dim]` f32, contiguous) once per stream
-/// with [`query_kernel`], for either decode kernel.
+/// with [`query_kernel`], for the scalar decode kernel.
 #[allow(unsafe_code)] // An unchecked kernel launch; it states why it is in bounds.
 pub(super) fn quantize_queries<R: CubeRuntime>(
     q: &CubeTensor<R>,
@@ -132,7 +132,7 @@ pub(super) fn quantize_queries<R: CubeRuntime>(
             q.clone().into_array_arg(),
             codes.clone().into_array_arg(),
             meta.clone().into_array_arg(),
-            geo,
+            geo.queries(),
         )
     };
     QueryCodes { codes, meta }

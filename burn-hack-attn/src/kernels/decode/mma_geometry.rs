@@ -4,6 +4,8 @@
 
 use burn_kvcompress::kernels::warp_mma::WARP;
 
+use super::query_kernel::QueryShape;
+
 /// Rows of a warp product (query rows of the scores, channels of the outputs).
 pub const PRODUCT_ROWS: u32 = 16;
 /// Columns of a warp product (slots of the scores, heads of the outputs).
@@ -61,6 +63,11 @@ impl MmaGeometry {
     /// code sum over the block, and the kernel neither copies nor reads the cached value sums.
     pub fn value_sums_from_products(&self) -> bool {
         self.padded_group() < PRODUCT_COLUMNS
+    }
+
+    /// The shape of the group's queries, which the kernel quantizes itself.
+    pub fn queries(&self) -> QueryShape {
+        QueryShape { group: self.group, head_dim: self.head_dim, key_group: self.key_group }
     }
 
     /// Key channel groups per head.

@@ -62,6 +62,7 @@ use cubecl::{
 
 use super::mma_geometry::{MmaGeometry, PRODUCT_COLUMNS, PRODUCT_DEPTH, PRODUCT_ROWS};
 use super::mma_stage::{block_stage, copy_block_keys, copy_block_values, BlockStage, WarpBlocks};
+use super::query_kernel::{stream_queries, StreamQueries};
 use crate::kernels::eight_bit::{numerator, scale8};
 
 /// One operand register: four byte codes.
@@ -135,8 +136,8 @@ fn column_owner(share: &OutputShare, e: u32) -> u32 {
 
 /// One cube of HACK decode attention on tensor cores; see the module documentation.
 ///
-/// - `q_codes`, `q_meta`: the group's 8-bit query codes and their runs' metadata, as
-///   [`query_kernel`](super::query_kernel::query_kernel) writes them;
+/// - `q`: the step's queries, `[streams · group · head_dim]`, which each cube quantizes for its
+///   stream ([`stream_queries`]);
 /// - `k_words`: `[streams · len, key_words]`; `k_min`, `k_scale`, `k_sums`: one row of
 ///   `key_meta_pitch` per slot (`k_sums` unread where the score product gives the sums); `v_words`:
 ///   `[streams · blocks · head_dim, value_words]`; `v_min`, `v_scale`, `v_sums`: `[streams · blocks
@@ -157,8 +158,7 @@ fn column_owner(share: &OutputShare, e: u32) -> u32 {
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked, fast_math = FastMath::ReducedPrecision | FastMath::NotNaN | FastMath::NotInf)]
 pub fn mma_decode_kernel(
-    q_codes: &Array<u32>,
-    q_meta: &Array<f32>,
+    q: &Array<f32>,
     k_words: &Array<Vector<u32, Const<4>>>,
     k_min: &Array<f32>,
     k_scale: &Array<f32>,
@@ -222,8 +222,9 @@ pub fn mma_decode_kernel(
     key_copies.commit_copy_async();
     copy_block_values(v_words, v_min, v_scale, v_sums, &mut stage, &slots, blocks, slots.first, geo);
     value_copies.commit_copy_async();
-    // The query operands load while the first block lands.
-    let queries = query_rows(q_codes, q_meta, stream, scale, geo);
+    // The queries are quantized and their operands loaded while the first block lands.
+    let stream_codes = stream_queries(q, stream, geo.queries());
+    let queries = query_rows(&stream_codes, scale, geo);
 
     // The cube's warps go through their blocks in lock step, round by round: the scores of a
     // round's block from its staged keys while its values land, then its values while the next
@@ -311,20 +312,13 @@ pub fn mma_decode_kernel(
     }
 }
 
-/// The calling lane's [`QueryRows`] for `stream`.
+/// The calling lane's [`QueryRows`] from its stream's quantized queries.
 #[cube]
-fn query_rows(
-    q_codes: &Array<u32>,
-    q_meta: &Array<f32>,
-    stream: u32,
-    scale: f32,
-    #[comptime] geo: MmaGeometry,
-) -> QueryRows {
+fn query_rows(stream_codes: &StreamQueries, scale: f32, #[comptime] geo: MmaGeometry) -> QueryRows {
     let lane = UNIT_POS % WARP;
     let (g, t) = (lane / 4, lane % 4);
     let d = geo.head_dim;
     let gp = comptime!(geo.padded_group());
-    let pairs = comptime!(geo.group.div_ceil(2));
     let runs = comptime!(geo.group * geo.parts());
     let rows = comptime!(geo.lane_rows() as usize);
     let mut queries = QueryRows {
@@ -339,10 +333,10 @@ fn query_rows(
         let (head, part) = (row % gp, row / gp);
         let valid = head < geo.group && part < geo.parts();
         let run = head * geo.parts() + part;
-        let at = stream * 3 * runs + u32::min(run, runs - 1);
-        let lo = select(valid, q_meta[at as usize], 0.0);
-        let step = select(valid, q_meta[(at + runs) as usize], 0.0);
-        let total = select(valid, q_meta[(at + 2 * runs) as usize], 0.0);
+        let at = u32::min(run, runs - 1);
+        let lo = select(valid, stream_codes.meta[at as usize], 0.0);
+        let step = select(valid, stream_codes.meta[(at + runs) as usize], 0.0);
+        let total = select(valid, stream_codes.meta[(at + 2 * runs) as usize], 0.0);
         queries.step[i as usize] = step * scale;
         queries.lo[i as usize] = lo * scale;
         queries.fixed[i as usize] = (step * total + f32::cast_from(geo.key_group) * lo) * scale;
@@ -367,8 +361,7 @@ fn query_rows(
                         // it takes.
                         code = u32::cast_from(channel / geo.key_group == key_part(g, geo));
                     } else if head < geo.group && channel / geo.key_group == part {
-                        code = (q_codes[(stream * pairs * d + (head / 2) * d + channel) as usize] >> (16 * (head % 2)))
-                            & 0xFF;
+                        code = (stream_codes.codes[((head / 2) * d + channel) as usize] >> (16 * (head % 2))) & 0xFF;
                     }
                     word |= code << (8 * b);
                 }

@@ -19,7 +19,6 @@ use burn_kvcompress::{
 
 use super::{
     kernel::DecodeGeometry,
-    launch::{quantize_queries, QueryCodes},
     mma_geometry::{MmaGeometry, COPY_BARRIER_BYTES, PRODUCT_COLUMNS, PRODUCT_DEPTH, PRODUCT_ROWS},
     mma_kernel::mma_decode_kernel,
 };
@@ -101,14 +100,12 @@ fn with_key_meta_pitch(geo: MmaGeometry, pitch: usize) -> MmaGeometry {
 }
 
 /// HACK decode attention on tensor cores of `q: [batch, heads, 1, head_dim]` (the last slot) over
-/// `cache`, shapes already checked, with `decode` from
-/// [`decode_geometry`](super::decode_geometry) and `geo` from [`mma_geometry`]; returns `[batch,
-/// heads, 1, head_dim]`.
+/// `cache`, shapes already checked, with `geo` from [`mma_geometry`]; returns `[batch, heads, 1,
+/// head_dim]`.
 #[allow(unsafe_code)] // Unchecked kernel launches; each states why it is in bounds.
 pub fn mma_decode_launch<R: CubeRuntime, BT: BoolElement>(
     q: Tensor<Backend<R, BT>, 4>,
     cache: &CacheView<'_, Backend<R, BT>>,
-    decode: DecodeGeometry,
     geo: MmaGeometry,
     options: &AttendOptions,
 ) -> Tensor<Backend<R, BT>, 4> {
@@ -123,7 +120,6 @@ pub fn mma_decode_launch<R: CubeRuntime, BT: BoolElement>(
     let [v_min, v_scale, v_sums] = args.v_meta;
     let key_start = key_start_arg::<R, BT>(&options.key_start, &q);
     let streams = batch * kv_heads;
-    let QueryCodes { codes: q_codes, meta: q_meta } = quantize_queries(&q, streams, decode);
     let splits = WarpSplits::for_device(
         geo.warps,
         geo.shared_bytes(),
@@ -143,8 +139,9 @@ pub fn mma_decode_launch<R: CubeRuntime, BT: BoolElement>(
     // memory (`meta_vector` divides the pitch; a block's words and metadata start at multiples of
     // 16 bytes) and in the stages (`mma_stage`), which hold `warps` warps' blocks and are read at
     // the calling warp's own offsets; tail rows for slots in `blocks · Π .. end` (the tail holds
-    // `len − blocks · Π` rows per stream); query codes and metadata as `query_kernel` wrote
-    // them, at heads `< group` and runs `< group · parts`; `key_start` has `batch` entries and
+    // `len − blocks · Π` rows per stream); the queries of stream `CUBE_POS_Y` (`group ·
+    // head_dim` values of `q`, which has `streams ·` that many), their codes and metadata in the
+    // cube's shared memory at heads `< group` and runs `< group · parts`; `key_start` has `batch` entries and
     // the grid `batch · kv_heads` rows; outputs are written for heads `< group`, and the partials
     // hold `heads · cubes · warps` entries. Bounds validated on CUDA: `burn_kvcompress::kernels`.
     unsafe {
@@ -152,8 +149,7 @@ pub fn mma_decode_launch<R: CubeRuntime, BT: BoolElement>(
             &client,
             CubeCount::Static(splits.cubes as u32, streams as u32, 1),
             CubeDim::new_1d(geo.units()),
-            q_codes.into_array_arg(),
-            q_meta.into_array_arg(),
+            q.clone().into_array_arg(),
             args.k_words.into_array_arg(),
             k_min.into_array_arg(),
             k_scale.into_array_arg(),

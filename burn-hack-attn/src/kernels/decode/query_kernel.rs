@@ -1,7 +1,8 @@
-//! Quantizing a decode step's queries to 8 bits, once per (sequence, KV head), before the decode
-//! kernel: each of the decode kernel's chunks of the same sequence and KV head reads the codes
-//! and their metadata instead of quantizing the group's queries again (which, at 32K slots,
-//! 128 chunks per sequence would each have done).
+//! Quantizing a decode step's queries to 8 bits, once per (sequence, KV head), before the scalar
+//! decode kernel: each of its chunks of the same sequence and KV head reads the codes and their
+//! metadata instead of quantizing the group's queries again (which, at 32K slots, 128 chunks per
+//! sequence would each have done). The tensor-core kernel, a few cubes per stream, quantizes its
+//! stream's queries itself into shared memory ([`stream_queries`]), which saves a launch.
 //!
 //! Output layout, per stream `batch row · kv_heads + kv head`:
 //! - `q_codes[stream · pairs · head_dim + pair · head_dim + c]`: the codes of heads `2 · pair` and
@@ -12,30 +13,57 @@
 use burn_kvcompress::kernels::{min_max_runs, sum_runs};
 use cubecl::prelude::*;
 
-use super::kernel::DecodeGeometry;
 use crate::kernels::eight_bit::{code8, scale8};
 
-/// Quantizes the queries `q: [streams · group · head_dim]` of one stream per cube (`CUBE_POS_X`)
-/// into `q_codes` and `q_meta`: min/max trees per (head, key group) run give its min and scale;
-/// each code is computed once, packed two heads per word and summed by a tree per run.
-#[cube(launch_unchecked)]
-pub fn query_kernel(
-    q: &Array<f32>,
-    q_codes: &mut Array<u32>,
-    q_meta: &mut Array<f32>,
-    #[comptime] geo: DecodeGeometry,
-) {
-    let stream = CUBE_POS_X;
+/// A stream's 8-bit query codes and their runs' metadata in shared memory, in the layout of the
+/// global outputs without the stream offset: `codes[pair · head_dim + c]`, `meta[run]`, `[runs +
+/// run]`, `[2 · runs + run]`.
+#[derive(CubeType)]
+pub struct StreamQueries {
+    pub codes: SharedMemory<u32>,
+    pub meta: SharedMemory<f32>,
+}
+
+/// The queries of one group, shapes fixed at compile time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct QueryShape {
+    /// Query heads per KV head.
+    pub group: u32,
+    /// Channels per head.
+    pub head_dim: u32,
+    /// Channels per key group (a run of a head's codes).
+    pub key_group: u32,
+}
+
+impl QueryShape {
+    /// Pairs of heads (one word of codes per pair and channel).
+    pub fn pairs(&self) -> u32 {
+        self.group.div_ceil(2)
+    }
+
+    /// Runs: one per (head, key group).
+    pub fn runs(&self) -> u32 {
+        self.group * self.head_dim / self.key_group
+    }
+}
+
+/// Quantizes stream `stream`'s queries of `q: [streams · group · head_dim]` with the cube's units
+/// into [`StreamQueries`]: min/max trees per (head, key group) run give its min and scale; each
+/// code is computed once, packed two heads per word and summed by a tree per run. Synchronizes
+/// the cube before it returns.
+#[cube]
+pub fn stream_queries(q: &Array<f32>, stream: u32, #[comptime] shape: QueryShape) -> StreamQueries {
     let (t, units) = (UNIT_POS, CUBE_DIM);
-    let (group, d, kg) = (geo.group, geo.head_dim, geo.key_group);
-    let pairs = comptime!(geo.head_pairs());
-    let runs = comptime!(geo.group * geo.head_dim / geo.key_group);
-    let mut lo = SharedMemory::<f32>::new(comptime!((geo.group * geo.head_dim) as usize));
-    let mut hi = SharedMemory::<f32>::new(comptime!((geo.group * geo.head_dim) as usize));
-    let mut q_min = SharedMemory::<f32>::new(runs as usize);
-    let mut q_scale = SharedMemory::<f32>::new(runs as usize);
+    let (group, d, kg) = (shape.group, shape.head_dim, shape.key_group);
+    let pairs = comptime!(shape.pairs());
+    let runs = comptime!(shape.runs());
+    let mut lo = SharedMemory::<f32>::new(comptime!((shape.group * shape.head_dim) as usize));
+    let mut hi = SharedMemory::<f32>::new(comptime!((shape.group * shape.head_dim) as usize));
+    let mut out = StreamQueries {
+        codes: SharedMemory::<u32>::new(comptime!((shape.pairs() * shape.head_dim) as usize)),
+        meta: SharedMemory::<f32>::new(comptime!((3 * shape.runs()) as usize)),
+    };
     let q_base = stream * group * d;
-    let meta_base = stream * 3 * runs;
 
     // Run `g · parts + part` of `g · d + c`: min and scale.
     let mut i = t;
@@ -50,11 +78,8 @@ pub fn query_kernel(
     let mut run = t;
     while run < runs {
         let mn = lo[(run * kg) as usize];
-        let sc = scale8(mn, hi[(run * kg) as usize]);
-        q_min[run as usize] = mn;
-        q_scale[run as usize] = sc;
-        q_meta[(meta_base + run) as usize] = mn;
-        q_meta[(meta_base + runs + run) as usize] = sc;
+        out.meta[run as usize] = mn;
+        out.meta[(runs + run) as usize] = scale8(mn, hi[(run * kg) as usize]);
         run += units;
     }
     sync_cube();
@@ -69,20 +94,43 @@ pub fn query_kernel(
             let g = 2 * pair + half;
             if g < group {
                 let run = (g * d + c) / kg;
-                let code = code8(q[(q_base + g * d + c) as usize], q_min[run as usize], q_scale[run as usize]);
+                let code =
+                    code8(q[(q_base + g * d + c) as usize], out.meta[run as usize], out.meta[(runs + run) as usize]);
                 packed |= u32::cast_from(code) << (16 * half);
                 lo[(g * d + c) as usize] = code;
                 hi[(g * d + c) as usize] = 0.0;
             }
         }
-        q_codes[(stream * pairs * d + item) as usize] = packed;
+        out.codes[item as usize] = packed;
         item += units;
     }
     sync_cube();
     sum_runs(&mut lo, &mut hi, runs, kg);
     let mut run = t;
     while run < runs {
-        q_meta[(meta_base + 2 * runs + run) as usize] = lo[(run * kg) as usize];
+        out.meta[(2 * runs + run) as usize] = lo[(run * kg) as usize];
         run += units;
+    }
+    sync_cube();
+    out
+}
+
+/// Quantizes the queries `q: [streams · group · head_dim]` of one stream per cube (`CUBE_POS_X`)
+/// into `q_codes` and `q_meta` ([`stream_queries`]).
+#[cube(launch_unchecked)]
+pub fn query_kernel(q: &Array<f32>, q_codes: &mut Array<u32>, q_meta: &mut Array<f32>, #[comptime] shape: QueryShape) {
+    let stream = CUBE_POS_X;
+    let queries = stream_queries(q, stream, shape);
+    let codes = comptime!(shape.pairs() * shape.head_dim);
+    let meta = comptime!(3 * shape.runs());
+    let mut i = UNIT_POS;
+    while i < codes {
+        q_codes[(stream * codes + i) as usize] = queries.codes[i as usize];
+        i += CUBE_DIM;
+    }
+    let mut i = UNIT_POS;
+    while i < meta {
+        q_meta[(stream * meta + i) as usize] = queries.meta[i as usize];
+        i += CUBE_DIM;
     }
 }
