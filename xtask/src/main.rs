@@ -62,7 +62,8 @@ fn test() -> anyhow::Result<()> {
     fetch_model::fetch_model()?;
     shell::run("cargo", &["test", "--release", "--workspace"])?;
     // The CubeCL kernels against their references on wgpu (lavapipe on a machine without a GPU):
-    // the shared merge, then each scheme's kernels.
+    // the shared kernel helpers' unit tests (compiled only with a GPU backend) and the merge,
+    // then each scheme's kernels.
     shell::run(
         "cargo",
         &[
@@ -72,6 +73,7 @@ fn test() -> anyhow::Result<()> {
             "burn-kvcompress",
             "--features",
             "wgpu",
+            "--lib",
             "--test",
             "merge_gpu",
             "--test",
