@@ -211,9 +211,15 @@ impl MmaGeometry {
         words + scales + 4 * (self.staged_key_sums() + self.staged_value_sums())
     }
 
-    /// Bytes of shared memory of a cube: its warps' stages and the two barriers of their copies.
+    /// Bytes of shared memory of a cube besides its warps' stages: the two barriers of their
+    /// copies and the quantization of the stream's queries.
+    pub fn cube_shared_bytes(&self) -> u32 {
+        COPY_BARRIER_BYTES + self.queries().shared_bytes()
+    }
+
+    /// Bytes of shared memory of a cube: its warps' stages, the barriers and the queries.
     pub fn shared_bytes(&self) -> u32 {
-        self.warps * self.warp_shared_bytes() + COPY_BARRIER_BYTES
+        self.warps * self.warp_shared_bytes() + self.cube_shared_bytes()
     }
 }
 
@@ -274,7 +280,9 @@ mod tests {
         let bench = MmaGeometry { group: 4, head_dim: 128, key_group: 64, partition: 64, warps: 16, meta_vector: 2 };
         assert_eq!((bench.staged_key_sums(), bench.staged_value_sums()), (0, 0));
         assert_eq!((bench.warp_shared_bytes(), bench.word_copies()), (7168, 4));
-        assert_eq!(bench.shared_bytes(), 16 * 7168 + COPY_BARRIER_BYTES);
+        // The queries: two trees of 4 × 128 f32, 2 × 128 words of codes, 3 × 8 metadata values.
+        assert_eq!(bench.queries().shared_bytes(), 4 * (2 * 512 + 256 + 24));
+        assert_eq!(bench.shared_bytes(), 16 * 7168 + COPY_BARRIER_BYTES + 5216);
         // 8 heads fill both products: the cached sums are staged (512 bytes each).
         let full = MmaGeometry { group: 8, ..bench };
         assert_eq!((full.staged_key_sums(), full.staged_value_sums()), (128, 128));
@@ -283,6 +291,12 @@ mod tests {
         let long = MmaGeometry { key_group: 128, partition: 128, ..bench };
         assert_eq!((long.warp_shared_bytes(), long.word_copies()), (12288, 8));
         assert!(long.shared_bytes() <= 227 * 1024);
+        // 16 heads at Π = 128 stage the sums (13 KiB a warp) and quantize 16 heads' queries (20
+        // KiB): 16 warps would not fit an H100's 227 KiB, 15 do (`mma_geometry`).
+        let wide = MmaGeometry { group: 16, ..long };
+        assert_eq!((wide.warp_shared_bytes(), wide.queries().shared_bytes()), (13312, 4 * (2 * 2048 + 1024 + 48)));
+        assert!(MmaGeometry { warps: 16, ..wide }.shared_bytes() > 227 * 1024);
+        assert!(MmaGeometry { warps: 15, ..wide }.shared_bytes() <= 227 * 1024);
         // The smallest: Π = 32, 64 channels, one 16-byte copy of words per lane.
         let small = MmaGeometry { head_dim: 64, key_group: 32, partition: 32, ..bench };
         assert_eq!(small.word_copies(), 1);

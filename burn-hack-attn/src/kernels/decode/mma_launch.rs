@@ -19,7 +19,7 @@ use burn_kvcompress::{
 
 use super::{
     kernel::DecodeGeometry,
-    mma_geometry::{MmaGeometry, COPY_BARRIER_BYTES, PRODUCT_COLUMNS, PRODUCT_DEPTH, PRODUCT_ROWS},
+    mma_geometry::{MmaGeometry, PRODUCT_COLUMNS, PRODUCT_DEPTH, PRODUCT_ROWS},
     mma_kernel::mma_decode_kernel,
 };
 use crate::kernels::{
@@ -46,8 +46,9 @@ const MAX_GROUP: u32 = 16;
 /// warp products with registers managed by the kernel, no asynchronous copies, or planes of
 /// other than 32 lanes; more than [`MAX_GROUP`] query heads per KV head; a head dimension above
 /// [`MAX_HEAD_DIM`] or not a multiple of 64 (whole 16-byte key copies); Π not a multiple of 32;
-/// codes of other than 2 bits; or no room in shared memory for one warp's stage. The cube takes
-/// as many warps as their stages fit, up to [`WARPS`]; the launch sets the key metadata's copy
+/// codes of other than 2 bits; or no room in shared memory for one warp's stage beside the cube's
+/// barriers and queries. The cube takes as many warps as their stages fit, up to [`WARPS`]; the
+/// launch sets the key metadata's copy
 /// width (`meta_vector`) from the cache's metadata pitch.
 pub fn mma_geometry(decode: &DecodeGeometry, properties: &DeviceProperties) -> Option<MmaGeometry> {
     let u8_codes = ElemType::UInt(UIntKind::U8).into();
@@ -78,7 +79,7 @@ pub fn mma_geometry(decode: &DecodeGeometry, properties: &DeviceProperties) -> O
         warps: WARPS,
         meta_vector: 1,
     };
-    let stages = (properties.hardware.max_shared_memory_size as u32).saturating_sub(COPY_BARRIER_BYTES);
+    let stages = (properties.hardware.max_shared_memory_size as u32).saturating_sub(geo.cube_shared_bytes());
     let fitting = stages / geo.warp_shared_bytes();
     (applies && fitting > 0).then_some(MmaGeometry { warps: fitting.min(WARPS), ..geo })
 }

@@ -45,6 +45,14 @@ impl QueryShape {
     pub fn runs(&self) -> u32 {
         self.group * self.head_dim / self.key_group
     }
+
+    /// Bytes of shared memory [`stream_queries`] takes: its two trees of `group · head_dim` f32,
+    /// the codes (`pairs · head_dim` words) and the metadata (`3 · runs` f32), each rounded up to
+    /// 16 bytes.
+    pub fn shared_bytes(&self) -> u32 {
+        let tree = self.group * self.head_dim;
+        [tree, tree, self.pairs() * self.head_dim, 3 * self.runs()].iter().map(|n| (4 * n).next_multiple_of(16)).sum()
+    }
 }
 
 /// Quantizes stream `stream`'s queries of `q: [streams · group · head_dim]` with the cube's units
