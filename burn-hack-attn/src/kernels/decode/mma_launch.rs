@@ -48,8 +48,7 @@ const MAX_GROUP: u32 = 16;
 /// [`MAX_HEAD_DIM`] or not a multiple of 64 (whole 16-byte key copies); Π not a multiple of 32;
 /// codes of other than 2 bits; or no room in shared memory for one warp's stage beside the cube's
 /// barriers and queries. The cube takes as many warps as their stages fit, up to [`WARPS`]; the
-/// launch sets the key metadata's copy
-/// width (`meta_vector`) from the cache's metadata pitch.
+/// launch sets the key metadata's copy width (`meta_vector`) from the cache's metadata pitch.
 pub fn mma_geometry(decode: &DecodeGeometry, properties: &DeviceProperties) -> Option<MmaGeometry> {
     let u8_codes = ElemType::UInt(UIntKind::U8).into();
     let product = MmaConfig {
@@ -140,11 +139,12 @@ pub fn mma_decode_launch<R: CubeRuntime, BT: BoolElement>(
     // memory (`meta_vector` divides the pitch; a block's words and metadata start at multiples of
     // 16 bytes) and in the stages (`mma_stage`), which hold `warps` warps' blocks and are read at
     // the calling warp's own offsets; tail rows for slots in `blocks · Π .. end` (the tail holds
-    // `len − blocks · Π` rows per stream); the queries of stream `CUBE_POS_Y` (`group ·
-    // head_dim` values of `q`, which has `streams ·` that many), their codes and metadata in the
-    // cube's shared memory at heads `< group` and runs `< group · parts`; `key_start` has `batch` entries and
-    // the grid `batch · kv_heads` rows; outputs are written for heads `< group`, and the partials
-    // hold `heads · cubes · warps` entries. Bounds validated on CUDA: `burn_kvcompress::kernels`.
+    // `len − blocks · Π` rows per stream); the queries of stream `CUBE_POS_Y` (`group · head_dim`
+    // values of `q`, which has `streams ·` that many), their codes and metadata in the cube's
+    // shared memory at heads `< group` and runs `< group · parts`; `key_start` has `batch`
+    // entries and the grid `batch · kv_heads` rows; outputs are written for heads `< group`, and
+    // the partials hold `heads · cubes · warps` entries. Bounds validated on CUDA:
+    // `burn_kvcompress::kernels`.
     unsafe {
         mma_decode_kernel::launch_unchecked::<R>(
             &client,
