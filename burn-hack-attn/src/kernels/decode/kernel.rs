@@ -71,7 +71,7 @@ impl DecodeGeometry {
 
     /// Pairs of heads whose codes share a packed word (the last one half empty for an odd group).
     pub fn head_pairs(&self) -> u32 {
-        self.group.div_ceil(2)
+        self.queries().pairs()
     }
 
     /// The shape of the group's queries.

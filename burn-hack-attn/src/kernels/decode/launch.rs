@@ -117,10 +117,9 @@ pub(super) fn quantize_queries<R: CubeRuntime>(
     streams: usize,
     geo: DecodeGeometry,
 ) -> QueryCodes<R> {
-    let d = geo.head_dim as usize;
-    let parts = (geo.head_dim / geo.key_group) as usize;
-    let codes = dense_output::<R, u32>(q, streams * geo.head_pairs() as usize * d);
-    let meta = dense_output::<R, f32>(q, streams * 3 * geo.group as usize * parts);
+    let shape = geo.queries();
+    let codes = dense_output::<R, u32>(q, streams * shape.code_words() as usize);
+    let meta = dense_output::<R, f32>(q, streams * shape.meta_values() as usize);
     // SAFETY: one cube per stream reads its group's `group · head_dim` query values of `q` and
     // writes its `pairs · head_dim` codes and `3 · runs` metadata values, within the buffers'
     // `streams ·` those sizes above. Bounds validated on CUDA: `burn_kvcompress::kernels`.
@@ -132,7 +131,7 @@ pub(super) fn quantize_queries<R: CubeRuntime>(
             q.clone().into_array_arg(),
             codes.clone().into_array_arg(),
             meta.clone().into_array_arg(),
-            geo.queries(),
+            shape,
         )
     };
     QueryCodes { codes, meta }

@@ -319,7 +319,7 @@ fn query_rows(stream_codes: &StreamQueries, scale: f32, #[comptime] geo: MmaGeom
     let (g, t) = (lane / 4, lane % 4);
     let d = geo.head_dim;
     let gp = comptime!(geo.padded_group());
-    let runs = comptime!(geo.group * geo.parts());
+    let runs = comptime!(geo.queries().runs());
     let rows = comptime!(geo.lane_rows() as usize);
     let mut queries = QueryRows {
         operand: Array::<Codes>::new(comptime!((geo.score_tiles() * geo.channel_steps() * 4) as usize)),

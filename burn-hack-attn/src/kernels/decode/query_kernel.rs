@@ -46,12 +46,22 @@ impl QueryShape {
         self.group * self.head_dim / self.key_group
     }
 
+    /// Words of a stream's codes: one per pair of heads and channel.
+    pub fn code_words(&self) -> u32 {
+        self.pairs() * self.head_dim
+    }
+
+    /// Metadata values of a stream: each run's min, scale and code sum.
+    pub fn meta_values(&self) -> u32 {
+        3 * self.runs()
+    }
+
     /// Bytes of shared memory [`stream_queries`] takes: its two trees of `group · head_dim` f32,
     /// the codes (`pairs · head_dim` words) and the metadata (`3 · runs` f32), each rounded up to
     /// 16 bytes.
     pub fn shared_bytes(&self) -> u32 {
         let tree = self.group * self.head_dim;
-        [tree, tree, self.pairs() * self.head_dim, 3 * self.runs()].iter().map(|n| (4 * n).next_multiple_of(16)).sum()
+        [tree, tree, self.code_words(), self.meta_values()].iter().map(|n| (4 * n).next_multiple_of(16)).sum()
     }
 }
 
@@ -68,8 +78,8 @@ pub fn stream_queries(q: &Array<f32>, stream: u32, #[comptime] shape: QueryShape
     let mut lo = SharedMemory::<f32>::new(comptime!((shape.group * shape.head_dim) as usize));
     let mut hi = SharedMemory::<f32>::new(comptime!((shape.group * shape.head_dim) as usize));
     let mut out = StreamQueries {
-        codes: SharedMemory::<u32>::new(comptime!((shape.pairs() * shape.head_dim) as usize)),
-        meta: SharedMemory::<f32>::new(comptime!((3 * shape.runs()) as usize)),
+        codes: SharedMemory::<u32>::new(comptime!(shape.code_words() as usize)),
+        meta: SharedMemory::<f32>::new(comptime!(shape.meta_values() as usize)),
     };
     let q_base = stream * group * d;
 
@@ -129,8 +139,8 @@ pub fn stream_queries(q: &Array<f32>, stream: u32, #[comptime] shape: QueryShape
 pub fn query_kernel(q: &Array<f32>, q_codes: &mut Array<u32>, q_meta: &mut Array<f32>, #[comptime] shape: QueryShape) {
     let stream = CUBE_POS_X;
     let queries = stream_queries(q, stream, shape);
-    let codes = comptime!(shape.pairs() * shape.head_dim);
-    let meta = comptime!(3 * shape.runs());
+    let codes = comptime!(shape.code_words());
+    let meta = comptime!(shape.meta_values());
     let mut i = UNIT_POS;
     while i < codes {
         q_codes[(stream * codes + i) as usize] = queries.codes[i as usize];
