@@ -6,6 +6,7 @@ use burn::tensor::{Tensor, TensorData};
 use burn_hack_attn::{
     cache::{key_group, sum_bytes},
     kernels::{attention_reference, attention_reference_in_steps, unpack_words},
+    quant::GroupParams,
     HackConfig, Rounding,
 };
 use burn_kvcompress::{
@@ -43,10 +44,18 @@ fn host(t: Tensor<B, 4>) -> Vec<f32> {
 fn dequantize(codes: &burn_hack_attn::cache::Codes<B>, bits: u8) -> (Vec<f32>, [usize; 4]) {
     let unpacked = unpack_words(codes.words.clone(), bits).float();
     let dims = unpacked.dims();
-    let (c, min, scale) = (host(unpacked), host(codes.min.clone()), host(codes.scale.clone()));
-    let parts = codes.min.dims()[3];
+    let words: Vec<i32> = codes.params.clone().into_data().convert::<i32>().into_vec().unwrap();
+    let params: Vec<GroupParams> = words.into_iter().map(GroupParams::from_word).collect();
+    let parts = codes.params.dims()[3];
     let group = dims[3] / parts;
-    let out = c.iter().enumerate().map(|(i, &c)| scale[i / group] * c + min[i / group]).collect();
+    let out = host(unpacked)
+        .iter()
+        .enumerate()
+        .map(|(i, &c)| {
+            let p = params[i / group];
+            p.scale.to_f32() * c + p.min.to_f32()
+        })
+        .collect();
     (out, dims)
 }
 
@@ -207,13 +216,13 @@ fn state_round_trips_and_bytes_match_the_format() {
         assert_eq!(host(copy.attend(q.clone(), &options).unwrap()), host(cache.attend(q, &options).unwrap()));
 
         // The format's bytes, counted from the state's elements: packed words as they are, each
-        // (min, scale) pair as two fp16, each sum at its storage width, the tail in f32. The
+        // (min, scale) pair as one word of two fp16, each sum at its storage width, the tail in f32. The
         // state's own bytes are that count, so the wire carries the format.
         let count = |name: &str| state.get(name).map_or(0, |t| t.elements());
         let key_sum = sum_bytes(config.bits, key_group(64, config.partition));
         let value_sum = sum_bytes(config.bits, config.partition);
         let format = 4 * (count("k_words") + count("v_words"))
-            + 4 * (count("k_min") + count("v_min"))
+            + 4 * (count("k_params") + count("v_params"))
             + key_sum * count("k_sums")
             + value_sum * count("v_sums")
             + 4 * count("v_tail");
@@ -221,10 +230,9 @@ fn state_round_trips_and_bytes_match_the_format() {
         assert_eq!(state.byte_len(), format, "{config}");
         let width = |bytes: usize| if bytes == 1 { StateDType::U8 } else { StateDType::U16 };
         for (name, dtype) in [
-            ("k_min", StateDType::F16),
-            ("k_scale", StateDType::F16),
+            ("k_params", StateDType::I32),
             ("k_sums", width(key_sum)),
-            ("v_min", StateDType::F16),
+            ("v_params", StateDType::I32),
             ("v_sums", width(value_sum)),
         ] {
             assert!(state.get(name).ok().is_none_or(|t| t.dtype == dtype), "{config}: {name}");

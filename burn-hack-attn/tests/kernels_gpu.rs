@@ -34,33 +34,31 @@ fn ints<B: burn::tensor::backend::Backend>(t: Tensor<B, 4, Int>) -> Vec<u32> {
     t.into_data().convert::<i64>().into_vec::<i64>().unwrap().into_iter().map(|x| x as u32).collect()
 }
 
-fn floats<B: burn::tensor::backend::Backend>(t: Tensor<B, 4>) -> Vec<u32> {
-    t.into_data().convert::<f32>().into_vec::<f32>().unwrap().into_iter().map(f32::to_bits).collect()
-}
-
-fn host<B: burn::tensor::backend::Backend>(c: Codes<B>) -> [Vec<u32>; 4] {
-    [ints(c.words), floats(c.min), floats(c.scale), ints(c.sums)]
+fn host<B: burn::tensor::backend::Backend>(c: Codes<B>) -> [Vec<u32>; 3] {
+    [ints(c.words), ints(c.params), ints(c.sums)]
 }
 
 #[test]
 fn quantize_kernel_equals_reference_bit_for_bit() {
     let cases = [
-        // (shape [b, h, rows, z], bits, group, layout, rounding)
-        ([2, 3, 5, 64], 2, 32, RowLayout::Keys { first_slot: 0 }, Rounding::Nearest),
-        ([1, 2, 7, 64], 2, 64, RowLayout::Keys { first_slot: 13 }, Rounding::Stochastic { seed: 3 }),
-        ([2, 1, 3, 128], 4, 128, RowLayout::Keys { first_slot: 1000 }, Rounding::Stochastic { seed: 4 }),
-        ([1, 3, 2 * 64, 32], 2, 32, RowLayout::ValueBlocks { first_slot: 32 }, Rounding::Stochastic { seed: 5 }),
-        ([2, 2, 64, 64], 4, 64, RowLayout::ValueBlocks { first_slot: 0 }, Rounding::Nearest),
-        ([1, 1, 1, 16], 2, 16, RowLayout::Keys { first_slot: 7 }, Rounding::Nearest),
+        // (shape [b, h, rows, z], bits, group, layout, rounding, magnitude of the values)
+        ([2, 3, 5, 64], 2, 32, RowLayout::Keys { first_slot: 0 }, Rounding::Nearest, 1.0),
+        ([1, 2, 7, 64], 2, 64, RowLayout::Keys { first_slot: 13 }, Rounding::Stochastic { seed: 3 }, 1.0),
+        ([2, 1, 3, 128], 4, 128, RowLayout::Keys { first_slot: 1000 }, Rounding::Stochastic { seed: 4 }, 1.0),
+        ([1, 3, 2 * 64, 32], 2, 32, RowLayout::ValueBlocks { first_slot: 32 }, Rounding::Stochastic { seed: 5 }, 1.0),
+        ([2, 2, 64, 64], 4, 64, RowLayout::ValueBlocks { first_slot: 0 }, Rounding::Nearest, 1.0),
+        ([1, 1, 1, 16], 2, 16, RowLayout::Keys { first_slot: 7 }, Rounding::Nearest, 1.0),
+        // Minima and scales that are subnormal fp16 numbers (below 2^-14).
+        ([1, 2, 4, 64], 2, 32, RowLayout::Keys { first_slot: 0 }, Rounding::Nearest, 1e-5),
     ];
-    for (i, (shape, bits, group, layout, rounding)) in cases.into_iter().enumerate() {
+    for (i, (shape, bits, group, layout, rounding, magnitude)) in cases.into_iter().enumerate() {
         let head_dim = match layout {
             RowLayout::Keys { .. } => shape[3],
             RowLayout::ValueBlocks { .. } => 64,
         };
         let spec =
             QuantizeSpec { bits, group, head_dim, partition: 32, rounder: Rounder::new(rounding, i as u32), layout };
-        let data = values(shape, i as u64);
+        let data: Vec<f32> = values(shape, i as u64).into_iter().map(|x| x * magnitude).collect();
         let cpu = quantize_reference(
             Tensor::<Cpu, 4>::from_data(TensorData::new(data.clone(), shape), &Default::default()),
             &spec,
@@ -70,9 +68,15 @@ fn quantize_kernel_equals_reference_bit_for_bit() {
             Gpu::hack_quantize(Tensor::<Gpu, 4>::from_data(TensorData::new(data, shape), &Default::default()), &spec)
                 .unwrap();
         let (want, got) = (host(cpu), host(gpu));
-        for (name, (w, g)) in ["words", "min", "scale", "sums"].iter().zip(want.iter().zip(&got)) {
+        for (name, (w, g)) in ["words", "params", "sums"].iter().zip(want.iter().zip(&got)) {
             let mismatches = w.iter().zip(g).filter(|(a, b)| a != b).count();
             assert_eq!(mismatches, 0, "case {i} {name}: {mismatches} of {} differ", w.len());
+        }
+        if magnitude < 1.0 {
+            let subnormal = |half: u32| half & 0x7C00 == 0 && half & 0x3FF != 0;
+            let words = &want[1];
+            assert!(words.iter().any(|w| subnormal(w & 0xFFFF)), "case {i}: no subnormal minimum");
+            assert!(words.iter().any(|w| subnormal(w >> 16)), "case {i}: no subnormal scale");
         }
     }
 }
@@ -560,7 +564,7 @@ fn prefill_reference_on_wgpu_equals_ndarray() {
 
 #[test]
 fn appended_key_metadata_stays_dense_and_equal() {
-    // Two key groups per slot: two 4-byte values per row, which CUDA's allocations pad to 16
+    // Two key groups per slot: two 4-byte words per row, which CUDA's allocations pad to 16
     // bytes when a tensor of such rows is allocated whole (as a concatenation's output is).
     let config: HackConfig = "bits=2,pi=64,round=nearest".parse().unwrap();
     let geometry = CacheGeometry { batch: 2, kv_heads: 2, heads: 4, head_dim: 128 };
@@ -576,11 +580,9 @@ fn appended_key_metadata_stays_dense_and_equal() {
         cpu_cache.append(cpu(k), cpu(v)).unwrap();
     }
     let (gpu_keys, cpu_keys) = (gpu_cache.view().unwrap().keys.clone(), cpu_cache.view().unwrap().keys.clone());
-    for (name, t) in [("min", gpu_keys.min.clone()), ("scale", gpu_keys.scale.clone())] {
-        let strides = t.into_primitive().tensor().meta.strides().to_vec();
+    for (name, t) in [("params", gpu_keys.params.clone()), ("sums", gpu_keys.sums.clone())] {
+        let strides = t.into_primitive().meta.strides().to_vec();
         assert_eq!(strides, [2 * 128 * 2, 128 * 2, 2, 1], "key {name}");
     }
-    let sums = gpu_keys.sums.clone().into_primitive().meta.strides().to_vec();
-    assert_eq!(sums, [2 * 128 * 2, 128 * 2, 2, 1], "key sums");
     assert_eq!(host(gpu_keys), host(cpu_keys));
 }

@@ -1,15 +1,19 @@
-//! Quantized rows on the device: packed codes, fp16-valued metadata and cached code sums.
+//! Quantized rows on the device: packed codes, fp16 metadata and cached code sums.
 
 use burn::tensor::{backend::Backend, Int, Tensor};
 
-use crate::kernels::unpack_words;
+use crate::{
+    kernels::unpack_words,
+    quant::{word_minima, word_scales},
+};
 
 /// Rows quantized in partitions along their last axis, `[batch, kv_heads, rows, ·]`:
 ///
 /// - `words`: `[batch, kv_heads, rows, parts * words_per_part]` packed codes, 32-bit words holding
 ///   `32 / bits` codes each, the first code in the lowest bits (stored as the backend's integer);
-/// - `min`, `scale`: `[batch, kv_heads, rows, parts]`, values that are exactly fp16 numbers (the
-///   paper's metadata type), held as f32 on the device;
+/// - `params`: `[batch, kv_heads, rows, parts]`, each partition's fp16 minimum and scale (the
+///   paper's metadata type) in one word, the minimum's bits low
+///   ([`GroupParams::word`](crate::quant::GroupParams::word));
 /// - `sums`: `[batch, kv_heads, rows, parts]` cached code sums (summation elimination).
 ///
 /// Keys keep one row per token (partitions = channel groups); values keep one row per (closed
@@ -18,10 +22,8 @@ use crate::kernels::unpack_words;
 pub struct Codes<B: Backend> {
     /// Packed codes.
     pub words: Tensor<B, 4, Int>,
-    /// Per-partition minimum.
-    pub min: Tensor<B, 4>,
-    /// Per-partition scale.
-    pub scale: Tensor<B, 4>,
+    /// Per-partition fp16 minimum and scale, one word each.
+    pub params: Tensor<B, 4, Int>,
     /// Per-partition code sum.
     pub sums: Tensor<B, 4, Int>,
 }
@@ -36,25 +38,34 @@ impl<B: Backend> Codes<B> {
     pub fn append(self, more: Codes<B>) -> Codes<B> {
         Codes {
             words: Tensor::cat(vec![self.words, more.words], 2),
-            min: cat_dense_rows(self.min, more.min),
-            scale: cat_dense_rows(self.scale, more.scale),
+            params: cat_dense_rows(self.params, more.params),
             sums: cat_dense_rows(self.sums, more.sums),
         }
+    }
+
+    /// Per-partition minima, `[batch, kv_heads, rows, parts]`.
+    pub fn min(&self) -> Tensor<B, 4> {
+        word_minima(self.params.clone())
+    }
+
+    /// Per-partition scales, `[batch, kv_heads, rows, parts]`.
+    pub fn scale(&self) -> Tensor<B, 4> {
+        word_scales(self.params.clone())
     }
 
     /// The values the codes stand for, `scale * code + min` per partition of `group` elements
     /// coded on `bits` bits: `[batch, kv_heads, rows, parts * group]`.
     pub fn dequantize(&self, bits: u8, group: usize) -> Tensor<B, 4> {
-        let [a, b, rows, parts] = self.min.dims();
+        let [a, b, rows, parts] = self.params.dims();
         let codes = unpack_words(self.words.clone(), bits).float().reshape([a, b, rows, parts, group]);
-        let per_part = |t: &Tensor<B, 4>| t.clone().reshape([a, b, rows, parts, 1]);
-        (codes * per_part(&self.scale) + per_part(&self.min)).reshape([a, b, rows, parts * group])
+        let per_part = |t: Tensor<B, 4>| t.reshape([a, b, rows, parts, 1]);
+        (codes * per_part(self.scale()) + per_part(self.min())).reshape([a, b, rows, parts * group])
     }
 }
 
 /// `a` followed by `b` along axis 2, `[x, y, rows, width]`, through views of one element per row
 /// (`[x, y, rows · width, 1]`): a backend that pads narrow rows in its allocations (CUDA's pads
-/// two 4-byte values to 16 bytes) keeps the result dense, and the kernels read half the bytes of
+/// two 4-byte values to 16 bytes) keeps the result dense, so the kernels read no padding between
 /// two key groups' metadata.
 fn cat_dense_rows<B: Backend, K>(a: Tensor<B, 4, K>, b: Tensor<B, 4, K>) -> Tensor<B, 4, K>
 where

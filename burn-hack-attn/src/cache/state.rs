@@ -1,12 +1,12 @@
 //! A HACK cache as a [`LayerState`] and back: the codes, metadata, sums and tail exactly as held,
 //! so a cache rebuilt on the decode side attends exactly as the prefill side's.
 //!
-//! Tensors: `k_words`, `k_min`, `k_scale`, `k_sums` (keys, one row per slot); `v_words`, `v_min`,
-//! `v_scale`, `v_sums` (closed blocks, present once a block has closed); `v_tail` (present while
-//! the tail is not empty). Shapes as in [`Codes`]. The state holds the format's widths, which
-//! [`HackCache`]'s `memory_bytes` counts: packed words as 32-bit integers, minima and scales as
-//! f16 (their values are exact fp16 numbers; the device holds them in f32), code sums as `u8` or
-//! `u16` ([`sum_bytes`]; the device holds them as 32-bit integers), the tail in f32.
+//! Tensors: `k_words`, `k_params`, `k_sums` (keys, one row per slot); `v_words`, `v_params`,
+//! `v_sums` (closed blocks, present once a block has closed); `v_tail` (present while the tail is
+//! not empty). Shapes as in [`Codes`]. The state holds the format's widths, which [`HackCache`]'s
+//! `memory_bytes` counts: packed words and each partition's fp16 (min, scale) word as 32-bit
+//! integers, code sums as `u8` or `u16` ([`sum_bytes`]; the device holds them as 32-bit
+//! integers), the tail in f32.
 
 use burn_kvcompress::{
     cache::{CacheGeometry, LayerState, StateDType, StateTensor, TransferableCache, TransferableScheme},
@@ -16,8 +16,8 @@ use burn_kvcompress::{
 use super::{sum_bytes, Codes, HackCache};
 use crate::{kernels::HackBackend, HackConfig};
 
-/// Appends `codes` of `bits`-bit codes to `out` as `{prefix}_words`, `{prefix}_min`,
-/// `{prefix}_scale` (f16) and `{prefix}_sums` (at the width [`sum_bytes`] gives their partitions).
+/// Appends `codes` of `bits`-bit codes to `out` as `{prefix}_words`, `{prefix}_params` and
+/// `{prefix}_sums` (at the width [`sum_bytes`] gives their partitions).
 pub fn export_codes<B: HackBackend>(prefix: &str, codes: &Codes<B>, bits: u8, out: &mut Vec<StateTensor>) {
     let (words, parts) = (codes.words.dims()[3], codes.sums.dims()[3]);
     let group = words * 32 / (bits as usize * parts);
@@ -25,10 +25,8 @@ pub fn export_codes<B: HackBackend>(prefix: &str, codes: &Codes<B>, bits: u8, ou
         1 => StateDType::U8,
         _ => StateDType::U16,
     };
-    let exact = "HACK's minima and scales are exact fp16 numbers";
     out.push(StateTensor::from_int(&format!("{prefix}_words"), &codes.words));
-    out.push(StateTensor::from_float_as_f16(&format!("{prefix}_min"), &codes.min).expect(exact));
-    out.push(StateTensor::from_float_as_f16(&format!("{prefix}_scale"), &codes.scale).expect(exact));
+    out.push(StateTensor::from_int(&format!("{prefix}_params"), &codes.params));
     out.push(
         StateTensor::from_int_as(&format!("{prefix}_sums"), &codes.sums, sums)
             .expect("a partition's code sum fits the width sum_bytes gives it"),
@@ -49,13 +47,12 @@ pub fn import_codes<B: HackBackend>(
     let get = |name: &str| state.get(&format!("{prefix}_{name}"));
     let codes = Codes {
         words: get("words")?.to_int::<B, 4>(device)?,
-        min: get("min")?.to_float::<B, 4>(device)?,
-        scale: get("scale")?.to_float::<B, 4>(device)?,
+        params: get("params")?.to_int::<B, 4>(device)?,
         sums: get("sums")?.to_int::<B, 4>(device)?,
     };
     let (b, h) = (geometry.batch, geometry.kv_heads);
     let expected = ([b, h, rows, words], [b, h, rows, parts]);
-    let found = (codes.words.dims(), [codes.min.dims(), codes.scale.dims(), codes.sums.dims()]);
+    let found = (codes.words.dims(), [codes.params.dims(), codes.sums.dims()]);
     if found.0 != expected.0 || found.1.iter().any(|d| *d != expected.1) {
         return Err(CacheError::State(format!(
             "`{prefix}` codes have shapes {:?} / {:?}, expected {:?} / {:?}",

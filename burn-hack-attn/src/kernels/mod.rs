@@ -13,6 +13,8 @@ mod eight_bit;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod noise_cube;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod params_word;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub mod prefill;
 pub mod quantize;
 mod spec;
@@ -69,7 +71,7 @@ where
         cache: &CacheView<'_, Self>,
         options: &AttendOptions,
     ) -> Result<Tensor<Self, 4>, CacheError> {
-        let [batch, kv_heads, len, _] = cache.keys.min.dims();
+        let [batch, kv_heads, len, _] = cache.keys.params.dims();
         let (_, heads, q_len, _) =
             burn_kvcompress::cache::check_attend_shapes(q.dims(), [batch, kv_heads, len, cache.head_dim], options)?;
         let group = heads / kv_heads;

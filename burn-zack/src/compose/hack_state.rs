@@ -1,6 +1,6 @@
 //! A ZACK + HACK cache as a [`LayerState`] and back: the codes, metadata, sums and tail exactly
-//! as held. Tensors: `k{h}_words`, `k{h}_min`, `k{h}_scale`, `k{h}_sums` per KV head `h`;
-//! `v_words`, `v_min`, `v_scale`, `v_sums` once a value block has closed; `v_tail` while the tail
+//! as held. Tensors: `k{h}_words`, `k{h}_params`, `k{h}_sums` per KV head `h`; `v_words`,
+//! `v_params`, `v_sums` once a value block has closed; `v_tail` while the tail
 //! is not empty, at the widths HACK's state gives them ([`export_codes`]). Rotations and ranks do
 //! not travel (the scheme's name carries their digests).
 

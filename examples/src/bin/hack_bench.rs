@@ -82,16 +82,16 @@ fn check_against_cpu<B: HackBackend>(device: &B::Device) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Bytes the decode kernel reads from device memory: every resident code word, min and scale, the
-/// code sums it reads (4 bytes each on the device), the tail and the queries.
+/// Bytes the decode kernel reads from device memory: every resident code word and fp16 (min,
+/// scale) word, the code sums it reads (4 bytes each on the device), the tail and the queries.
 fn device_bytes(args: &Args, batch: usize, len: usize) -> f64 {
     let (d, bits, pi) = (args.grid.head_dim, args.config.bits as usize, args.config.partition);
     let parts = d / key_group(d, pi);
     let blocks = len / pi;
     let tail = len - blocks * pi;
     let (key_sums, value_sums) = reads_code_sums(args);
-    let keys = len * (d * bits / 8 + parts * (8 + 4 * key_sums as usize));
-    let values = blocks * d * (pi * bits / 8 + 8 + 4 * value_sums as usize) + tail * d * 4;
+    let keys = len * (d * bits / 8 + parts * (4 + 4 * key_sums as usize));
+    let values = blocks * d * (pi * bits / 8 + 4 + 4 * value_sums as usize) + tail * d * 4;
     (batch * args.grid.kv_heads * (keys + values) + batch * args.grid.heads * d * 4) as f64
 }
 

@@ -81,12 +81,13 @@ impl<B: Backend> Operands<B> {
         let parts = head_dim / gk;
         let k_codes = unpack_words(cache.keys.words.clone(), cache.bits).float();
         let k_sums = cache.keys.sums.clone().float();
+        let (k_min, k_scale) = (cache.keys.min(), cache.keys.scale());
         let keys = (0..parts)
             .map(|p| {
                 [
                     k_codes.clone().narrow(3, p * gk, gk).swap_dims(2, 3),
-                    per_column(&cache.keys.min, p),
-                    per_column(&cache.keys.scale, p),
+                    per_column(&k_min, p),
+                    per_column(&k_scale, p),
                     per_column(&k_sums, p),
                 ]
             })
@@ -97,12 +98,7 @@ impl<B: Backend> Operands<B> {
             let codes =
                 unpack_words(v.words.clone(), cache.bits).float().reshape([batch, kv_heads, blocks, head_dim, pi]);
             let per_block = |t: Tensor<B, 4>| t.reshape([batch, kv_heads, blocks, 1, head_dim]);
-            [
-                codes.swap_dims(3, 4),
-                per_block(v.min.clone()),
-                per_block(v.scale.clone()),
-                per_block(v.sums.clone().float()),
-            ]
+            [codes.swap_dims(3, 4), per_block(v.min()), per_block(v.scale()), per_block(v.sums.clone().float())]
         });
         Self { keys, values }
     }
@@ -121,7 +117,7 @@ pub fn attention_reference<B: Backend>(
     cache: &CacheView<'_, B>,
     options: &AttendOptions,
 ) -> Result<Tensor<B, 4>, CacheError> {
-    let [batch, kv_heads, len, _] = cache.keys.min.dims();
+    let [batch, kv_heads, len, _] = cache.keys.params.dims();
     let head_dim = cache.head_dim;
     let (_, heads, _, _) = check_attend_shapes(q.dims(), [batch, kv_heads, len, head_dim], options)?;
     let parts = head_dim / key_group(head_dim, cache.partition);
@@ -136,7 +132,7 @@ pub fn attention_reference_in_steps<B: Backend>(
     options: &AttendOptions,
     step: usize,
 ) -> Result<Tensor<B, 4>, CacheError> {
-    let [batch, kv_heads, len, _] = cache.keys.min.dims();
+    let [batch, kv_heads, len, _] = cache.keys.params.dims();
     let head_dim = cache.head_dim;
     let (_, _, q_len, _) = check_attend_shapes(q.dims(), [batch, kv_heads, len, head_dim], options)?;
     let step = step.max(1);
@@ -163,7 +159,7 @@ fn attend_rows<B: Backend>(
     softmax_scale: f32,
 ) -> Tensor<B, 4> {
     let [batch, heads, n, head_dim] = q.dims();
-    let [_, kv_heads, len, _] = cache.keys.min.dims();
+    let [_, kv_heads, len, _] = cache.keys.params.dims();
     let (group, rows) = (heads / kv_heads, heads / kv_heads * n);
     let gk = key_group(head_dim, cache.partition);
 

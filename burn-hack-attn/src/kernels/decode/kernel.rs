@@ -31,7 +31,10 @@ use burn_kvcompress::kernels::{decode_slot_visible, masked_score as masked, min_
 use cubecl::prelude::*;
 
 use super::query_kernel::QueryShape;
-use crate::kernels::eight_bit::{code8, numerator, scale8};
+use crate::kernels::{
+    eight_bit::{code8, numerator, scale8},
+    params_word::{params_min, params_scale},
+};
 
 /// Shapes fixed at compile time (one compiled kernel per model geometry and configuration).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -134,12 +137,10 @@ pub fn decode_kernel(
     q_codes: &Array<u32>,
     q_meta: &Array<f32>,
     k_words: &Array<u32>,
-    k_min: &Array<f32>,
-    k_scale: &Array<f32>,
+    k_params: &Array<u32>,
     k_sums: &Array<u32>,
     v_words: &Array<u32>,
-    v_min: &Array<f32>,
-    v_scale: &Array<f32>,
+    v_params: &Array<u32>,
     v_sums: &Array<u32>,
     tail: &Array<f32>,
     key_start: &Array<u32>,
@@ -232,7 +233,8 @@ pub fn decode_kernel(
                 dot_word(word, &q_pairs, part * kg + w * per_word, d, &mut dot, pairs, geo.bits);
             }
             let meta = (row * key_meta_pitch + part) as usize;
-            let (ks, km, k_sum) = (k_scale[meta], k_min[meta], f32::cast_from(k_sums[meta]));
+            let params = k_params[meta];
+            let (ks, km, k_sum) = (params_scale(params), params_min(params), f32::cast_from(k_sums[meta]));
             #[unroll]
             for g in 0..group {
                 let qm = (g * parts + part) as usize;
@@ -333,8 +335,8 @@ pub fn decode_kernel(
                     let word = v_words[(row * words_per_value + w) as usize];
                     dot_word(word, &p_pairs, b * pi + w * per_word, chunk, &mut dot, pairs, geo.bits);
                 }
-                let (vs, vm, v_sum) =
-                    (v_scale[row as usize], v_min[row as usize], f32::cast_from(v_sums[row as usize]));
+                let params = v_params[row as usize];
+                let (vs, vm, v_sum) = (params_scale(params), params_min(params), f32::cast_from(v_sums[row as usize]));
                 #[unroll]
                 for g in 0..group {
                     let pb = (g * chunk_blocks + b) as usize;

@@ -48,15 +48,15 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
     options: &AttendOptions,
 ) -> Tensor<Backend<R, BT>, 4> {
     let [batch, heads, _, d] = q.dims();
-    let [_, kv_heads, len, _] = cache.keys.min.dims();
+    let [_, kv_heads, len, _] = cache.keys.params.dims();
     let chunk = geo.chunk as usize;
     let splits = len.div_ceil(chunk);
     let q = float(&q);
     let client = q.client.clone();
     let parts = (geo.head_dim / geo.key_group) as usize;
     let args = CacheArgs::new(cache, &q, parts);
-    let [k_min, k_scale, k_sums] = args.k_meta;
-    let [v_min, v_scale, v_sums] = args.v_meta;
+    let [k_params, k_sums] = args.k_meta;
+    let [v_params, v_sums] = args.v_meta;
     let key_start = key_start_arg::<R, BT>(&options.key_start, &q);
     let partials = SplitPartials::allocate(&q, batch * heads, splits, d);
     let QueryCodes { codes: q_codes, meta: q_meta } = quantize_queries(&q, batch * kv_heads, geo);
@@ -76,12 +76,10 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
             q_codes.into_array_arg(),
             q_meta.into_array_arg(),
             args.k_words.into_array_arg(),
-            k_min.into_array_arg(),
-            k_scale.into_array_arg(),
+            k_params.into_array_arg(),
             k_sums.into_array_arg(),
             args.v_words.into_array_arg(),
-            v_min.into_array_arg(),
-            v_scale.into_array_arg(),
+            v_params.into_array_arg(),
             v_sums.into_array_arg(),
             args.tail.into_array_arg(),
             key_start.into_array_arg(),

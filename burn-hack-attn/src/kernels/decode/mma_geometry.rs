@@ -14,6 +14,8 @@ pub const PRODUCT_COLUMNS: u32 = 8;
 pub const PRODUCT_DEPTH: u32 = 32;
 /// Bytes of the two barriers of a cube's asynchronous copies.
 pub const COPY_BARRIER_BYTES: u32 = 16;
+/// Blocks a warp holds in shared memory: one attended while the next lands.
+pub const STAGES: u32 = 2;
 
 /// Shapes fixed at compile time (one compiled kernel per model geometry, configuration and cube
 /// size).
@@ -168,7 +170,7 @@ impl MmaGeometry {
         self.partition * self.key_stride()
     }
 
-    /// Key metadata values of a warp's staged block, per tensor.
+    /// Key metadata words of a warp's staged block, per tensor (one per slot and key group).
     pub fn key_meta(&self) -> u32 {
         self.partition * self.parts()
     }
@@ -204,11 +206,16 @@ impl MmaGeometry {
         }
     }
 
-    /// Bytes of shared memory a warp stages a block in (`mma_stage`).
-    pub fn warp_shared_bytes(&self) -> u32 {
+    /// Bytes of shared memory a warp stages one block in (one region of `mma_stage`).
+    pub fn block_stage_bytes(&self) -> u32 {
         let words = 16 * self.warp_key_vectors() + 8 * self.warp_value_pairs();
-        let scales = 8 * (self.key_meta() + self.head_dim);
-        words + scales + 4 * (self.staged_key_sums() + self.staged_value_sums())
+        let params = 4 * (self.key_meta() + self.head_dim);
+        words + params + 4 * (self.staged_key_sums() + self.staged_value_sums())
+    }
+
+    /// Bytes of shared memory of a warp's [`STAGES`] regions.
+    pub fn warp_shared_bytes(&self) -> u32 {
+        STAGES * self.block_stage_bytes()
     }
 
     /// Bytes of shared memory of a cube besides its warps' stages: the two barriers of their
@@ -274,29 +281,31 @@ mod tests {
 
     #[test]
     fn a_warp_stages_a_block_in_its_bytes() {
-        // The benchmark geometry: keys 64 slots × 3 vectors (3 KiB), their minima and scales 2 ×
-        // 128 values (1 KiB), values 128 channels × 16 bytes (2 KiB), their minima and scales 1 KiB;
-        // the products give the code sums.
+        // The benchmark geometry: keys 64 slots × 3 vectors (3 KiB), their (min, scale) words 128
+        // × 4 bytes, values 128 channels × 16 bytes (2 KiB), their words 128 × 4 bytes; the
+        // products give the code sums. Two such regions a warp.
         let bench = MmaGeometry { group: 4, head_dim: 128, key_group: 64, partition: 64, warps: 16, meta_vector: 2 };
         assert_eq!((bench.staged_key_sums(), bench.staged_value_sums()), (0, 0));
-        assert_eq!((bench.warp_shared_bytes(), bench.word_copies()), (7168, 4));
+        assert_eq!((bench.block_stage_bytes(), bench.warp_shared_bytes(), bench.word_copies()), (6144, 12288, 4));
         // The queries: two trees of 4 × 128 f32, 2 × 128 words of codes, 3 × 8 metadata values.
         assert_eq!(bench.queries().shared_bytes(), 4 * (2 * 512 + 256 + 24));
-        assert_eq!(bench.shared_bytes(), 16 * 7168 + COPY_BARRIER_BYTES + 5216);
+        assert_eq!(bench.shared_bytes(), 16 * 12288 + COPY_BARRIER_BYTES + 5216);
+        assert!(bench.shared_bytes() <= 227 * 1024);
         // 8 heads fill both products: the cached sums are staged (512 bytes each).
         let full = MmaGeometry { group: 8, ..bench };
         assert_eq!((full.staged_key_sums(), full.staged_value_sums()), (128, 128));
-        assert_eq!(full.warp_shared_bytes(), 8192);
-        // Π = 128, one key group: 6 + 1 + 4 + 1 KiB; 16 warps still fit an H100's 227 KiB.
+        assert_eq!(full.block_stage_bytes(), 7168);
+        // Π = 128, one key group: 6 + 0.5 + 4 + 0.5 KiB a region; 10 warps fit an H100's 227 KiB.
         let long = MmaGeometry { key_group: 128, partition: 128, ..bench };
-        assert_eq!((long.warp_shared_bytes(), long.word_copies()), (12288, 8));
-        assert!(long.shared_bytes() <= 227 * 1024);
-        // 16 heads at Π = 128 stage the sums (13 KiB a warp) and quantize 16 heads' queries (20
-        // KiB): 16 warps would not fit an H100's 227 KiB, 15 do (`mma_geometry`).
+        assert_eq!((long.block_stage_bytes(), long.word_copies()), (11264, 8));
+        assert!(MmaGeometry { warps: 10, ..long }.shared_bytes() <= 227 * 1024);
+        assert!(MmaGeometry { warps: 11, ..long }.shared_bytes() > 227 * 1024);
+        // 16 heads at Π = 128 stage the sums (12 KiB a region) and quantize 16 heads' queries (20
+        // KiB): 8 warps fit.
         let wide = MmaGeometry { group: 16, ..long };
-        assert_eq!((wide.warp_shared_bytes(), wide.queries().shared_bytes()), (13312, 4 * (2 * 2048 + 1024 + 48)));
-        assert!(MmaGeometry { warps: 16, ..wide }.shared_bytes() > 227 * 1024);
-        assert!(MmaGeometry { warps: 15, ..wide }.shared_bytes() <= 227 * 1024);
+        assert_eq!((wide.block_stage_bytes(), wide.queries().shared_bytes()), (12288, 4 * (2 * 2048 + 1024 + 48)));
+        assert!(MmaGeometry { warps: 8, ..wide }.shared_bytes() <= 227 * 1024);
+        assert!(MmaGeometry { warps: 9, ..wide }.shared_bytes() > 227 * 1024);
         // The smallest: Π = 32, 64 channels, one 16-byte copy of words per lane.
         let small = MmaGeometry { head_dim: 64, key_group: 32, partition: 32, ..bench };
         assert_eq!(small.word_copies(), 1);

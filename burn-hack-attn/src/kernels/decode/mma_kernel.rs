@@ -9,10 +9,11 @@
 //!
 //! **Staging.** Each warp copies its block of Π slots (key words and metadata, value words and
 //! metadata) into its own part of shared memory with asynchronous copies
-//! ([`mma_stage`](super::mma_stage)), a phase ahead of their use: the cube's warps go through
-//! their blocks in lock step, the scores of a block while its values land, then its values while
-//! the next block's keys land. Each lane builds its operand registers from the staged packed
-//! words.
+//! ([`mma_stage`](super::mma_stage)), two blocks in flight: while it attends a block in one of
+//! its two regions, the next block lands in the other, and once its lanes have read the region
+//! (a warp synchronization) it copies the block after the next into it. The cube's warps wait for
+//! each round's copies on one barrier per region. Each lane builds its operand registers from the
+//! staged packed words.
 //!
 //! **Operands from packed words.** A 32-bit word holds 16 two-bit codes, code `j` at bits `2j`.
 //! `(word >> 2t) & 0x03030303` is a register of four byte codes: codes `t, 4 + t, 8 + t, 12 + t`.
@@ -61,9 +62,12 @@ use cubecl::{
 };
 
 use super::mma_geometry::{MmaGeometry, PRODUCT_COLUMNS, PRODUCT_DEPTH, PRODUCT_ROWS};
-use super::mma_stage::{block_stage, copy_block_keys, copy_block_values, BlockStage, WarpBlocks};
+use super::mma_stage::{block_stage, copy_block, BlockStage, WarpBlocks};
 use super::query_kernel::{stream_queries, StreamQueries};
-use crate::kernels::eight_bit::{numerator, scale8};
+use crate::kernels::{
+    eight_bit::{numerator, scale8},
+    params_word::params_pair,
+};
 
 /// One operand register: four byte codes.
 type Codes = Vector<u8, Const<4>>;
@@ -138,10 +142,10 @@ fn column_owner(share: &OutputShare, e: u32) -> u32 {
 ///
 /// - `q`: the step's queries, `[streams · group · head_dim]`, which each cube quantizes for its
 ///   stream ([`stream_queries`]);
-/// - `k_words`: `[streams · len, key_words]`; `k_min`, `k_scale`, `k_sums`: one row of
-///   `key_meta_pitch` per slot (`k_sums` unread where the score product gives the sums); `v_words`:
-///   `[streams · blocks · head_dim, value_words]`; `v_min`, `v_scale`, `v_sums`: `[streams · blocks
-///   · head_dim]` (`v_sums` unread likewise); `tail`: `[streams · (len −
+/// - `k_words`: `[streams · len, key_words]`; `k_params` (fp16 (min, scale) words), `k_sums`: one
+///   row of `key_meta_pitch` per slot (`k_sums` unread where the score product gives the sums);
+///   `v_words`: `[streams · blocks · head_dim, value_words]`; `v_params`, `v_sums`: `[streams ·
+///   blocks · head_dim]` (`v_sums` unread likewise); `tail`: `[streams · (len −
 ///   blocks · Π), head_dim]`; `key_start`: `[batch]`;
 /// - outputs per (query head, split = cube · warps + warp): `out` (`head_dim` each), `out_max`,
 ///   `out_sum`;
@@ -160,12 +164,10 @@ fn column_owner(share: &OutputShare, e: u32) -> u32 {
 pub fn mma_decode_kernel(
     q: &Array<f32>,
     k_words: &Array<Vector<u32, Const<4>>>,
-    k_min: &Array<f32>,
-    k_scale: &Array<f32>,
+    k_params: &Array<u32>,
     k_sums: &Array<u32>,
     v_words: &Array<Vector<u32, Const<2>>>,
-    v_min: &Array<f32>,
-    v_scale: &Array<f32>,
+    v_params: &Array<u32>,
     v_sums: &Array<u32>,
     tail: &Array<f32>,
     key_start: &Array<u32>,
@@ -214,31 +216,66 @@ pub fn mma_decode_kernel(
     let mut codes = Array::<u32>::new(comptime!((geo.lane_heads() * geo.slot_tiles() / 2) as usize));
     let mut p_meta = Array::<f32>::new(comptime!(4 * geo.lane_heads() as usize));
     let mut stage = block_stage(geo);
-    // The copies of the keys and of the values of a round (initializing the barriers synchronizes
-    // the cube).
-    let key_copies = Barrier::shared(geo.units(), UNIT_POS == 0);
-    let value_copies = Barrier::shared(geo.units(), UNIT_POS == 0);
-    copy_block_keys(k_words, k_min, k_scale, k_sums, key_meta_pitch, &mut stage, &slots, slots.first, geo);
-    key_copies.commit_copy_async();
-    copy_block_values(v_words, v_min, v_scale, v_sums, &mut stage, &slots, blocks, slots.first, geo);
-    value_copies.commit_copy_async();
-    // The queries are quantized and their operands loaded while the first block lands.
+    // The copies of the blocks staged in the first and the second of each warp's two regions
+    // (initializing the barriers synchronizes the cube).
+    let first_copies = Barrier::shared(geo.units(), UNIT_POS == 0);
+    let second_copies = Barrier::shared(geo.units(), UNIT_POS == 0);
+    let first_region = warp;
+    let second_region = comptime!(geo.warps) + warp;
+    copy_block(
+        k_words,
+        k_params,
+        k_sums,
+        v_words,
+        v_params,
+        v_sums,
+        key_meta_pitch,
+        &mut stage,
+        first_region,
+        &slots,
+        blocks,
+        slots.first,
+        geo,
+    );
+    first_copies.commit_copy_async();
+    copy_block(
+        k_words,
+        k_params,
+        k_sums,
+        v_words,
+        v_params,
+        v_sums,
+        key_meta_pitch,
+        &mut stage,
+        second_region,
+        &slots,
+        blocks,
+        slots.first + geo.partition,
+        geo,
+    );
+    second_copies.commit_copy_async();
+    // The queries are quantized and their operands loaded while the first blocks land.
     let stream_codes = stream_queries(q, stream, geo.queries());
     let queries = query_rows(&stream_codes, scale, geo);
 
-    // The cube's warps go through their blocks in lock step, round by round: the scores of a
-    // round's block from its staged keys while its values land, then its values while the next
-    // block's keys land.
+    // Each warp goes through its blocks round by round, two blocks in flight: a round's block is
+    // attended from one region while the next block lands in the other, and the block after it
+    // is copied into the region just read. The cube's warps wait for each round's copies together.
     let rounds = warp_chunk / geo.partition;
     let mut round = 0u32;
     while round < rounds {
         let block_first = slots.first + round * geo.partition;
-        let next = block_first + geo.partition;
         let attends = block_first < slots.end;
         let closed = block_first < slots.quantized;
-        key_copies.arrive_and_wait();
+        let second = round % 2 == 1;
+        let region = select(second, second_region, first_region);
+        if second {
+            second_copies.arrive_and_wait();
+        } else {
+            first_copies.arrive_and_wait();
+        }
         if attends {
-            block_scores(&mut s, &stage, &queries, &slots, block_first, geo);
+            block_scores(&mut s, &stage, region, &queries, &slots, block_first, geo);
             // The block's numerators (in `s`), P codes and their metadata per head slot; `keep`
             // and `join` weigh the running and the block's own outputs under the larger max.
             #[unroll]
@@ -258,21 +295,35 @@ pub fn mma_decode_kernel(
                     (numerators.step * numerators.code_sum + f32::cast_from(geo.partition) * numerators.lo) * join;
                 p_meta[(4 * h + 3) as usize] = keep;
             }
-        }
-        sync_cube();
-        copy_block_keys(k_words, k_min, k_scale, k_sums, key_meta_pitch, &mut stage, &slots, next, geo);
-        key_copies.commit_copy_async();
-        value_copies.arrive_and_wait();
-        if attends {
             if closed {
-                closed_block_values(&stage, &codes, &p_meta, &mut total, geo);
+                closed_block_values(&stage, region, &codes, &p_meta, &mut total, geo);
             } else {
                 tail_values(tail, &slots, block_first, &s, &p_meta, &mut total, geo);
             }
         }
-        sync_cube();
-        copy_block_values(v_words, v_min, v_scale, v_sums, &mut stage, &slots, blocks, next, geo);
-        value_copies.commit_copy_async();
+        // The warp's lanes have read the region: refill it with the block two rounds on.
+        sync_plane();
+        let after_next = block_first + 2 * geo.partition;
+        copy_block(
+            k_words,
+            k_params,
+            k_sums,
+            v_words,
+            v_params,
+            v_sums,
+            key_meta_pitch,
+            &mut stage,
+            region,
+            &slots,
+            blocks,
+            after_next,
+            geo,
+        );
+        if second {
+            second_copies.commit_copy_async();
+        } else {
+            first_copies.commit_copy_async();
+        }
         round += 1;
     }
 
@@ -382,13 +433,13 @@ fn query_rows(stream_codes: &StreamQueries, scale: f32, #[comptime] geo: MmaGeom
 fn block_scores(
     s: &mut Array<f32>,
     stage: &BlockStage,
+    region: u32,
     queries: &QueryRows,
     slots: &WarpBlocks,
     block_first: u32,
     #[comptime] geo: MmaGeometry,
 ) {
     let lane = UNIT_POS % WARP;
-    let warp = UNIT_POS / WARP;
     let (g, t) = (lane / 4, lane % 4);
     let gp = comptime!(geo.padded_group());
     let product = MmaDefinition::<u8, u8, i32>::new(16usize, 8usize, 32usize);
@@ -398,10 +449,10 @@ fn block_scores(
         s[x] = 0.0;
     }
     // This lane's column of the key operand in slot tile `j`: slot `8j + 4 (g mod 2) + g / 2`.
-    let words_end = (warp + 1) * comptime!(geo.warp_key_vectors());
+    let words_end = (region + 1) * comptime!(geo.warp_key_vectors());
     let words_at = words_end - comptime!(geo.warp_key_vectors()) + (4 * (g % 2) + g / 2) * comptime!(geo.key_stride());
     let lane_words = stage.key_words.slice(words_at as usize, words_end as usize);
-    let meta_at = warp * comptime!(geo.key_meta());
+    let meta_at = region * comptime!(geo.key_meta());
     #[unroll]
     for j in 0..geo.slot_tiles() {
         let mut key = Array::<Codes>::new(comptime!(geo.key_words() as usize));
@@ -440,14 +491,14 @@ fn block_scores(
                     let h = comptime!(head_slot(i, geo));
                     // The metadata of the lane's slot `t` of the block from its key group.
                     let meta = t * comptime!(geo.parts()) + part;
-                    let scales_end = 2 * meta_at + comptime!(2 * geo.key_meta());
-                    let lane_scales = stage.key_scales.slice((2 * meta_at + meta) as usize, scales_end as usize);
+                    let params_end = meta_at + comptime!(geo.key_meta());
+                    let lane_params = stage.key_params.slice((meta_at + meta) as usize, params_end as usize);
                     #[unroll]
                     for c in 0..2u32 {
                         // Slot `8j + 4c + t`.
                         let own = comptime!(((PRODUCT_COLUMNS * j + 4 * c) * geo.parts()) as usize);
-                        let k_lo = lane_scales[own];
-                        let k_step = lane_scales[comptime!(own + geo.key_meta() as usize)];
+                        let k_params = params_pair(lane_params[own]);
+                        let (k_lo, k_step) = (k_params[0], k_params[1]);
                         // The key group's code sum: from the padding row `8 + g`, or staged.
                         let k_total = if comptime!(geo.key_sums_from_products()) {
                             f32::cast_from(dots[1][c as usize])
@@ -588,13 +639,13 @@ fn block_softmax(
 #[cube]
 fn closed_block_values(
     stage: &BlockStage,
+    region: u32,
     codes: &Array<u32>,
     p_meta: &Array<f32>,
     total: &mut Array<f32>,
     #[comptime] geo: MmaGeometry,
 ) {
     let lane = UNIT_POS % WARP;
-    let warp = UNIT_POS / WARP;
     let (g, t) = (lane / 4, lane % 4);
     let d = geo.head_dim;
     let product = MmaDefinition::<u8, u8, i32>::new(16usize, 8usize, 32usize);
@@ -604,11 +655,11 @@ fn closed_block_values(
     let holder = 4 * g + share.pair;
     // The rows of the lane's products start at channel `g`, those of its corrections at the
     // share's first channel: slices from its first element of each buffer.
-    let pairs_end = (warp + 1) * comptime!(geo.warp_value_pairs());
+    let pairs_end = (region + 1) * comptime!(geo.warp_value_pairs());
     let pairs_at = pairs_end - comptime!(geo.warp_value_pairs()) + g * comptime!(geo.value_words() / 2);
     let lane_words = stage.value_words.slice(pairs_at as usize, pairs_end as usize);
-    let lane_scales =
-        stage.value_scales.slice((warp * 2 * d + share.first_channel) as usize, ((warp + 1) * 2 * d) as usize);
+    let lane_params =
+        stage.value_params.slice((region * d + share.first_channel) as usize, ((region + 1) * d) as usize);
     // Lanes of the padding columns `padded_group ..` put ones there where those give the sums.
     let mut ones = false;
     if comptime!(geo.value_sums_from_products()) {
@@ -693,13 +744,13 @@ fn closed_block_values(
             for half in 0..2u32 {
                 // Channel `16 (fold · q + offset) + 8 half + g`.
                 let channel = comptime!((PRODUCT_ROWS * fold * q + 8 * half) as usize);
-                let v_lo = lane_scales[channel];
-                let v_step = lane_scales[comptime!(channel + d as usize)];
+                let v_params = params_pair(lane_params[channel]);
+                let (v_lo, v_step) = (v_params[0], v_params[1]);
                 let v_total = if comptime!(geo.value_sums_from_products()) {
                     f32::cast_from(lane_sums[half as usize])
                 } else {
-                    let sums_at = warp * d + share.first_channel;
-                    let staged = stage.value_sums.slice(sums_at as usize, ((warp + 1) * d) as usize);
+                    let sums_at = region * d + share.first_channel;
+                    let staged = stage.value_sums.slice(sums_at as usize, ((region + 1) * d) as usize);
                     f32::cast_from(staged[channel])
                 };
                 #[unroll]

@@ -31,7 +31,10 @@
 use burn_kvcompress::kernels::{first_visible_slot, masked_score as masked, slot_visible};
 use cubecl::prelude::*;
 
-use crate::kernels::eight_bit::{code8, numerator, scale8};
+use crate::kernels::{
+    eight_bit::{code8, numerator, scale8},
+    params_word::{params_min, params_scale},
+};
 
 /// Rows per score item (two row pairs).
 const SCORE_ROWS: u32 = 4;
@@ -167,12 +170,10 @@ fn score_words(
 pub fn prefill_kernel(
     q: &Array<f32>,
     k_words: &Array<u32>,
-    k_min: &Array<f32>,
-    k_scale: &Array<f32>,
+    k_params: &Array<u32>,
     k_sums: &Array<u32>,
     v_words: &Array<u32>,
-    v_min: &Array<f32>,
-    v_scale: &Array<f32>,
+    v_params: &Array<u32>,
     v_sums: &Array<u32>,
     tail: &Array<f32>,
     key_start: &Array<u32>,
@@ -333,8 +334,8 @@ pub fn prefill_kernel(
             let mut k_sum = 0.0f32;
             if slot < len {
                 let at = ((stream * len + slot) * key_meta_pitch + part) as usize;
-                km = k_min[at];
-                ks = k_scale[at];
+                km = params_min(k_params[at]);
+                ks = params_scale(k_params[at]);
                 k_sum = f32::cast_from(k_sums[at]);
             }
             kt_min[(part * pi + key) as usize] = km;
@@ -498,7 +499,8 @@ pub fn prefill_kernel(
         }
         if closed {
             let row = (stream * blocks + kb) * d + out_c;
-            let (vs, vm, v_sum) = (v_scale[row as usize], v_min[row as usize], f32::cast_from(v_sums[row as usize]));
+            let params = v_params[row as usize];
+            let (vs, vm, v_sum) = (params_scale(params), params_min(params), f32::cast_from(v_sums[row as usize]));
             // In passes of `pass_rows` rows, so that only one pass's integer sums are live.
             #[unroll]
             for pass in 0..comptime!(geo.output_rows / geo.pass_rows()) {

@@ -49,12 +49,12 @@ pub fn prefill_launch<R: CubeRuntime, BT: BoolElement>(
     options: &AttendOptions,
 ) -> Tensor<Backend<R, BT>, 4> {
     let [batch, heads, q_len, d] = q.dims();
-    let [_, kv_heads, len, _] = cache.keys.min.dims();
+    let [_, kv_heads, len, _] = cache.keys.params.dims();
     let q = float(&q);
     let client = q.client.clone();
     let args = CacheArgs::new(cache, &q, (geo.head_dim / geo.key_group) as usize);
-    let [k_min, k_scale, k_sums] = args.k_meta;
-    let [v_min, v_scale, v_sums] = args.v_meta;
+    let [k_params, k_sums] = args.k_meta;
+    let [v_params, v_sums] = args.v_meta;
     let key_start = key_start_arg::<R, BT>(&options.key_start, &q);
     let out = dense_output::<R, f32>(&q, batch * heads * q_len * d);
     // SAFETY: key slots read are `< len` (the guard before every key and tail read) and `len` is
@@ -71,12 +71,10 @@ pub fn prefill_launch<R: CubeRuntime, BT: BoolElement>(
             CubeDim::new_1d(geo.units()),
             q.into_array_arg(),
             args.k_words.into_array_arg(),
-            k_min.into_array_arg(),
-            k_scale.into_array_arg(),
+            k_params.into_array_arg(),
             k_sums.into_array_arg(),
             args.v_words.into_array_arg(),
-            v_min.into_array_arg(),
-            v_scale.into_array_arg(),
+            v_params.into_array_arg(),
             v_sums.into_array_arg(),
             args.tail.into_array_arg(),
             key_start.into_array_arg(),

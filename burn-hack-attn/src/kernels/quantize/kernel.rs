@@ -1,12 +1,12 @@
 //! The quantize + pack kernel: one unit per partition. It finds the partition's min/max, rounds
-//! min and scale to fp16, computes each code as the host quantizer does (`floor((x - min) / scale +
+//! min and scale to fp16 (stored as one word), computes each code as the host quantizer does (`floor((x - min) / scale +
 //! offset)`, clamped), packs `32 / bits` codes per word (first code in the lowest bits) and sums
 //! the codes.
 
 use cubecl::prelude::*;
 use half::f16;
 
-use crate::kernels::noise_cube::uniform_cube;
+use crate::kernels::{noise_cube::uniform_cube, params_word::params_word};
 
 /// Layout constants of one launch (comptime: one compiled kernel per cache geometry).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -28,14 +28,14 @@ pub struct QuantizeGeometry {
 }
 
 /// `x`: `[streams * rows * parts * group]` (contiguous `[batch, kv_heads, rows, z]`); outputs per
-/// partition: `group * bits / 32` words, min, scale, sum.
+/// partition: `group * bits / 32` words, the fp16 (min, scale) word
+/// ([`GroupParams::word`](crate::quant::GroupParams::word)), the code sum.
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked)]
 pub fn quantize_kernel(
     x: &Array<f32>,
     words: &mut Array<u32>,
-    mins: &mut Array<f32>,
-    scales: &mut Array<f32>,
+    params: &mut Array<u32>,
     sums: &mut Array<u32>,
     partitions: u32,
     rows: u32,
@@ -99,7 +99,6 @@ pub fn quantize_kernel(
         }
         words[(p * words_per_group + w) as usize] = word;
     }
-    mins[p as usize] = min;
-    scales[p as usize] = scale;
+    params[p as usize] = params_word(min, scale);
     sums[p as usize] = sum;
 }

@@ -6,7 +6,7 @@ use crate::{
     kernels::{QuantizeSpec, RowLayout},
     quant::Rounder,
 };
-use burn::tensor::{Int, Tensor, TensorPrimitive};
+use burn::tensor::{Int, Tensor};
 use burn_cubecl::{cubecl::prelude::*, kernel::into_contiguous, tensor::CubeTensor, BoolElement, CubeRuntime};
 
 use burn_kvcompress::kernels::{dense_output, CubeF32 as Backend};
@@ -24,7 +24,7 @@ pub fn quantize_launch<R: CubeRuntime, BT: BoolElement>(
     let partitions = batch * kv_heads * rows * parts;
     let words_shape = [batch, kv_heads, rows, parts * spec.words_per_group()];
     let words = dense_output::<R, i32>(&x, words_shape.iter().product());
-    let (mins, scales) = (dense_output::<R, f32>(&x, partitions), dense_output::<R, f32>(&x, partitions));
+    let params = dense_output::<R, i32>(&x, partitions);
     let sums = dense_output::<R, i32>(&x, partitions);
     let (first_slot, value_blocks) = match spec.layout {
         RowLayout::Keys { first_slot } => (first_slot, false),
@@ -55,8 +55,7 @@ pub fn quantize_launch<R: CubeRuntime, BT: BoolElement>(
             cube_dim,
             x.clone().into_array_arg(),
             words.clone().into_array_arg(),
-            mins.clone().into_array_arg(),
-            scales.clone().into_array_arg(),
+            params.clone().into_array_arg(),
             sums.clone().into_array_arg(),
             partitions as u32,
             rows as u32,
@@ -66,7 +65,6 @@ pub fn quantize_launch<R: CubeRuntime, BT: BoolElement>(
             geo,
         )
     };
-    let float = |t: CubeTensor<R>| Tensor::<Backend<R, BT>, 1>::from_primitive(TensorPrimitive::Float(t)).reshape(meta);
     let int = |t: CubeTensor<R>, shape: [usize; 4]| Tensor::<Backend<R, BT>, 1, Int>::from_primitive(t).reshape(shape);
-    Codes { words: int(words, words_shape), min: float(mins), scale: float(scales), sums: int(sums, meta) }
+    Codes { words: int(words, words_shape), params: int(params, meta), sums: int(sums, meta) }
 }

@@ -16,7 +16,7 @@ pub fn quantize_reference<B: Backend>(x: Tensor<B, 4>, spec: &QuantizeSpec) -> R
     let values: Vec<f32> = x.into_data().convert::<f32>().into_vec().expect("f32 data");
     let parts = z / spec.group;
     let mut words = Vec::with_capacity(batch * kv_heads * rows * parts * spec.words_per_group());
-    let (mut min, mut scale, mut sums) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut params_words, mut sums) = (Vec::new(), Vec::new());
     for b in 0..batch {
         for h in 0..kv_heads {
             for row in 0..rows {
@@ -27,20 +27,17 @@ pub fn quantize_reference<B: Backend>(x: Tensor<B, 4>, spec: &QuantizeSpec) -> R
                     let (params, codes) = quantize_group(part, spec.bits, &spec.rounder, index)?;
                     let packed = pack_codes(&codes, spec.bits);
                     words.extend(packed.chunks_exact(4).map(|w| i32::from_le_bytes(w.try_into().unwrap())));
-                    min.push(params.min.to_f32());
-                    scale.push(params.scale.to_f32());
+                    params_words.push(params.word());
                     sums.push(codes.iter().map(|&c| c as i32).sum::<i32>());
                 }
             }
         }
     }
     let meta = [batch, kv_heads, rows, parts];
-    let float = |v: Vec<f32>| Tensor::<B, 4>::from_data(TensorData::new(v, meta), &device);
     let int = |v: Vec<i32>, shape: [usize; 4]| Tensor::<B, 4, Int>::from_data(TensorData::new(v, shape), &device);
     Ok(Codes {
         words: int(words, [batch, kv_heads, rows, parts * spec.words_per_group()]),
-        min: float(min),
-        scale: float(scale),
+        params: int(params_words, meta),
         sums: int(sums, meta),
     })
 }
