@@ -31,7 +31,8 @@ use crate::kernels::{
 /// bound (the cube's 512 units) caps a lane at 128 registers; the kernel would take about 145
 /// uncapped (4 to 12 warps per cube), which leaves fewer warps per SM, and spills under a lower
 /// cap (24 warps: 80 registers). 16 measured fastest on an H100
-/// (`results/decode-hack-register-products-h100.md`).
+/// (`results/decode-hack-register-products-h100.md`); with two stage regions a warp, 18 (96
+/// registers, 6 % more instructions) measured 5 to 9 % slower (`results/decode-hack-halves-h100.md`).
 const WARPS: u32 = 16;
 /// Registers a lane of the kernel takes without a launch bound (about 145 at 4 to 12 warps).
 const UNBOUNDED_LANE_REGISTERS: u32 = 145;
