@@ -238,29 +238,14 @@ pub fn mma_decode_kernel(
         geo,
     );
     first_copies.commit_copy_async();
-    copy_block(
-        k_words,
-        k_params,
-        k_sums,
-        v_words,
-        v_params,
-        v_sums,
-        key_meta_pitch,
-        &mut stage,
-        second_region,
-        &slots,
-        blocks,
-        slots.first + geo.partition,
-        geo,
-    );
-    second_copies.commit_copy_async();
-    // The queries are quantized and their operands loaded while the first blocks land.
+    // The queries are quantized and their operands loaded while the first block lands.
     let stream_codes = stream_queries(q, stream, geo.queries());
     let queries = query_rows(&stream_codes, scale, geo);
 
-    // Each warp goes through its blocks round by round, two blocks in flight: a round's block is
-    // attended from one region while the next block lands in the other, and the block after it
-    // is copied into the region just read. The cube's warps wait for each round's copies together.
+    // Each warp goes through its blocks round by round, two blocks in flight: a round first
+    // copies the next block into the region the warp's lanes read last round (once they all have:
+    // a warp synchronization), then attends its own block from the other region. The cube's warps
+    // wait for each round's copies together.
     let rounds = warp_chunk / geo.partition;
     let mut round = 0u32;
     while round < rounds {
@@ -269,9 +254,28 @@ pub fn mma_decode_kernel(
         let closed = block_first < slots.quantized;
         let second = round % 2 == 1;
         let region = select(second, second_region, first_region);
+        let next_region = select(second, first_region, second_region);
+        sync_plane();
+        copy_block(
+            k_words,
+            k_params,
+            k_sums,
+            v_words,
+            v_params,
+            v_sums,
+            key_meta_pitch,
+            &mut stage,
+            next_region,
+            &slots,
+            blocks,
+            block_first + geo.partition,
+            geo,
+        );
         if second {
+            first_copies.commit_copy_async();
             second_copies.arrive_and_wait();
         } else {
+            second_copies.commit_copy_async();
             first_copies.arrive_and_wait();
         }
         if attends {
@@ -300,29 +304,6 @@ pub fn mma_decode_kernel(
             } else {
                 tail_values(tail, &slots, block_first, &s, &p_meta, &mut total, geo);
             }
-        }
-        // The warp's lanes have read the region: refill it with the block two rounds on.
-        sync_plane();
-        let after_next = block_first + 2 * geo.partition;
-        copy_block(
-            k_words,
-            k_params,
-            k_sums,
-            v_words,
-            v_params,
-            v_sums,
-            key_meta_pitch,
-            &mut stage,
-            region,
-            &slots,
-            blocks,
-            after_next,
-            geo,
-        );
-        if second {
-            second_copies.commit_copy_async();
-        } else {
-            first_copies.commit_copy_async();
         }
         round += 1;
     }
