@@ -17,7 +17,7 @@ const REBIAS: u32 = 112 << 23;
 /// minima and scales are): the sign, the exponent rebiased and the mantissa's top 10 bits for a
 /// normal number, `|x| · 2²⁴` for a subnormal one.
 #[cube]
-pub fn half_bits(x: f32) -> u32 {
+fn half_bits(x: f32) -> u32 {
     let bits = u32::reinterpret(x);
     let sign = (bits >> 16) & 0x8000;
     let magnitude = bits & 0x7FFF_FFFF;
@@ -30,7 +30,7 @@ pub fn half_bits(x: f32) -> u32 {
 /// field below 31): its sign, exponent rebiased and mantissa widened for a normal number, its
 /// mantissa times `2⁻²⁴` for a subnormal one.
 #[cube]
-pub fn half_value(bits: u32) -> f32 {
+fn half_value(bits: u32) -> f32 {
     let sign = (bits & 0x8000) << 16;
     let magnitude = bits & 0x7FFF;
     let normal = f32::reinterpret(sign | ((magnitude << 13) + REBIAS));

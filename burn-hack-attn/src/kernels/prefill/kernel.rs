@@ -334,8 +334,9 @@ pub fn prefill_kernel(
             let mut k_sum = 0.0f32;
             if slot < len {
                 let at = ((stream * len + slot) * key_meta_pitch + part) as usize;
-                km = params_min(k_params[at]);
-                ks = params_scale(k_params[at]);
+                let params = k_params[at];
+                km = params_min(params);
+                ks = params_scale(params);
                 k_sum = f32::cast_from(k_sums[at]);
             }
             kt_min[(part * pi + key) as usize] = km;

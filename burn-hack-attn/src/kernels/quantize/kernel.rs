@@ -1,7 +1,7 @@
 //! The quantize + pack kernel: one unit per partition. It finds the partition's min/max, rounds
-//! min and scale to fp16 (stored as one word), computes each code as the host quantizer does (`floor((x - min) / scale +
-//! offset)`, clamped), packs `32 / bits` codes per word (first code in the lowest bits) and sums
-//! the codes.
+//! min and scale to fp16 (stored as one word), computes each code as the host quantizer does
+//! (`floor((x - min) / scale + offset)`, clamped), packs `32 / bits` codes per word (first code in
+//! the lowest bits) and sums the codes.
 
 use cubecl::prelude::*;
 use half::f16;
