@@ -16,11 +16,18 @@
 //! staged packed words.
 //!
 //! **Operands from packed words.** A 32-bit word holds 16 two-bit codes, code `j` at bits `2j`.
-//! `(word >> 2t) & 0x03030303` is a register of four byte codes: codes `t, 4 + t, 8 + t, 12 + t`.
-//! A warp product's operand register holds four consecutive depth indices `4t .. 4t + 4` for lane
+//! `(word · 4^(3 − t)) & 0xC0C0C0C0` is a register of four byte codes: codes `t, 4 + t, 8 + t,
+//! 12 + t`, each at the top of its byte, that is 64 times the code ([`lifted_codes`]). A warp
+//! product's operand register holds four consecutive depth indices `4t .. 4t + 4` for lane
 //! `4g + t`, so depth index `4t + b` of a 16-deep half stands for code `4b + t` of the word. The
-//! other operand (the Q codes, held by each lane for the whole kernel, or the P codes) is laid
-//! out in the same order, and a dot product does not depend on the order of its terms.
+//! other operand (the Q codes, held by each lane for the whole kernel, or the P codes) is laid out in
+//! the same order, and a dot product does not depend on the order of its terms. Every K/V code
+//! enters the products 64 times over, so every dot product and every code sum the products give
+//! is 64 times the codes' own; the factor `1/64` (exact in floating point) sits in the Q rows'
+//! and the P metadata that multiply them ([`LIFTED`]). The lift is a multiply, which the GPU
+//! issues to its floating-point pipe, where a right shift would take a second integer
+//! instruction beside the mask: the kernel is bound by its integer pipe
+//! (`results/decode-hack-lift-h100.md`).
 //!
 //! **Scores, `Sᵀ = Q̂ · K̂ᵀ`.** The first operand's rows are `(key group, head)` pairs, `row = part ·
 //! padded_group + head`: the head's Q codes restricted to that key group's channels (zero
@@ -74,10 +81,29 @@ type Codes = Vector<u8, Const<4>>;
 /// Half an accumulator fragment: two `i32` dot products.
 type Dots = Vector<i32, Const<2>>;
 
-/// The four 2-bit codes of a shifted word that land in a register's bytes.
-const BYTE_CODES: u32 = 0x0303_0303;
+/// The four 2-bit codes of a lifted word that land in a register's bytes, at their tops.
+const TOP_CODES: u32 = 0xC0C0_C0C0;
+/// A lifted code's weight in the products: a code `c` enters as `64 c`.
+const LIFT: u32 = 64;
+/// What undoes the lift: the factor of a dot product or code sum of lifted codes (exact).
+const LIFTED: f32 = 1.0 / LIFT as f32;
 /// An operand register of four codes 1: a row or column that sums the other operand's codes.
 const ONE_CODES: u32 = 0x0101_0101;
+
+/// The calling lane's lift, `4^(3 − t)` for lane `4g + t`: it moves the lane's codes `t, 4 + t,
+/// 8 + t, 12 + t` of a word to the tops of their bytes.
+#[cube]
+fn lane_lift() -> u32 {
+    let t = UNIT_POS % 4;
+    LIFT >> (2 * t)
+}
+
+/// The operand register of the lane's four codes of `word`, each 64 times its code: `(word ·
+/// lift) & TOP_CODES`, a multiply and a mask.
+#[cube]
+fn lifted_codes(word: u32, lift: u32) -> Codes {
+    Codes::reinterpret((word * lift) & TOP_CODES)
+}
 
 /// The calling lane's query operand and its rows' metadata, fixed for the kernel: `operand[(tile ·
 /// channel_steps + step) · 4 + r]`, and per lane row `i` (see [`MmaGeometry::lane_rows`]) its Q
@@ -369,8 +395,9 @@ fn query_rows(stream_codes: &StreamQueries, scale: f32, #[comptime] geo: MmaGeom
         let lo = select(valid, stream_codes.meta[at as usize], 0.0);
         let step = select(valid, stream_codes.meta[(at + runs) as usize], 0.0);
         let total = select(valid, stream_codes.meta[(at + 2 * runs) as usize], 0.0);
-        queries.step[i as usize] = step * scale;
-        queries.lo[i as usize] = lo * scale;
+        // The dot products come lifted, and so do the key sums where the products give them.
+        queries.step[i as usize] = step * scale * LIFTED;
+        queries.lo[i as usize] = lo * scale * comptime!(if geo.key_sums_from_products() { LIFTED } else { 1.0 });
         queries.fixed[i as usize] = (step * total + f32::cast_from(geo.key_group) * lo) * scale;
     }
     #[unroll]
@@ -434,6 +461,7 @@ fn block_scores(
     let words_at = words_end - comptime!(geo.warp_key_vectors()) + (4 * (g % 2) + g / 2) * comptime!(geo.key_stride());
     let lane_words = stage.key_words.slice(words_at as usize, words_end as usize);
     let meta_at = region * comptime!(geo.key_meta());
+    let lift = lane_lift();
     #[unroll]
     for j in 0..geo.slot_tiles() {
         let mut key = Array::<Codes>::new(comptime!(geo.key_words() as usize));
@@ -442,7 +470,7 @@ fn block_scores(
             let four = lane_words[comptime!((PRODUCT_COLUMNS * j * geo.key_stride() + w4) as usize)];
             #[unroll]
             for w in 0..4u32 {
-                key[(4 * w4 + w) as usize] = Codes::reinterpret((four[w as usize] >> (2 * t)) & BYTE_CODES);
+                key[(4 * w4 + w) as usize] = lifted_codes(four[w as usize], lift);
             }
         }
         #[unroll]
@@ -626,8 +654,7 @@ fn closed_block_values(
     total: &mut Array<f32>,
     #[comptime] geo: MmaGeometry,
 ) {
-    let lane = UNIT_POS % WARP;
-    let (g, t) = (lane / 4, lane % 4);
+    let g = (UNIT_POS % WARP) / 4;
     let d = geo.head_dim;
     let product = MmaDefinition::<u8, u8, i32>::new(16usize, 8usize, 32usize);
     let fold = comptime!(geo.value_fold());
@@ -641,6 +668,7 @@ fn closed_block_values(
     let lane_words = stage.value_words.slice(pairs_at as usize, pairs_end as usize);
     let lane_params =
         stage.value_params.slice((region * d + share.first_channel) as usize, ((region + 1) * d) as usize);
+    let lift = lane_lift();
     // Lanes of the padding columns `padded_group ..` put ones there where those give the sums.
     let mut ones = false;
     if comptime!(geo.value_sums_from_products()) {
@@ -656,13 +684,16 @@ fn closed_block_values(
             let own = codes[(h * comptime!(geo.slot_tiles() / 2) + x) as usize];
             weights[x as usize] = Codes::reinterpret(select(ones, ONE_CODES, own));
         }
-        // Each column's head metadata, from the lanes that own the head.
+        // Each column's head metadata, from the lanes that own the head; the factors of the dot
+        // products and (where the products give them) of the code sums undo the lift.
         let mut meta = Array::<f32>::new(8usize);
         #[unroll]
         for e in 0..2u32 {
             #[unroll]
             for k in 0..4u32 {
-                meta[(4 * e + k) as usize] = plane_shuffle(p_meta[(4 * h + k) as usize], column_owner(&share, e));
+                let owned = plane_shuffle(p_meta[(4 * h + k) as usize], column_owner(&share, e));
+                let factor = comptime!(if k == 0 || (k == 1 && geo.value_sums_from_products()) { LIFTED } else { 1.0 });
+                meta[(4 * e + k) as usize] = owned * factor;
             }
         }
         #[unroll]
@@ -687,8 +718,7 @@ fn closed_block_values(
                             [comptime!(((PRODUCT_ROWS * mt + 8 * half) * (geo.value_words() / 2) + step) as usize)];
                         #[unroll]
                         for k in 0..2u32 {
-                            a[(half + 2 * k) as usize] =
-                                Codes::reinterpret((words[k as usize] >> (2 * t)) & BYTE_CODES);
+                            a[(half + 2 * k) as usize] = lifted_codes(words[k as usize], lift);
                         }
                     }
                     let mut b = Array::<Codes>::new(2usize);
