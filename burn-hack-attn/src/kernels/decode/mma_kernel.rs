@@ -546,6 +546,10 @@ fn block_scores(
     }
 }
 
+/// Below every real score and far above [`masked_score`]: `exp(masked_score() − VISIBLE_FLOOR)`
+/// is 0 (its argument, about −2e38, is finite).
+const VISIBLE_FLOOR: f32 = -1.0e38;
+
 /// A block's softmax for one head slot: its max score, and (for a closed block) the 8-bit
 /// quantization of its numerators.
 #[derive(CubeType)]
@@ -598,12 +602,16 @@ fn block_softmax(
         m = f32::max(m, s[(first + x) as usize]);
     }
     let top = quad_max(m);
+    // The numerators' reference: the block's max, or where the lanes see no slot of the block, a
+    // floor between the masked score and any real one, so that a masked score's numerator is 0
+    // with no comparison per score.
+    let reference = f32::max(top, VISIBLE_FLOOR);
     let mut l = 0.0f32;
     let mut lo = 1.0f32;
     #[unroll]
     for x in 0..count {
         let score = s[(first + x) as usize];
-        let p = select(score > masked_score(), f32::exp(score - top), 0.0);
+        let p = f32::exp(score - reference);
         s[(first + x) as usize] = p;
         l += p;
         lo = f32::min(lo, p);
