@@ -132,6 +132,11 @@ fn head_slot(i: u32, geo: MmaGeometry) -> u32 {
     }
 }
 
+/// Whether lane row `i` is the first whose scores go to its head slot.
+fn first_row_of_slot(i: u32, geo: MmaGeometry) -> bool {
+    (0..i).all(|earlier| head_slot(earlier, geo) != head_slot(i, geo))
+}
+
 /// The calling lane's share of the output products' corrections ([`MmaGeometry::value_fold`]):
 /// columns `2 pair, 2 pair + 1` (heads `8h + 2 pair + e` of head slot `h`) of tiles `fold · q +
 /// offset`, whose lane rows start at channel `first_channel = 16 offset + g` (lane `4g + t`).
@@ -407,22 +412,26 @@ fn query_rows(stream_codes: &StreamQueries, scale: f32, #[comptime] geo: MmaGeom
             #[unroll]
             for r in 0..4u32 {
                 // Register r: row `g + 8 (r mod 2)`, depth half `r / 2`; byte b is channel
-                // `32 step + 16 (r / 2) + 4b + t`.
-                let row = PRODUCT_ROWS * mt + g + 8 * (r % 2);
-                let (head, part) = (row % gp, row / gp);
+                // `32 step + 16 (r / 2) + 4b + t`. Key groups are multiples of 16 channels
+                // (`mma_geometry`), so the register's 16 channels lie in one, `register_part`.
+                let register_part = comptime!((PRODUCT_DEPTH * step + 16 * (r / 2)) / geo.key_group);
                 let mut word = 0u32;
-                #[unroll]
-                for b in 0..4u32 {
-                    let channel = PRODUCT_DEPTH * step + 16 * (r / 2) + 4 * b + t;
-                    let mut code = 0u32;
-                    if comptime!(geo.key_sums_from_products()) && row >= 8 {
-                        // Padding row `8 + g`: ones on the key group of row `g`, whose code sums
-                        // it takes.
-                        code = u32::cast_from(channel / geo.key_group == key_part(g, geo));
-                    } else if head < geo.group && channel / geo.key_group == part {
-                        code = (stream_codes.codes[((head / 2) * d + channel) as usize] >> (16 * (head % 2))) & 0xFF;
+                if comptime!(geo.key_sums_from_products() && PRODUCT_ROWS * mt + 8 * (r % 2) >= 8) {
+                    // Padding row `8 + g`: ones on the key group of row `g`, whose code sums it
+                    // takes.
+                    word = select(key_part(g, geo) == register_part, ONE_CODES, 0);
+                } else {
+                    let row = PRODUCT_ROWS * mt + g + 8 * (r % 2);
+                    let (head, part) = (row % gp, row / gp);
+                    if head < geo.group && part == register_part {
+                        #[unroll]
+                        for b in 0..4u32 {
+                            let channel = PRODUCT_DEPTH * step + 16 * (r / 2) + 4 * b + t;
+                            let code =
+                                (stream_codes.codes[((head / 2) * d + channel) as usize] >> (16 * (head % 2))) & 0xFF;
+                            word |= code << (8 * b);
+                        }
                     }
-                    word |= code << (8 * b);
                 }
                 queries.operand[((mt * geo.channel_steps() + step) * 4 + r) as usize] = Codes::reinterpret(word);
             }
@@ -452,10 +461,6 @@ fn block_scores(
     let gp = comptime!(geo.padded_group());
     let product = MmaDefinition::<u8, u8, i32>::new(16usize, 8usize, 32usize);
     let count = comptime!((geo.lane_heads() * geo.slot_tiles() * 2) as usize);
-    #[unroll]
-    for x in 0..count {
-        s[x] = 0.0;
-    }
     // This lane's column of the key operand in slot tile `j`: slot `8j + 4 (g mod 2) + g / 2`.
     let words_end = (region + 1) * comptime!(geo.warp_key_vectors());
     let words_at = words_end - comptime!(geo.warp_key_vectors()) + (4 * (g % 2) + g / 2) * comptime!(geo.key_stride());
@@ -519,7 +524,14 @@ fn block_scores(
                         let dot = f32::cast_from(dots[half as usize][c as usize]);
                         let q = i as usize;
                         let at = ((h * geo.slot_tiles() + j) * 2 + c) as usize;
-                        s[at] += k_step * (queries.step[q] * dot + queries.lo[q] * k_total) + k_lo * queries.fixed[q];
+                        let term = k_step * (queries.step[q] * dot + queries.lo[q] * k_total) + k_lo * queries.fixed[q];
+                        // The head slot's first row sets its score (an add to 0 would cost an
+                        // instruction: `0 + x` is not `x` for `x = −0`).
+                        if comptime!(first_row_of_slot(i, geo)) {
+                            s[at] = term;
+                        } else {
+                            s[at] += term;
+                        }
                     }
                 }
             }

@@ -70,6 +70,7 @@ pub fn mma_geometry(decode: &DecodeGeometry, properties: &DeviceProperties) -> O
         && decode.head_dim.is_multiple_of(2 * PRODUCT_DEPTH)
         && decode.head_dim <= MAX_HEAD_DIM
         && decode.partition.is_multiple_of(PRODUCT_DEPTH)
+        && decode.key_group.is_multiple_of(PRODUCT_DEPTH / 2)
         && decode.bits == 2;
     let geo = MmaGeometry {
         group: decode.group,
