@@ -190,8 +190,18 @@ fn column_owner(share: &OutputShare, e: u32) -> u32 {
 /// either way; the kernel calls no other function these modes change (`log`, `sqrt`, `powf`, the
 /// trigonometric ones), and division keeps its precise form. (MILLION's tensor-core kernel under
 /// the same modes measured 7 % slower steps, `results/decode-hack-diet-h100.md`.)
+///
+/// Its indices are 64-bit (`address_type = "u64"`). With 32-bit ones the CUDA compiler could not
+/// fold a constant offset into a shared-memory load (a 32-bit index may wrap before it is widened
+/// to an address) and spent one or two instructions on each load's address; with 64-bit ones a
+/// load takes its offset from the slice's start as an immediate (at 32K batch 8 on an H100, 44.9 M
+/// → 41.3 M instructions a step, `results/decode-hack-lift-h100.md`).
 #[allow(clippy::too_many_arguments)]
-#[cube(launch_unchecked, fast_math = FastMath::ReducedPrecision | FastMath::NotNaN | FastMath::NotInf)]
+#[cube(
+    launch_unchecked,
+    address_type = "u64",
+    fast_math = FastMath::ReducedPrecision | FastMath::NotNaN | FastMath::NotInf
+)]
 pub fn mma_decode_kernel(
     q: &Array<f32>,
     k_words: &Array<Vector<u32, Const<4>>>,
