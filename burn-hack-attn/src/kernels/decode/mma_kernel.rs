@@ -25,9 +25,8 @@
 //! enters the products 64 times over, so every dot product and every code sum the products give
 //! is 64 times the codes' own; the factor `1/64` (exact in floating point) sits in the Q rows'
 //! and the P metadata that multiply them ([`LIFTED`]). The lift is a multiply, which the GPU
-//! issues to its floating-point pipe, where a right shift would take a second integer
-//! instruction beside the mask: the kernel is bound by its integer pipe
-//! (`results/decode-hack-lift-h100.md`).
+//! issues to its FMA pipe, where a right shift took a second instruction on the integer pipe
+//! beside the mask; the integer pipe is the kernel's busiest (`results/decode-hack-lift-h100.md`).
 //!
 //! **Scores, `Sᵀ = Q̂ · K̂ᵀ`.** The first operand's rows are `(key group, head)` pairs, `row = part ·
 //! padded_group + head`: the head's Q codes restricted to that key group's channels (zero
