@@ -3,7 +3,7 @@
 #![cfg(any(feature = "wgpu", feature = "cuda"))]
 
 use burn::tensor::{Tensor, TensorData, TensorPrimitive};
-use burn_kvcompress::kernels::{float_arg, merge_partials, SplitPartials};
+use burn_kvcompress::kernels::{float_arg, merge_partials, SplitPartials, MASKED_SCORE};
 
 /// The kernels' backend: CUDA when built with the `cuda` feature (on a GPU machine, where
 /// `examples/bench/validate_bounds.sh` runs these tests), wgpu otherwise (lavapipe in CI).
@@ -11,9 +11,6 @@ use burn_kvcompress::kernels::{float_arg, merge_partials, SplitPartials};
 type Gpu = burn::backend::Cuda<f32, i32>;
 #[cfg(not(feature = "cuda"))]
 type Gpu = burn::backend::Wgpu<f32, i32>;
-
-/// The score of a masked slot, as the kernels write it.
-const MASKED: f32 = -3.0e38;
 
 /// Deterministic values in [-1, 1).
 fn uniform(n: usize, seed: u64) -> Vec<f32> {
@@ -42,7 +39,7 @@ fn merge_equals_a_plain_log_sum_exp_merge() {
         // Every third split of a head saw only masked slots (split 0 always sees some).
         for (i, (m, l)) in max.iter_mut().zip(&mut sum).enumerate() {
             if i % splits % 3 == 2 {
-                (*m, *l) = (MASKED, 0.0);
+                (*m, *l) = (MASKED_SCORE, 0.0);
             }
         }
         let mut output = output;

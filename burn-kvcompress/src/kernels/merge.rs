@@ -11,9 +11,12 @@ use cubecl::prelude::*;
 use super::dense_output;
 
 /// The score of a masked slot: finite, so that `exp(masked - m)` is 0 without NaNs.
+pub const MASKED_SCORE: f32 = -3.0e38;
+
+/// [`MASKED_SCORE`] inside a kernel.
 #[cube]
 pub fn masked_score() -> f32 {
-    f32::new(-3.0e38)
+    f32::new(MASKED_SCORE)
 }
 
 /// Channels per merge cube (at most): a head's channels are spread over `⌈head_dim / 32⌉` cubes,

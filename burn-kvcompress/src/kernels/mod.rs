@@ -41,7 +41,7 @@ mod warp_splits;
 
 pub use buffers::{dense_output, float_arg, int_arg, pitched_rows_arg, CubeF32};
 pub use mask::{decode_slot_visible, first_visible_slot, slot_visible};
-pub use merge::{masked_score, merge_partials, SplitOut, SplitPartials, SM_UNITS};
+pub use merge::{masked_score, merge_partials, SplitOut, SplitPartials, MASKED_SCORE, SM_UNITS};
 pub use runs::{min_max_runs, sum_runs};
 pub use softmax::{split_masses, split_softmax};
 pub use warp_splits::{WarpSplits, SM_REGISTERS};

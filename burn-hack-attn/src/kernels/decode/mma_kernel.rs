@@ -871,6 +871,47 @@ fn tail_values(
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lifted_register_is_64_times_the_shifted_codes() {
+        // Lane t's register of a word: codes t, 4 + t, 8 + t, 12 + t in its bytes, lifted to the
+        // tops of the bytes by `4^(3 − t)`; the same as the shift by 2t and the low mask, times 64.
+        let mut word = 0x9e37_79b9u32;
+        for _ in 0..1000 {
+            word = word.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            for t in 0..4u32 {
+                let lifted = word.wrapping_mul(LIFT >> (2 * t)) & TOP_CODES;
+                let shifted = (word >> (2 * t)) & 0x0303_0303;
+                assert_eq!(lifted, shifted * LIFT, "word {word:#x}, lane {t}");
+            }
+        }
+        assert_eq!(LIFTED * LIFT as f32, 1.0);
+    }
+
+    #[test]
+    fn every_head_slot_has_one_first_score_row() {
+        for group in [1, 2, 3, 4, 6, 8, 12, 16] {
+            for (head_dim, key_group) in [(64, 32), (128, 64), (128, 128), (128, 32)] {
+                let geo = MmaGeometry { group, head_dim, key_group, partition: 64, warps: 4, meta_vector: 1 };
+                let rows: Vec<u32> = (0..geo.lane_rows()).filter(|i| 8 * i < geo.score_rows()).collect();
+                for h in 0..geo.lane_heads() {
+                    let firsts = rows.iter().filter(|&&i| head_slot(i, geo) == h && first_row_of_slot(i, geo)).count();
+                    assert_eq!(firsts, 1, "group {group}, {head_dim} channels, key group {key_group}, slot {h}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_floor_zeroes_masked_numerators_only() {
+        let masked = burn_kvcompress::kernels::MASKED_SCORE;
+        let argument = masked - VISIBLE_FLOOR;
+        assert!(argument.is_finite() && argument.exp() == 0.0);
+        assert_eq!(f32::max(masked, VISIBLE_FLOOR), VISIBLE_FLOOR);
+        assert_eq!(f32::max(-1.0e30, VISIBLE_FLOOR), -1.0e30);
+    }
+
     #[test]
     fn slot_columns_give_each_lane_its_value_operand() {
         // Column n of a slot tile is slot 4 (n mod 2) + n / 2; the accumulator gives lane t
