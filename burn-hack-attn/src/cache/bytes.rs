@@ -1,5 +1,9 @@
 //! Storage cost of HACK's compressed K/V, metadata included (spec §5 table).
 
+/// Bytes of one partition's metadata: its fp16 minimum and scale, one 32-bit word
+/// ([`GroupParams::word`](crate::quant::GroupParams::word)).
+pub const PARAMS_BYTES: usize = 4;
+
 /// Bytes of one cached code sum: a partition's sum is at most `Π (2^bits - 1)`, stored in u8 when
 /// that fits and u16 otherwise (the paper's INT16 at 2 bits and Π = 128).
 pub fn sum_bytes(bits: u8, partition: usize) -> usize {
@@ -24,13 +28,13 @@ pub fn key_partitions_fit(head_dim: usize, partition: usize) -> bool {
 /// and the code sum.
 pub fn key_bytes_per_slot(head_dim: usize, bits: u8, partition: usize) -> usize {
     let group = key_group(head_dim, partition);
-    (head_dim * bits as usize).div_ceil(8) + head_dim / group * (4 + sum_bytes(bits, group))
+    (head_dim * bits as usize).div_ceil(8) + head_dim / group * (PARAMS_BYTES + sum_bytes(bits, group))
 }
 
 /// Bytes of one closed V block (Π slots) per KV head: packed codes plus, per channel, fp16
 /// (min, scale) and the code sum.
 pub fn value_block_bytes(head_dim: usize, bits: u8, partition: usize) -> usize {
-    head_dim * ((partition * bits as usize).div_ceil(8) + 4 + sum_bytes(bits, partition))
+    head_dim * ((partition * bits as usize).div_ceil(8) + PARAMS_BYTES + sum_bytes(bits, partition))
 }
 
 /// Bytes per token per KV head of the quantized cache (the float V tail excluded): the key's

@@ -9,6 +9,7 @@ mod state;
 
 pub use bytes::{
     bits_per_element, bytes_per_token, key_bytes_per_slot, key_group, key_partitions_fit, sum_bytes, value_block_bytes,
+    PARAMS_BYTES,
 };
 pub use codes::{append_codes, Codes};
 pub use hack_cache::HackCache;

@@ -7,7 +7,7 @@
 use anyhow::ensure;
 use burn::tensor::{Distribution, Tensor};
 use burn_hack_attn::{
-    cache::key_group,
+    cache::{key_group, PARAMS_BYTES},
     kernels::{attention_reference, HackBackend},
     HackConfig, Rounding,
 };
@@ -90,8 +90,8 @@ fn device_bytes(args: &Args, batch: usize, len: usize) -> f64 {
     let blocks = len / pi;
     let tail = len - blocks * pi;
     let (key_sums, value_sums) = reads_code_sums(args);
-    let keys = len * (d * bits / 8 + parts * (4 + 4 * key_sums as usize));
-    let values = blocks * d * (pi * bits / 8 + 4 + 4 * value_sums as usize) + tail * d * 4;
+    let keys = len * (d * bits / 8 + parts * (PARAMS_BYTES + 4 * key_sums as usize));
+    let values = blocks * d * (pi * bits / 8 + PARAMS_BYTES + 4 * value_sums as usize) + tail * d * 4;
     (batch * args.grid.kv_heads * (keys + values) + batch * args.grid.heads * d * 4) as f64
 }
 
