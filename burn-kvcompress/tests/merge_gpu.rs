@@ -30,13 +30,16 @@ fn merge_equals_a_plain_log_sum_exp_merge() {
         float_arg(&Tensor::<Gpu, 1>::from_data(TensorData::new(values, [n]), &Default::default()))
     };
     for (case, (heads, splits, head_dim)) in
-        [(1, 1, 16), (3, 7, 64), (2, 130, 128), (4, 33, 80), (1, 9, 256)].into_iter().enumerate()
+        [(1, 1, 16), (3, 7, 64), (2, 130, 128), (4, 33, 80), (1, 9, 256), (1, 4, 16), (2, 13, 32)]
+            .into_iter()
+            .enumerate()
     {
         let seed = 10 * case as u64;
         let output = uniform(heads * splits * head_dim, seed);
         let mut max: Vec<f32> = uniform(heads * splits, seed + 1).iter().map(|x| 20.0 * x).collect();
         let mut sum: Vec<f32> = uniform(heads * splits, seed + 2).iter().map(|x| 1.5 + x).collect();
-        // Every third split of a head saw only masked slots (split 0 always sees some).
+        // Every third split of a head saw only masked slots (split 0 always sees some); with 4
+        // splits, a merge unit's only split is masked while the last split is not.
         for (i, (m, l)) in max.iter_mut().zip(&mut sum).enumerate() {
             if i % splits % 3 == 2 {
                 (*m, *l) = (MASKED_SCORE, 0.0);

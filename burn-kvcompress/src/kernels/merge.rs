@@ -23,6 +23,9 @@ pub fn masked_score() -> f32 {
 /// so a batch-1 decode of 32 heads still fills a GPU's multiprocessors.
 const MERGE_TILE: u32 = 32;
 
+/// Splits a merge unit loads at once (see [`merge_kernel`]).
+const SPLITS_PER_ROUND: u32 = 4;
+
 /// The most units of a merge cube.
 const MAX_MERGE_UNITS: u32 = 1024;
 
@@ -79,20 +82,34 @@ pub fn merge_kernel(
     let mut l = 0.0f32;
     let mut o = 0.0f32;
     if c < head_dim {
-        // One pass, rescaling the running sums whenever the max moves: no load waits on an
-        // earlier one.
+        // One pass, rescaling the running sums whenever the max moves, over rounds of
+        // `SPLITS_PER_ROUND` splits whose values are all loaded before any is combined, so that a
+        // round waits for its loads once. A round's places past the last split hold nothing: the
+        // masked max, no mass, no output.
         let mut s = part;
         while s < splits {
-            let split_max = partial_max[(head * splits + s) as usize];
-            let split_sum = partial_sum[(head * splits + s) as usize];
-            let split_out = partial[((head * splits + s) * head_dim + c) as usize];
-            let top = f32::max(m, split_max);
-            let keep = f32::exp(m - top);
-            let join = f32::exp(split_max - top);
-            l = l * keep + split_sum * join;
-            o = o * keep + split_out * join;
-            m = top;
-            s += parts;
+            let mut split_max = Array::<f32>::new(SPLITS_PER_ROUND as usize);
+            let mut split_sum = Array::<f32>::new(SPLITS_PER_ROUND as usize);
+            let mut split_out = Array::<f32>::new(SPLITS_PER_ROUND as usize);
+            #[unroll]
+            for k in 0..SPLITS_PER_ROUND {
+                let at = s + k * parts;
+                let real = at < splits;
+                let split = head * splits + u32::min(at, splits - 1);
+                split_max[k as usize] = select(real, partial_max[split as usize], masked_score());
+                split_sum[k as usize] = select(real, partial_sum[split as usize], 0.0);
+                split_out[k as usize] = select(real, partial[(split * head_dim + c) as usize], 0.0);
+            }
+            #[unroll]
+            for k in 0..SPLITS_PER_ROUND {
+                let top = f32::max(m, split_max[k as usize]);
+                let keep = f32::exp(m - top);
+                let join = f32::exp(split_max[k as usize] - top);
+                l = l * keep + split_sum[k as usize] * join;
+                o = o * keep + split_out[k as usize] * join;
+                m = top;
+            }
+            s += SPLITS_PER_ROUND * parts;
         }
     }
     part_max[unit as usize] = m;
