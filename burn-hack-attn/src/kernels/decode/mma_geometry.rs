@@ -16,6 +16,12 @@ pub const PRODUCT_DEPTH: u32 = 32;
 pub const COPY_BARRIER_BYTES: u32 = 16;
 /// Blocks a warp holds in shared memory: one attended while the next lands.
 pub const STAGES: u32 = 2;
+/// Groups of a cube's warps that wait for their copies apart. One barrier for the whole cube
+/// made every warp wait each round for the slowest; a barrier per warp costs a chain of 16
+/// branches wherever a warp picks its barrier (no array of barriers in CubeCL). On an H100 at 32K
+/// batch 8 (16 warps): 1 group 89.6/94.6 µs a step, 2: 91.1/91.2, 4: 86.5/89.2, 8: 91.1/92.6,
+/// 16: 101.3/103.9 (`results/decode-hack-groups-h100.md`).
+pub const COPY_GROUPS: u32 = 4;
 
 /// Shapes fixed at compile time (one compiled kernel per model geometry, configuration and cube
 /// size).
@@ -40,6 +46,17 @@ impl MmaGeometry {
     /// Units per cube.
     pub fn units(&self) -> u32 {
         WARP * self.warps
+    }
+
+    /// Groups of warps that wait for their staged blocks together, one pair of copy barriers
+    /// each (`copy_barriers`): [`COPY_GROUPS`], or fewer where the warps do not divide.
+    pub fn copy_groups(&self) -> u32 {
+        [COPY_GROUPS, 2, 1].into_iter().find(|&groups| self.warps.is_multiple_of(groups)).unwrap_or(1)
+    }
+
+    /// Units of a copy group.
+    pub fn copy_group_units(&self) -> u32 {
+        self.units() / self.copy_groups()
     }
 
     /// The group padded to a divisor of 8 or a multiple of 8, so that every lane of a product's
@@ -233,6 +250,15 @@ impl MmaGeometry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn copy_groups_divide_the_warps() {
+        let groups =
+            |warps| MmaGeometry { group: 4, head_dim: 128, key_group: 64, partition: 64, warps, meta_vector: 2 };
+        let counts: Vec<(u32, u32)> =
+            [16, 12, 6, 5, 1].iter().map(|&w| (groups(w).copy_groups(), groups(w).copy_group_units())).collect();
+        assert_eq!(counts, [(4, 128), (4, 96), (2, 96), (1, 160), (1, 32)]);
+    }
 
     #[test]
     fn padded_groups_divide_or_fill_the_product_columns() {

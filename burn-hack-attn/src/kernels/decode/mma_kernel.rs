@@ -11,9 +11,9 @@
 //! metadata) into its own part of shared memory with asynchronous copies
 //! ([`mma_stage`](super::mma_stage)), two blocks in flight: while it attends a block in one of
 //! its two regions, the next block lands in the other, and once its lanes have read the region
-//! (a warp synchronization) it copies the block after the next into it. The cube's warps wait for
-//! each round's copies on one barrier per region. Each lane builds its operand registers from the
-//! staged packed words.
+//! (a warp synchronization) it copies the block after the next into it. Each group of warps waits
+//! for its round's copies on its own barrier per region ([`copy_barriers`]), so that groups run
+//! apart. Each lane builds its operand registers from the staged packed words.
 //!
 //! **Operands from packed words.** A 32-bit word holds 16 two-bit codes, code `j` at bits `2j`.
 //! `(word · 4^(3 − t)) & 0xC0C0C0C0` is a register of four byte codes: codes `t, 4 + t, 8 + t,
@@ -62,11 +62,9 @@
 //! writes its split's partials for `merge_kernel`.
 
 use burn_kvcompress::kernels::{first_visible_slot, masked_score, warp_mma::WARP, SplitOut};
-use cubecl::{
-    cmma::MmaDefinition,
-    prelude::{barrier::Barrier, *},
-};
+use cubecl::{cmma::MmaDefinition, prelude::*};
 
+use super::copy_barriers::copy_barriers;
 use super::mma_geometry::{MmaGeometry, PRODUCT_COLUMNS, PRODUCT_DEPTH, PRODUCT_ROWS};
 use super::mma_stage::{block_stage, copy_block, BlockStage, WarpBlocks};
 use super::query_kernel::{stream_queries, StreamQueries};
@@ -256,10 +254,9 @@ pub fn mma_decode_kernel(
     let mut codes = Array::<u32>::new(comptime!((geo.lane_heads() * geo.slot_tiles() / 2) as usize));
     let mut p_meta = Array::<f32>::new(comptime!(4 * geo.lane_heads() as usize));
     let mut stage = block_stage(geo);
-    // The copies of the blocks staged in the first and the second of each warp's two regions
-    // (initializing the barriers synchronizes the cube).
-    let first_copies = Barrier::shared(geo.units(), UNIT_POS == 0);
-    let second_copies = Barrier::shared(geo.units(), UNIT_POS == 0);
+    // The copies of the blocks staged in the first and the second of each warp's two regions, per
+    // group of warps (initializing the barriers synchronizes the cube).
+    let copies = copy_barriers(geo);
     let first_region = warp;
     let second_region = comptime!(geo.warps) + warp;
     copy_block(
@@ -277,15 +274,15 @@ pub fn mma_decode_kernel(
         slots.first,
         geo,
     );
-    first_copies.commit_copy_async();
+    copies.commit(false, geo);
     // The queries are quantized and their operands loaded while the first block lands.
     let stream_codes = stream_queries(q, stream, geo.queries());
     let queries = query_rows(&stream_codes, scale, geo);
 
     // Each warp goes through its blocks round by round, two blocks in flight: a round first
     // copies the next block into the region the warp's lanes read last round (once they all have:
-    // a warp synchronization), then attends its own block from the other region. The cube's warps
-    // wait for each round's copies together.
+    // a warp synchronization), then attends its own block from the other region. The warps of a
+    // copy group wait for each round's copies together.
     let rounds = warp_chunk / geo.partition;
     let mut round = 0u32;
     while round < rounds {
@@ -311,13 +308,8 @@ pub fn mma_decode_kernel(
             block_first + geo.partition,
             geo,
         );
-        if second {
-            first_copies.commit_copy_async();
-            second_copies.arrive_and_wait();
-        } else {
-            second_copies.commit_copy_async();
-            first_copies.arrive_and_wait();
-        }
+        copies.commit(!second, geo);
+        copies.wait(second, geo);
         if attends {
             block_scores(&mut s, &stage, region, &queries, &slots, block_first, geo);
             // The block's numerators (in `s`), P codes and their metadata per head slot; `keep`

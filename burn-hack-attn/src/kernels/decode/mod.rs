@@ -2,6 +2,9 @@
 //! their launch, and where CUDA's tensor cores are available, a kernel whose integer products run
 //! on them; the reference is [`super::attention_reference`].
 
+// `#[cube]` expands the barriers' methods into undocumented helper items.
+#[allow(missing_docs)]
+mod copy_barriers;
 mod kernel;
 mod launch;
 mod mma_geometry;
