@@ -2,15 +2,18 @@
 //!
 //! Both formats go through one [`WeightSource`] that serves weights under their Hugging Face
 //! names, row-major `[out, in]`, as f32; [`build_model`] assembles the model from it.
+//! [`RandomWeights`] serves random weights of a configuration's shapes (speed measurements).
 
 mod build;
 mod gguf_source;
 mod hf;
+mod random;
 mod weights;
 
 pub use build::build_model;
 pub use gguf_source::{gguf_model_config, GgufWeights};
 pub use hf::{hf_model_config, parse_hf_config, SafetensorsWeights};
+pub use random::RandomWeights;
 pub use weights::{HostTensor, WeightSource};
 
 use std::path::Path;
