@@ -5,6 +5,7 @@ pub mod backend_choice;
 pub mod bench;
 pub mod memory;
 pub mod plot;
+pub mod random_model;
 pub mod reference;
 pub mod report;
 pub mod scheme_arg;

@@ -5,7 +5,11 @@
 //! disagg demo --kv dense                      # spawns a prefill server, decodes against it, checks
 //! disagg serve --listen 127.0.0.1:7070        # a prefill server
 //! disagg decode --server 127.0.0.1:7070 ...   # a decode worker (several --server: least loaded)
+//! disagg demo --random-model llama3-8b --prompt-tokens 8192 --backend cuda  # random weights
 //! ```
+//!
+//! `--random-model` runs a model of random weights of a given shape (no files, no tokenizer:
+//! requests are random token ids), for speed runs of shapes whose checkpoints are not at hand.
 //!
 //! The decode worker prints, per request: TTFT (submit to first token: prefill, transfer and
 //! import), TBT (mean gap between later tokens), JCT (submit to last token) and the bytes on the
@@ -24,7 +28,7 @@ use burn_kvcompress::{
     generation::{decode_batch, generate, GenerateOptions, SamplingConfig},
     loading::{load_model, LoadedModel},
     paths::default_model_path,
-    tokenizer::{chatml_prompt, ChatMessage, Role},
+    tokenizer::{chatml_prompt, ChatMessage, Role, Tokenizer},
 };
 use burn_kvtransfer::{
     decode::fetch,
@@ -38,6 +42,7 @@ use burn_kvtransfer::{
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use examples::{
     backend_choice::{BackendChoice, KernelBackend},
+    random_model::{random_prompt, RandomShape},
     scheme_arg::{Scheme, SchemeArg},
     with_backend, with_scheme,
 };
@@ -67,6 +72,13 @@ struct ModelArgs {
     /// Model: a `.gguf` file or a Hugging Face directory. Default: SmolLM2-135M-Instruct.
     #[arg(long)]
     model: Option<PathBuf>,
+    /// Random weights of this shape instead of a model file, for speed runs (such a model has
+    /// no tokenizer: requests are `--prompt-tokens` random token ids).
+    #[arg(long, value_enum, conflicts_with = "model")]
+    random_model: Option<RandomShape>,
+    /// Seed of `--random-model`'s weights (both processes must use the same).
+    #[arg(long, default_value_t = 0)]
+    weights_seed: u64,
     /// KV cache scheme: `dense`, `hack:bits=2,pi=64,round=stochastic`,
     /// `pq:codebooks=books.safetensors,window=64`, `zack:rotations=rot.safetensors,rate=0.5` or
     /// `zack:rotations=rot.safetensors,rate=0.5+hack:bits=2,pi=64` or
@@ -103,6 +115,10 @@ struct RunArgs {
     /// User messages to send (ChatML-wrapped); default: four built-in questions.
     #[arg(long = "prompt")]
     prompts: Vec<String>,
+    /// Requests of this many random token ids instead of text (several: `64,2048`; what a
+    /// `--random-model` needs); drawn from `--seed` and the request's index.
+    #[arg(long = "prompt-tokens", value_delimiter = ',', conflicts_with = "prompts")]
+    prompt_tokens: Vec<usize>,
     /// Tokens to generate per request.
     #[arg(long, default_value_t = 32)]
     max_new_tokens: usize,
@@ -188,10 +204,21 @@ fn load<B: Backend>(
     args: &ModelArgs,
     device: &B::Device,
 ) -> anyhow::Result<(LoadedModel<B>, ModelFingerprint, Scheme)> {
-    let path = args.model_path();
-    let fingerprint = ModelFingerprint::of_path(&path).with_context(|| format!("hashing {}", path.display()))?;
-    let mut loaded = load_model::<B>(&path, device)
-        .with_context(|| format!("loading {} (run `cargo xtask fetch-model` for the default model)", path.display()))?;
+    let (path, fingerprint, mut loaded) = match args.random_model {
+        Some(shape) => {
+            let seed = args.weights_seed;
+            (shape.label(seed), shape.fingerprint(seed), shape.load::<B>(seed, device)?)
+        }
+        None => {
+            let path = args.model_path();
+            let fingerprint =
+                ModelFingerprint::of_path(&path).with_context(|| format!("hashing {}", path.display()))?;
+            let loaded = load_model::<B>(&path, device).with_context(|| {
+                format!("loading {} (run `cargo xtask fetch-model` for the default model)", path.display())
+            })?;
+            (path, fingerprint, loaded)
+        }
+    };
     let kv: SchemeArg = args.kv.parse().map_err(anyhow::Error::msg)?;
     let scheme = kv.resolve(&path, loaded.model.config(), Some(fingerprint))?;
     loaded.model = scheme.prepare(loaded.model)?;
@@ -264,7 +291,7 @@ where
     S: TransferableScheme<B>,
     S::Cache: TransferableCache<B>,
 {
-    let tokenizer = loaded.tokenizer.as_ref().context("the model files carry no tokenizer")?;
+    let tokenizer = loaded.tokenizer.as_ref();
     let mut config = ClientConfig::new(SchemeDescriptor { scheme: scheme.name(), model: fingerprint });
     config.mode = match args.run.mode {
         ModeArg::Pull => Mode::Pull,
@@ -287,17 +314,13 @@ where
     })?;
     let options = GenerateOptions {
         max_new_tokens: args.run.max_new_tokens,
-        stop_tokens: tokenizer.eos_id().into_iter().collect(),
+        stop_tokens: tokenizer.and_then(|t| t.eos_id()).into_iter().collect(),
         sampling: SamplingConfig { temperature: args.run.temperature, top_p: 0.9, seed: args.run.seed },
     };
-    let prompts: Vec<String> = match args.run.prompts.is_empty() {
-        true => DEFAULT_PROMPTS.iter().map(|s| s.to_string()).collect(),
-        false => args.run.prompts.clone(),
-    };
+    let requests = requests(&args.run, tokenizer, loaded.model.config().vocab_size)?;
     let mut rows = Vec::new();
-    for text in &prompts {
-        let chat = chatml_prompt(&[ChatMessage { role: Role::User, content: text.clone() }], true);
-        let tokens = tokenizer.encode(&chat, true)?;
+    for (text, tokens) in &requests {
+        let tokens = tokens.clone();
         let check = match args.run.check {
             true => Some(check_request(&rt, &pool, loaded, &scheme, &device, &tokens, &options)?),
             false => None,
@@ -307,7 +330,7 @@ where
         let mut received = rt.block_on(fetch::<B, S>(&pool, &tokens, &scheme, &device, pool.clients().len()))?;
         let kv_bytes = received.caches.layers.iter().map(KvCache::memory_bytes).sum();
         let mut times = Vec::new();
-        let mut stream = args.run.show_text.then(|| tokenizer.stream(true));
+        let mut stream = tokenizer.filter(|_| args.run.show_text).map(|t| t.stream(true));
         if stream.is_some() {
             println!("> {text}");
         }
@@ -345,6 +368,30 @@ where
         bail!("a disaggregated run differs from the single-process run");
     }
     Ok(())
+}
+
+/// The requests of `run`, each with its text (or a description) and its tokens: random token ids
+/// for `--prompt-tokens`, else the ChatML-wrapped `--prompt`s (or the built-in questions), which
+/// need `tokenizer`.
+fn requests(run: &RunArgs, tokenizer: Option<&Tokenizer>, vocab: usize) -> anyhow::Result<Vec<(String, Vec<u32>)>> {
+    if !run.prompt_tokens.is_empty() {
+        let prompt = |(i, &len): (usize, &usize)| {
+            (format!("{len} random tokens"), random_prompt(len, vocab, run.seed.wrapping_add(i as u64)))
+        };
+        return Ok(run.prompt_tokens.iter().enumerate().map(prompt).collect());
+    }
+    let tokenizer = tokenizer.context("the model carries no tokenizer: pass --prompt-tokens")?;
+    let texts: Vec<String> = match run.prompts.is_empty() {
+        true => DEFAULT_PROMPTS.iter().map(|s| s.to_string()).collect(),
+        false => run.prompts.clone(),
+    };
+    texts
+        .into_iter()
+        .map(|text| {
+            let chat = chatml_prompt(&[ChatMessage { role: Role::User, content: text.clone() }], true);
+            Ok((text, tokenizer.encode(&chat, true)?))
+        })
+        .collect()
 }
 
 /// Fetches the request once more only to hash its KV, and runs it in this process: returns
@@ -437,6 +484,10 @@ fn spawn_server(args: &DemoArgs) -> anyhow::Result<(Spawned, String)> {
     cmd.args(["--backend", &format!("{:?}", args.model.backend).to_lowercase()]);
     if let Some(model) = &args.model.model {
         cmd.arg("--model").arg(model);
+    }
+    if let Some(shape) = args.model.random_model {
+        let name = shape.to_possible_value().context("shape name")?;
+        cmd.args(["--random-model", name.get_name(), "--weights-seed", &args.model.weights_seed.to_string()]);
     }
     if let Some(g) = args.model.link_gbps {
         cmd.args(["--link-gbps", &g.to_string()]);
