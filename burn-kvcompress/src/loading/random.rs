@@ -4,15 +4,19 @@
 //!
 //! Every projection `[out, in]` is uniform in `±√(3 / in)` (standard deviation `1/√in`, so the
 //! residual stream keeps its scale through a layer), every norm's gain is 1, and the embedding is
-//! uniform with standard deviation 1. Each weight comes from its own generator, seeded by the
-//! source's seed and the weight's name, so a weight does not depend on which others were asked
-//! for first.
+//! uniform with standard deviation 1. Each chunk of [`CHUNK`] values of a weight comes from its
+//! own generator, seeded by the source's seed, the weight's name and the chunk's index, so a
+//! weight does not depend on which others were asked for first nor on how many threads draw its
+//! chunks (all the machine's cores: Llama-3-8B's 8 G values take minutes on one).
 
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use sha2::{Digest, Sha256};
 
 use super::{HostTensor, WeightSource};
 use crate::{error::LoadError, model::ModelConfig};
+
+/// Values drawn from one generator.
+const CHUNK: usize = 1 << 20;
 
 /// Random weights of the shapes `config` implies, under their Hugging Face names (see the module
 /// documentation for their distribution).
@@ -65,9 +69,13 @@ impl RandomWeights {
         }
     }
 
-    /// The generator of the weight called `name`.
-    fn generator(&self, name: &str) -> StdRng {
-        let digest = Sha256::new().chain_update(self.seed.to_le_bytes()).chain_update(name.as_bytes()).finalize();
+    /// The generator of chunk `chunk` ([`CHUNK`] values) of the weight called `name`.
+    fn generator(&self, name: &str, chunk: usize) -> StdRng {
+        let digest = Sha256::new()
+            .chain_update(self.seed.to_le_bytes())
+            .chain_update((chunk as u64).to_le_bytes())
+            .chain_update(name.as_bytes())
+            .finalize();
         let mut seed = [0u8; 32];
         seed.copy_from_slice(&digest);
         StdRng::from_seed(seed)
@@ -83,8 +91,23 @@ impl WeightSource for RandomWeights {
             Kind::Projection => (3.0 / shape[1] as f32).sqrt(),
             Kind::Embedding => 3f32.sqrt(),
         };
-        let mut rng = self.generator(name);
-        let values = (0..count).map(|_| rng.random_range(-half_width..half_width)).collect();
+        let mut values = vec![0.0f32; count];
+        let chunks: Vec<(usize, &mut [f32])> = values.chunks_mut(CHUNK).enumerate().collect();
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(chunks.len()).max(1);
+        let mut shares: Vec<Vec<(usize, &mut [f32])>> = (0..threads).map(|_| Vec::new()).collect();
+        for (i, chunk) in chunks {
+            shares[i % threads].push((i, chunk));
+        }
+        std::thread::scope(|scope| {
+            for share in shares {
+                scope.spawn(move || {
+                    for (i, chunk) in share {
+                        let mut rng = self.generator(name, i);
+                        chunk.iter_mut().for_each(|v| *v = rng.random_range(-half_width..half_width));
+                    }
+                });
+            }
+        });
         Ok(HostTensor { values, shape })
     }
 
@@ -146,6 +169,19 @@ mod tests {
         assert_eq!(RandomWeights::new(tiny(), 3).get(name).unwrap(), first);
         assert_ne!(RandomWeights::new(tiny(), 4).get(name).unwrap(), first);
         assert_ne!(a.get("model.layers.0.mlp.down_proj.weight").unwrap(), first);
+    }
+
+    #[test]
+    fn a_weight_of_several_chunks_draws_each_apart_and_reproducibly() {
+        let config = ModelConfig { hidden_size: 1024, intermediate_size: 2560, ..tiny() };
+        let source = RandomWeights::new(config, 9);
+        let name = "model.layers.0.mlp.up_proj.weight";
+        let w = source.get(name).unwrap();
+        assert_eq!(w.values.len(), 2560 * 1024);
+        let chunks: Vec<&[f32]> = w.values.chunks(CHUNK).collect();
+        assert_eq!(chunks.len(), 3);
+        assert!(chunks[0][..1000] != chunks[1][..1000] && chunks[1][..1000] != chunks[2][..1000]);
+        assert_eq!(source.get(name).unwrap(), w);
     }
 
     #[test]
