@@ -562,9 +562,8 @@ fn block_scores(
 /// `2²³`: for `0 ≤ x < 2²²`, `x + 2²³` rounds `x` to the nearest integer (ties to even: floats in
 /// `[2²³, 2²⁴)` are the integers) and holds it in its mantissa's low bits, so a P code needs no
 /// float-to-integer conversion and no clamp (its argument is at least 0 and below 255.5, see
-/// [`MIN_P_STEP`]). `code8` (and the reference) round ties up; a tie
-/// needs `(p − lo) / step` to fall exactly on a half, which float noise of an ulp decides either
-/// way.
+/// [`MIN_P_STEP`]). `code8` (and the reference) round ties up; a tie needs `(p − lo) / step` to
+/// fall exactly on a half, which float noise of an ulp decides either way.
 const ROUNDER: f32 = 8_388_608.0;
 /// The bits of [`ROUNDER`]: a rounded code `c`'s bits are `ROUNDER_BITS + c`.
 const ROUNDER_BITS: u32 = 0x4B00_0000;
