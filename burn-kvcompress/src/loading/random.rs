@@ -12,7 +12,7 @@
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use sha2::{Digest, Sha256};
 
-use super::{HostTensor, WeightSource};
+use super::{weights::fill_chunks_in_parallel, HostTensor, WeightSource};
 use crate::{error::LoadError, model::ModelConfig};
 
 /// Values drawn from one generator.
@@ -92,21 +92,9 @@ impl WeightSource for RandomWeights {
             Kind::Embedding => 3f32.sqrt(),
         };
         let mut values = vec![0.0f32; count];
-        let chunks: Vec<(usize, &mut [f32])> = values.chunks_mut(CHUNK).enumerate().collect();
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(chunks.len()).max(1);
-        let mut shares: Vec<Vec<(usize, &mut [f32])>> = (0..threads).map(|_| Vec::new()).collect();
-        for (i, chunk) in chunks {
-            shares[i % threads].push((i, chunk));
-        }
-        std::thread::scope(|scope| {
-            for share in shares {
-                scope.spawn(move || {
-                    for (i, chunk) in share {
-                        let mut rng = self.generator(name, i);
-                        chunk.iter_mut().for_each(|v| *v = rng.random_range(-half_width..half_width));
-                    }
-                });
-            }
+        fill_chunks_in_parallel(&mut values, CHUNK, |i, chunk| {
+            let mut rng = self.generator(name, i);
+            chunk.iter_mut().for_each(|v| *v = rng.random_range(-half_width..half_width));
         });
         Ok(HostTensor { values, shape })
     }

@@ -34,32 +34,37 @@ impl HostTensor {
     pub fn transposed(&self) -> Self {
         let (rows, cols) = (self.shape[0], self.shape[1]);
         let mut values = vec![0.0; rows * cols];
-        let bands: Vec<(usize, &mut [f32])> = values.chunks_mut(TRANSPOSE_TILE * rows.max(1)).enumerate().collect();
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(bands.len()).max(1);
-        let mut shares: Vec<Vec<(usize, &mut [f32])>> = (0..threads).map(|_| Vec::new()).collect();
-        for (i, band) in bands {
-            shares[i % threads].push((i, band));
-        }
-        std::thread::scope(|scope| {
-            for share in shares {
-                scope.spawn(move || {
-                    for (band, out) in share {
-                        // Output rows `c0 ..` (input columns), all input rows, tile by tile.
-                        let c0 = band * TRANSPOSE_TILE;
-                        let band_cols = out.len() / rows.max(1);
-                        for r0 in (0..rows).step_by(TRANSPOSE_TILE) {
-                            for c in 0..band_cols {
-                                for r in r0..(r0 + TRANSPOSE_TILE).min(rows) {
-                                    out[c * rows + r] = self.values[r * cols + c0 + c];
-                                }
-                            }
-                        }
+        fill_chunks_in_parallel(&mut values, TRANSPOSE_TILE * rows.max(1), |band, out| {
+            // Output rows `c0 ..` (input columns), all input rows, tile by tile.
+            let c0 = band * TRANSPOSE_TILE;
+            let band_cols = out.len() / rows.max(1);
+            for r0 in (0..rows).step_by(TRANSPOSE_TILE) {
+                for c in 0..band_cols {
+                    for r in r0..(r0 + TRANSPOSE_TILE).min(rows) {
+                        out[c * rows + r] = self.values[r * cols + c0 + c];
                     }
-                });
+                }
             }
         });
         Self { values, shape: vec![cols, rows] }
     }
+}
+
+/// Fills `values` chunk by chunk (`chunk` values each, the last shorter) on the machine's cores:
+/// `fill(i, chunk)` writes chunk `i`; chunks are dealt out to the threads in turn.
+pub(crate) fn fill_chunks_in_parallel(values: &mut [f32], chunk: usize, fill: impl Fn(usize, &mut [f32]) + Sync) {
+    let chunks: Vec<(usize, &mut [f32])> = values.chunks_mut(chunk).enumerate().collect();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(chunks.len()).max(1);
+    let mut shares: Vec<Vec<(usize, &mut [f32])>> = (0..threads).map(|_| Vec::new()).collect();
+    for (i, values) in chunks {
+        shares[i % threads].push((i, values));
+    }
+    let fill = &fill;
+    std::thread::scope(|scope| {
+        for share in shares {
+            scope.spawn(move || share.into_iter().for_each(|(i, values)| fill(i, values)));
+        }
+    });
 }
 
 /// A source of weights under their Hugging Face names (`model.layers.0.self_attn.q_proj.weight`),
