@@ -368,3 +368,20 @@ async fn a_failing_engine_fails_the_request_and_frees_it() {
     }
     wait_until_freed(&server, Duration::from_secs(2)).await;
 }
+
+#[tokio::test]
+async fn arrivals_follow_a_prefill_computed_layer_by_layer() {
+    // Each layer takes 30 ms to compute and is sent once computed: the first layer cannot arrive
+    // before 30 ms, the last before every layer's 30 ms, and the logits come after it.
+    let per_layer = Duration::from_millis(30);
+    let (_server, connector) = start(engine().with_per_layer(per_layer), ServerConfig::default());
+    let pool =
+        PrefillPool::new(vec![PrefillClient::connect(&connector, ClientConfig::new(descriptor())).await.unwrap()]);
+    let device = Default::default();
+    let received = fetch::<NdArray, _>(&pool, &[3, 1, 4, 1, 5], &DenseScheme, &device, 1).await.unwrap();
+    let arrivals = received.arrivals;
+    let layers = SHAPE.num_layers;
+    assert!(arrivals.first_layer >= per_layer, "{arrivals:?}");
+    assert!(arrivals.last_layer >= per_layer * layers, "{arrivals:?}");
+    assert!(arrivals.first_layer < arrivals.last_layer && arrivals.last_layer <= arrivals.logits, "{arrivals:?}");
+}
