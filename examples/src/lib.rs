@@ -1,8 +1,9 @@
 //! Shared plumbing of the example command-line programs: backend selection, the `--kv` scheme
-//! syntax, llama.cpp's reference numbers, benchmark helpers and plots.
+//! syntax, llama.cpp's reference numbers, benchmark helpers, disaggregated runs' records and plots.
 
 pub mod backend_choice;
 pub mod bench;
+pub mod e2e_report;
 pub mod memory;
 pub mod plot;
 pub mod random_model;

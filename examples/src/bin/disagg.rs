@@ -6,6 +6,7 @@
 //! disagg serve --listen 127.0.0.1:7070        # a prefill server
 //! disagg decode --server 127.0.0.1:7070 ...   # a decode worker (several --server: least loaded)
 //! disagg demo --random-model llama3-8b --prompt-tokens 8192 --backend cuda  # random weights
+//! disagg sweep --kv dense --kv hack:bits=2,pi=64 --link-gbps 10,25,100 --out DIR ...
 //! ```
 //!
 //! `--random-model` runs a model of random weights of a given shape (no files, no tokenizer:
@@ -14,7 +15,13 @@
 //! The decode worker prints, per request: TTFT (submit to first token: prefill, transfer and
 //! import), TBT (mean gap between later tokens), JCT (submit to last token) and the bytes on the
 //! wire. `--check` also verifies that the received KV hashes equal a local prefill's and that
-//! the tokens equal a single-process run with the same scheme and seed.
+//! the tokens equal a single-process run with the same scheme and seed; `--json FILE` writes the
+//! requests' records, with when the first and the last layer and the logits arrived.
+//!
+//! `sweep` runs the demo for each scheme at each link rate and writes the records, a table of
+//! means (the job completion time split into prefill and transfer, until the last layer is in,
+//! then the first token, then decoding; each scheme against the first one) and a plot of the job
+//! completion time against the link rate.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
@@ -31,7 +38,7 @@ use burn_kvcompress::{
     tokenizer::{chatml_prompt, ChatMessage, Role, Tokenizer},
 };
 use burn_kvtransfer::{
-    decode::fetch,
+    decode::{fetch, Arrivals},
     engine::ModelPrefill,
     protocol::{ClientConfig, PrefillClient, PrefillPool, PrefillServer, ServerConfig},
     state_codec::encode_state,
@@ -42,6 +49,8 @@ use burn_kvtransfer::{
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use examples::{
     backend_choice::{BackendChoice, KernelBackend},
+    e2e_report::{group_means, jct_series, markdown_table, RequestRecord},
+    plot::{plot_series, PlotSpec},
     random_model::{random_prompt, RandomShape},
     scheme_arg::{Scheme, SchemeArg},
     with_backend, with_scheme,
@@ -64,11 +73,16 @@ enum Cmd {
     Decode(DecodeArgs),
     /// Spawn prefill server processes on loopback and run a decode worker against them.
     Demo(DemoArgs),
+    /// Run the demo for every `--kv` scheme at every `--link-gbps` rate and write the requests'
+    /// records (`e2e.json`), a table of means with each scheme's job completion time against the
+    /// first scheme's (`e2e.md`) and a plot of job completion time against the link rate
+    /// (`jct-vs-link.svg`) to `--out`.
+    Sweep(SweepArgs),
 }
 
-/// Options both processes need to agree on.
+/// The model both processes load, and where they run it.
 #[derive(Args, Debug, Clone)]
-struct ModelArgs {
+struct ModelSource {
     /// Model: a `.gguf` file or a Hugging Face directory. Default: SmolLM2-135M-Instruct.
     #[arg(long)]
     model: Option<PathBuf>,
@@ -79,6 +93,16 @@ struct ModelArgs {
     /// Seed of `--random-model`'s weights (both processes must use the same).
     #[arg(long, default_value_t = 0)]
     weights_seed: u64,
+    /// Backend to run on.
+    #[arg(long, value_enum, default_value_t = BackendChoice::Ndarray)]
+    backend: BackendChoice,
+}
+
+/// Options both processes need to agree on.
+#[derive(Args, Debug, Clone)]
+struct ModelArgs {
+    #[command(flatten)]
+    source: ModelSource,
     /// KV cache scheme: `dense`, `hack:bits=2,pi=64,round=stochastic`,
     /// `pq:codebooks=books.safetensors,window=64`, `zack:rotations=rot.safetensors,rate=0.5` or
     /// `zack:rotations=rot.safetensors,rate=0.5+hack:bits=2,pi=64` or
@@ -86,9 +110,6 @@ struct ModelArgs {
     /// spelling as `generate --kv`; both processes must load the same codebook or rotation file).
     #[arg(long, default_value = "dense", value_parser = parse_kv)]
     kv: String,
-    /// Backend to run on.
-    #[arg(long, value_enum, default_value_t = BackendChoice::Ndarray)]
-    backend: BackendChoice,
     /// Emulated rate of each side's outgoing link, Gbit/s (default: unpaced); the prefill
     /// server's connections share its link.
     #[arg(long)]
@@ -141,6 +162,9 @@ struct RunArgs {
     /// Stream each request's generated text to stdout as tokens are decoded.
     #[arg(long)]
     show_text: bool,
+    /// Also write the requests' records (JSON, times in ms) to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -154,18 +178,45 @@ struct DecodeArgs {
     servers: Vec<String>,
 }
 
+/// The prefill servers a demo spawns.
 #[derive(Args, Debug, Clone)]
-struct DemoArgs {
-    #[command(flatten)]
-    model: ModelArgs,
-    #[command(flatten)]
-    run: RunArgs,
+struct SpawnArgs {
     /// Prefill server processes to spawn.
     #[arg(long, default_value_t = 1)]
     servers: usize,
     /// Block size of the spawned servers, KiB.
     #[arg(long, default_value_t = 256)]
     block_kib: u32,
+}
+
+#[derive(Args, Debug, Clone)]
+struct DemoArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    run: RunArgs,
+    #[command(flatten)]
+    spawn: SpawnArgs,
+}
+
+#[derive(Args, Debug, Clone)]
+struct SweepArgs {
+    #[command(flatten)]
+    source: ModelSource,
+    /// KV schemes to run, in `--kv`'s spelling; repeat for several. The first is the baseline the
+    /// table compares the others with (`dense`, say).
+    #[arg(long = "kv", required = true, value_parser = parse_kv)]
+    schemes: Vec<String>,
+    /// Emulated link rates, Gbit/s (several: `10,25,100`).
+    #[arg(long = "link-gbps", value_delimiter = ',', required = true)]
+    links: Vec<f64>,
+    #[command(flatten)]
+    run: RunArgs,
+    #[command(flatten)]
+    spawn: SpawnArgs,
+    /// Directory for `e2e.json`, `e2e.md` and `jct-vs-link.svg` (created if missing).
+    #[arg(long)]
+    out: PathBuf,
 }
 
 /// `--mode`.
@@ -182,7 +233,7 @@ fn parse_kv(s: &str) -> Result<String, String> {
     s.parse::<SchemeArg>().map(|_| s.to_string())
 }
 
-impl ModelArgs {
+impl ModelSource {
     fn model_path(&self) -> PathBuf {
         self.model.clone().unwrap_or_else(default_model_path)
     }
@@ -204,13 +255,14 @@ fn load<B: Backend>(
     args: &ModelArgs,
     device: &B::Device,
 ) -> anyhow::Result<(LoadedModel<B>, ModelFingerprint, Scheme)> {
-    let (path, fingerprint, mut loaded) = match args.random_model {
+    let source = &args.source;
+    let (path, fingerprint, mut loaded) = match source.random_model {
         Some(shape) => {
-            let seed = args.weights_seed;
+            let seed = source.weights_seed;
             (shape.label(seed), shape.fingerprint(seed), shape.load::<B>(seed, device)?)
         }
         None => {
-            let path = args.model_path();
+            let path = source.model_path();
             let fingerprint =
                 ModelFingerprint::of_path(&path).with_context(|| format!("hashing {}", path.display()))?;
             let loaded = load_model::<B>(&path, device).with_context(|| {
@@ -261,7 +313,7 @@ where
     })
 }
 
-fn decode<B: KernelBackend>(device: B::Device, args: &DecodeArgs) -> anyhow::Result<()> {
+fn decode<B: KernelBackend>(device: B::Device, args: &DecodeArgs) -> anyhow::Result<Vec<RequestRecord>> {
     let (loaded, fingerprint, scheme) = load::<B>(&args.model, &device)?;
     with_scheme!(scheme, decode_scheme::<B, _>, (args, &loaded, fingerprint, device))
 }
@@ -273,11 +325,32 @@ struct Row {
     attempts: usize,
     kv_bytes: usize,
     wire_bytes: u64,
+    arrivals: Arrivals,
     ttft: Duration,
     tbt: Duration,
     jct: Duration,
     tokens: Vec<u32>,
     check: Option<(bool, bool)>,
+}
+
+impl Row {
+    /// The row as a record of `args`'s scheme and link.
+    fn record(&self, args: &DecodeArgs) -> RequestRecord {
+        RequestRecord {
+            scheme: args.model.kv.clone(),
+            link_gbps: args.model.link_gbps,
+            prompt_tokens: self.prompt_tokens,
+            new_tokens: self.tokens.len(),
+            kv_bytes: self.kv_bytes,
+            wire_bytes: self.wire_bytes,
+            first_layer_ms: ms(self.arrivals.first_layer),
+            last_layer_ms: ms(self.arrivals.last_layer),
+            logits_ms: ms(self.arrivals.logits),
+            ttft_ms: ms(self.ttft),
+            tbt_ms: ms(self.tbt),
+            jct_ms: ms(self.jct),
+        }
+    }
 }
 
 fn decode_scheme<B: Backend, S>(
@@ -286,7 +359,7 @@ fn decode_scheme<B: Backend, S>(
     loaded: &LoadedModel<B>,
     fingerprint: ModelFingerprint,
     device: B::Device,
-) -> anyhow::Result<()>
+) -> anyhow::Result<Vec<RequestRecord>>
 where
     S: TransferableScheme<B>,
     S::Cache: TransferableCache<B>,
@@ -356,6 +429,7 @@ where
             attempts: received.attempts,
             kv_bytes,
             wire_bytes: (after.0 - before.0) + (after.1 - before.1),
+            arrivals: received.arrivals,
             ttft: times.first().copied().unwrap_or_default(),
             tbt,
             jct: started.elapsed(),
@@ -367,7 +441,12 @@ where
     if rows.iter().any(|r| r.check.is_some_and(|(kv, tokens)| !(kv && tokens))) {
         bail!("a disaggregated run differs from the single-process run");
     }
-    Ok(())
+    let records: Vec<RequestRecord> = rows.iter().map(|r| r.record(args)).collect();
+    if let Some(path) = &args.run.json {
+        std::fs::write(path, serde_json::to_string_pretty(&records)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(records)
 }
 
 /// The requests of `run`, each with its text (or a description) and its tokens: random token ids
@@ -480,14 +559,15 @@ impl Drop for Spawned {
 fn spawn_server(args: &DemoArgs) -> anyhow::Result<(Spawned, String)> {
     let mut cmd = Command::new(std::env::current_exe()?);
     cmd.args(["serve", "--listen", "127.0.0.1:0", "--kv", &args.model.kv]);
-    cmd.args(["--block-kib", &args.block_kib.to_string()]);
-    cmd.args(["--backend", &format!("{:?}", args.model.backend).to_lowercase()]);
-    if let Some(model) = &args.model.model {
+    cmd.args(["--block-kib", &args.spawn.block_kib.to_string()]);
+    let source = &args.model.source;
+    cmd.args(["--backend", &format!("{:?}", source.backend).to_lowercase()]);
+    if let Some(model) = &source.model {
         cmd.arg("--model").arg(model);
     }
-    if let Some(shape) = args.model.random_model {
+    if let Some(shape) = source.random_model {
         let name = shape.to_possible_value().context("shape name")?;
-        cmd.args(["--random-model", name.get_name(), "--weights-seed", &args.model.weights_seed.to_string()]);
+        cmd.args(["--random-model", name.get_name(), "--weights-seed", &source.weights_seed.to_string()]);
     }
     if let Some(g) = args.model.link_gbps {
         cmd.args(["--link-gbps", &g.to_string()]);
@@ -502,19 +582,51 @@ fn spawn_server(args: &DemoArgs) -> anyhow::Result<(Spawned, String)> {
     }
 }
 
-fn demo(args: &DemoArgs) -> anyhow::Result<()> {
+fn demo(args: &DemoArgs) -> anyhow::Result<Vec<RequestRecord>> {
     let started = Instant::now();
-    let spawned = (0..args.servers).map(|_| spawn_server(args)).collect::<anyhow::Result<Vec<_>>>()?;
+    let spawned = (0..args.spawn.servers).map(|_| spawn_server(args)).collect::<anyhow::Result<Vec<_>>>()?;
     let servers: Vec<String> = spawned.iter().map(|(_, addr)| addr.clone()).collect();
     eprintln!("[{} prefill server(s) up at {servers:?} after {:.1} s]", servers.len(), started.elapsed().as_secs_f64());
     let decode_args = DecodeArgs { model: args.model.clone(), run: args.run.clone(), servers };
-    with_backend!(args.model.backend, decode(&decode_args))
+    with_backend!(args.model.source.backend, decode(&decode_args))
+}
+
+/// `disagg sweep`: the demo for each scheme at each link rate, then the records, the table and
+/// the plot.
+fn sweep(args: &SweepArgs) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    let mut records = Vec::new();
+    for kv in &args.schemes {
+        for &link in &args.links {
+            eprintln!("[sweep: {kv} at {link} Gbit/s]");
+            let model = ModelArgs { source: args.source.clone(), kv: kv.clone(), link_gbps: Some(link) };
+            let run = RunArgs { json: None, ..args.run.clone() };
+            records.extend(demo(&DemoArgs { model, run, spawn: args.spawn.clone() })?);
+        }
+    }
+    let json = args.out.join("e2e.json");
+    std::fs::write(&json, serde_json::to_string_pretty(&records)?)
+        .with_context(|| format!("writing {}", json.display()))?;
+    let groups = group_means(&records);
+    let table = args.out.join("e2e.md");
+    std::fs::write(&table, markdown_table(&groups, &args.schemes[0]))
+        .with_context(|| format!("writing {}", table.display()))?;
+    let spec = PlotSpec {
+        title: "Job completion time against the link rate",
+        x_label: "link rate, Gbit/s",
+        y_label: "mean JCT, ms",
+        curves: &[],
+    };
+    plot_series(&args.out.join("jct-vs-link.svg"), &spec, &jct_series(&groups))?;
+    println!("wrote {}, {} and jct-vs-link.svg", json.display(), table.display());
+    Ok(())
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Cmd::Serve(args) => with_backend!(args.model.backend, serve(&args)),
-        Cmd::Decode(args) => with_backend!(args.model.backend, decode(&args)),
-        Cmd::Demo(args) => demo(&args),
+        Cmd::Serve(args) => with_backend!(args.model.source.backend, serve(&args)),
+        Cmd::Decode(args) => with_backend!(args.model.source.backend, decode(&args)).map(drop),
+        Cmd::Demo(args) => demo(&args).map(drop),
+        Cmd::Sweep(args) => sweep(&args),
     }
 }
