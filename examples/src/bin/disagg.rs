@@ -162,7 +162,8 @@ struct RunArgs {
     /// Stream each request's generated text to stdout as tokens are decoded.
     #[arg(long)]
     show_text: bool,
-    /// Also write the requests' records (JSON, times in ms) to this file.
+    /// Also write the requests' records (JSON, times in ms) to this file (`decode`, `demo`;
+    /// `sweep` writes them to `e2e.json` in its `--out`).
     #[arg(long)]
     json: Option<PathBuf>,
 }
@@ -594,14 +595,16 @@ fn demo(args: &DemoArgs) -> anyhow::Result<Vec<RequestRecord>> {
 /// `disagg sweep`: the demo for each scheme at each link rate, then the records, the table and
 /// the plot.
 fn sweep(args: &SweepArgs) -> anyhow::Result<()> {
+    if args.run.json.is_some() {
+        bail!("sweep writes its records to e2e.json in --out: drop --json");
+    }
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     let mut records = Vec::new();
     for kv in &args.schemes {
         for &link in &args.links {
             eprintln!("[sweep: {kv} at {link} Gbit/s]");
             let model = ModelArgs { source: args.source.clone(), kv: kv.clone(), link_gbps: Some(link) };
-            let run = RunArgs { json: None, ..args.run.clone() };
-            records.extend(demo(&DemoArgs { model, run, spawn: args.spawn.clone() })?);
+            records.extend(demo(&DemoArgs { model, run: args.run.clone(), spawn: args.spawn.clone() })?);
         }
     }
     let json = args.out.join("e2e.json");
