@@ -46,10 +46,14 @@ impl RandomShape {
         }
     }
 
+    /// The shape's name on the command line (`--random-model llama3-8b`).
+    pub fn name(self) -> String {
+        self.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default()
+    }
+
     /// What names the model where a file path would (messages, calibration tags).
     pub fn label(self, seed: u64) -> PathBuf {
-        let name = self.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default();
-        PathBuf::from(format!("random:{name}:seed={seed}"))
+        PathBuf::from(format!("random:{}:seed={seed}", self.name()))
     }
 
     /// The fingerprint both sides of a transfer must agree on: the configuration and the seed.

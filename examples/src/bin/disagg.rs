@@ -393,8 +393,7 @@ where
     };
     let requests = requests(&args.run, tokenizer, loaded.model.config().vocab_size)?;
     let mut rows = Vec::new();
-    for (text, tokens) in &requests {
-        let tokens = tokens.clone();
+    for (text, tokens) in requests {
         let check = match args.run.check {
             true => Some(check_request(&rt, &pool, loaded, &scheme, &device, &tokens, &options)?),
             false => None,
@@ -567,8 +566,7 @@ fn spawn_server(args: &DemoArgs) -> anyhow::Result<(Spawned, String)> {
         cmd.arg("--model").arg(model);
     }
     if let Some(shape) = source.random_model {
-        let name = shape.to_possible_value().context("shape name")?;
-        cmd.args(["--random-model", name.get_name(), "--weights-seed", &source.weights_seed.to_string()]);
+        cmd.args(["--random-model", &shape.name(), "--weights-seed", &source.weights_seed.to_string()]);
     }
     if let Some(g) = args.model.link_gbps {
         cmd.args(["--link-gbps", &g.to_string()]);
