@@ -59,13 +59,15 @@ pub fn attention_reference<B: Backend>(
     // Query heads of one KV head are adjacent: fold them into the row dimension.
     let q = q.reshape([batch, kv_heads, group * q_len, head_dim]);
     let scores = q.matmul(k.swap_dims(2, 3)) * options.scale;
-    let forbidden = options.forbidden_mask::<B>(q_len, total_len, &scores.device()).repeat_dim(2, group).expand([
-        batch,
-        kv_heads,
-        group * q_len,
-        total_len,
-    ]);
-    let probs = softmax(scores.mask_fill(forbidden, f32::NEG_INFINITY), 3);
+    let scores = match options.forbids_nothing(q_len, total_len) {
+        true => scores,
+        false => {
+            let forbidden = options.forbidden_mask::<B>(q_len, total_len, &scores.device());
+            let forbidden = forbidden.repeat_dim(2, group).expand([batch, kv_heads, group * q_len, total_len]);
+            scores.mask_fill(forbidden, f32::NEG_INFINITY)
+        }
+    };
+    let probs = softmax(scores, 3);
     let value_dim = v.dims()[3];
     Ok(probs.matmul(v).reshape([batch, heads, q_len, value_dim]))
 }
