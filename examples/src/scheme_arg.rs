@@ -1,4 +1,5 @@
-//! The `--kv` syntax: `dense`, `hack:bits=2,pi=64,round=stochastic,seed=0` (any subset of the
+//! The `--kv` syntax: `dense` (f32 keys and values; `dense:storage=f16` stores them in half
+//! precision, the baseline an fp16 model's transfer sends), `hack:bits=2,pi=64,round=stochastic,seed=0` (any subset of the
 //! keys; see [`HackConfig`]'s text form) or `pq:codebooks=books.safetensors,window=64` (codebooks
 //! from `calibrate`; `window` defaults to 64), `zack:rotations=rot.safetensors,rate=0.5`, or ZACK
 //! followed by HACK quantization of the reduced dimensions, `zack:…+hack:bits=2,pi=64` (the
@@ -20,7 +21,7 @@ use anyhow::Context;
 use burn::tensor::backend::Backend;
 use burn_hack_attn::HackConfig;
 use burn_kvcompress::{
-    cache::{CacheGeometry, DenseScheme},
+    cache::{CacheGeometry, DenseScheme, HalfDenseScheme},
     fingerprint::ModelFingerprint,
     model::{CausalLm, ModelConfig},
 };
@@ -71,6 +72,8 @@ impl FromStr for PqArg {
 pub enum SchemeArg {
     /// Uncompressed K/V.
     Dense,
+    /// Uncompressed K/V stored in f16.
+    HalfDense,
     /// HACK: 2- or 4-bit K/V codes, attention on the codes.
     Hack(HackConfig),
     /// MILLION: product-quantized K/V with trained codebooks, lookup-table attention.
@@ -96,8 +99,11 @@ impl FromStr for SchemeArg {
         }
         let (name, params) = s.split_once(':').unwrap_or((s, ""));
         match name {
-            "dense" if params.is_empty() => Ok(Self::Dense),
-            "dense" => Err(format!("`dense` takes no parameters (got `{params}`)")),
+            "dense" => match params {
+                "" | "storage=f32" => Ok(Self::Dense),
+                "storage=f16" => Ok(Self::HalfDense),
+                other => Err(format!("`dense` takes only `storage=f32` or `storage=f16` (got `{other}`)")),
+            },
             "hack" => params.parse().map(Self::Hack).map_err(|e| e.to_string()),
             "pq" => params.parse().map(Self::Pq),
             "zack" => params.parse().map(Self::Zack),
@@ -111,6 +117,8 @@ impl FromStr for SchemeArg {
 pub enum Scheme {
     /// Uncompressed K/V.
     Dense(DenseScheme),
+    /// Uncompressed K/V stored in f16.
+    HalfDense(HalfDenseScheme),
     /// HACK.
     Hack(HackConfig),
     /// MILLION, with its codebooks loaded and checked against the model.
@@ -131,7 +139,7 @@ impl Scheme {
             Self::Zack(scheme) => Ok(scheme.fold(model)?),
             Self::ZackHack(scheme) => Ok(scheme.zack().fold(model)?),
             Self::ZackPq(scheme) => Ok(scheme.zack().fold(model)?),
-            Self::Dense(_) | Self::Hack(_) | Self::Pq(_) => Ok(model),
+            Self::Dense(_) | Self::HalfDense(_) | Self::Hack(_) | Self::Pq(_) => Ok(model),
         }
     }
 }
@@ -151,6 +159,7 @@ impl SchemeArg {
     ) -> anyhow::Result<Scheme> {
         Ok(match self {
             Self::Dense => Scheme::Dense(DenseScheme),
+            Self::HalfDense => Scheme::HalfDense(HalfDenseScheme),
             Self::Hack(config) => Scheme::Hack(*config),
             Self::Zack(arg) => {
                 let fingerprint = fingerprint_of(model_path, fingerprint)?;
@@ -238,6 +247,7 @@ macro_rules! with_scheme {
         use $crate::scheme_arg::Scheme;
         match $scheme {
             Scheme::Dense(scheme) => $run(scheme, $($a),*),
+            Scheme::HalfDense(scheme) => $run(scheme, $($a),*),
             Scheme::Hack(scheme) => $run(scheme, $($a),*),
             Scheme::Pq(scheme) => $run(scheme, $($a),*),
             Scheme::Zack(scheme) => $run(scheme, $($a),*),
@@ -254,7 +264,10 @@ mod tests {
     #[test]
     fn parses_dense_hack_and_rejects_unknown() {
         assert_eq!("dense".parse::<SchemeArg>(), Ok(SchemeArg::Dense));
+        assert_eq!("dense:storage=f32".parse::<SchemeArg>(), Ok(SchemeArg::Dense));
+        assert_eq!("dense:storage=f16".parse::<SchemeArg>(), Ok(SchemeArg::HalfDense));
         assert!("dense:bits=2".parse::<SchemeArg>().is_err());
+        assert!("dense:storage=bf16".parse::<SchemeArg>().unwrap_err().contains("storage=f16"));
         assert!("zip".parse::<SchemeArg>().unwrap_err().contains("unknown KV scheme"));
         let hack = "hack:bits=4,pi=32,round=nearest".parse::<SchemeArg>().unwrap();
         assert_eq!(hack, SchemeArg::Hack("bits=4,pi=32,round=nearest".parse().unwrap()));

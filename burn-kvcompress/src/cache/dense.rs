@@ -1,7 +1,12 @@
-//! The dense cache: keys and values kept as they are. Prefill-then-decode through it equals one
-//! full forward pass up to float summation order (tested within 1e-5 per logit).
+//! The dense caches: keys and values kept as they are, in f32 ([`DenseScheme`]) or rounded to
+//! IEEE half precision ([`HalfDenseScheme`], what an fp16 serving stack caches and sends).
+//! Prefill-then-decode through the f32 cache equals one full forward pass up to float summation
+//! order (tested within 1e-5 per logit).
 
-use burn::tensor::{backend::Backend, Tensor};
+use burn::tensor::{
+    backend::{Backend, DTypeUsage},
+    DType, FloatDType, Tensor,
+};
 use serde::{Deserialize, Serialize};
 
 use super::{
@@ -10,26 +15,55 @@ use super::{
 };
 use crate::error::CacheError;
 
-/// The scheme that compresses nothing (`--kv dense`).
+/// The scheme that compresses nothing (`--kv dense`): f32 keys and values.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DenseScheme;
 
-/// Uncompressed K/V of one layer, `[batch, kv_heads, len, head_dim]` each.
+/// Keys and values stored in IEEE half precision (`--kv dense:storage=f16`): half the bytes of
+/// [`DenseScheme`] in memory and on the wire, the baseline a transfer of an fp16 model's cache
+/// sends. Attention computes in f32 on the stored values (cast back per step).
+///
+/// Error bound: every stored element is rounded to nearest f16, a relative error of at most
+/// `u = 2^-11` within f16's normal range (`|x| ≥ 6.1e-5`; smaller values move by at most `2^-25`,
+/// larger than 65504 overflow to infinity). A score `s = Σ_j q_j k_j` then moves by at most
+/// `δ = u Σ_j |q_j k_j|` (plus `2^-25 Σ_j |q_j|`), the softmax weights by a factor within
+/// `e^(±2δ)`, and the output by at most `(e^(2δ) − 1 + u) · max|v|` (tested on wgpu in
+/// `tests/dense_half.rs`). Needs a backend with f16 tensors (wgpu, cuda; not ndarray).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HalfDenseScheme;
+
+/// Uncompressed K/V of one layer, `[batch, kv_heads, len, head_dim]` each, in f32 or f16.
 #[derive(Debug, Clone)]
 pub struct DenseCache<B: Backend> {
     geometry: CacheGeometry,
+    storage: FloatDType,
     k: Option<Tensor<B, 4>>,
     v: Option<Tensor<B, 4>>,
 }
 
 impl<B: Backend> DenseCache<B> {
-    /// An empty cache for the given geometry.
+    /// An empty f32 cache for the given geometry.
     pub fn new(geometry: CacheGeometry) -> Self {
-        Self { geometry, k: None, v: None }
+        Self { geometry, storage: FloatDType::F32, k: None, v: None }
     }
 
-    /// The cached keys and values, `[batch, kv_heads, len, head_dim]` each (None while empty).
+    /// An empty cache that stores its keys and values in f16.
+    pub fn half(geometry: CacheGeometry) -> Self {
+        Self { storage: FloatDType::F16, ..Self::new(geometry) }
+    }
+
+    /// The cached keys and values as f32, `[batch, kv_heads, len, head_dim]` each (None while
+    /// empty).
     pub fn keys_values(&self) -> Option<(Tensor<B, 4>, Tensor<B, 4>)> {
+        let (k, v) = self.stored()?;
+        match self.storage {
+            FloatDType::F32 => Some((k, v)),
+            _ => Some((k.cast(FloatDType::F32), v.cast(FloatDType::F32))),
+        }
+    }
+
+    /// The cached keys and values in their storage type.
+    fn stored(&self) -> Option<(Tensor<B, 4>, Tensor<B, 4>)> {
         Some((self.k.clone()?, self.v.clone()?))
     }
 }
@@ -45,6 +79,13 @@ pub fn append_slots<B: Backend>(old: Option<Tensor<B, 4>>, new: Tensor<B, 4>) ->
 impl<B: Backend> KvCache<B> for DenseCache<B> {
     fn append(&mut self, k: Tensor<B, 4>, v: Tensor<B, 4>) -> Result<(), CacheError> {
         self.geometry.check_append(k.dims(), v.dims())?;
+        let (k, v) = match self.storage {
+            FloatDType::F32 => (k, v),
+            storage => {
+                check_storage::<B>(storage, &k.device())?;
+                (k.cast(storage), v.cast(storage))
+            }
+        };
         self.k = Some(append_slots(self.k.take(), k));
         self.v = Some(append_slots(self.v.take(), v));
         Ok(())
@@ -61,7 +102,7 @@ impl<B: Backend> KvCache<B> for DenseCache<B> {
 
     fn memory_bytes(&self) -> usize {
         let g = self.geometry;
-        2 * g.batch * g.kv_heads * self.len() * g.head_dim * std::mem::size_of::<f32>()
+        2 * g.batch * g.kv_heads * self.len() * g.head_dim * DType::from(self.storage).size()
     }
 }
 
@@ -77,15 +118,60 @@ impl<B: Backend> KvScheme<B> for DenseScheme {
     }
 }
 
+impl<B: Backend> KvScheme<B> for HalfDenseScheme {
+    type Cache = DenseCache<B>;
+
+    fn new_cache(&self, _layer: usize, geometry: CacheGeometry, _device: &B::Device) -> Self::Cache {
+        DenseCache::half(geometry)
+    }
+
+    fn name(&self) -> String {
+        "dense:storage=f16".into()
+    }
+}
+
 impl<B: Backend> TransferableCache<B> for DenseCache<B> {
-    /// Tensors `k` and `v`, `[batch, kv_heads, len, head_dim]` f32 each (none while empty).
+    /// Tensors `k` and `v`, `[batch, kv_heads, len, head_dim]` each in the cache's storage type
+    /// (none while empty).
     fn export_state(&self) -> LayerState {
-        let tensors = match self.keys_values() {
+        let tensors = match self.stored() {
             Some((k, v)) => vec![StateTensor::from_float("k", &k), StateTensor::from_float("v", &v)],
             None => Vec::new(),
         };
         LayerState { tokens: self.len(), tensors }
     }
+}
+
+/// Whether `B` holds `storage` tensors on `device`, as a typed error if not.
+fn check_storage<B: Backend>(storage: FloatDType, device: &B::Device) -> Result<(), CacheError> {
+    let dtype = DType::from(storage);
+    match B::dtype_usage(device, dtype).contains(DTypeUsage::Storage) {
+        true => Ok(()),
+        false => Err(CacheError::Unsupported(format!(
+            "dense storage {dtype:?} needs a backend with {dtype:?} tensors (wgpu, cuda), not {}",
+            B::name(device)
+        ))),
+    }
+}
+
+/// `cache` with the keys and values of `state` appended (an f32 cache takes f16 states and the
+/// other way round; a value f16 cannot hold is rounded).
+fn import_into<B: Backend>(
+    mut cache: DenseCache<B>,
+    state: &LayerState,
+    device: &B::Device,
+) -> Result<DenseCache<B>, CacheError> {
+    if state.tokens == 0 {
+        return Ok(cache);
+    }
+    check_storage::<B>(cache.storage, device)?;
+    let k = state.get("k")?.to_float_as::<B, 4>(device, cache.storage)?;
+    let v = state.get("v")?.to_float_as::<B, 4>(device, cache.storage)?;
+    if k.dims()[2] != state.tokens {
+        return Err(CacheError::State(format!("`k` holds {} slots, the state says {}", k.dims()[2], state.tokens)));
+    }
+    cache.append(k, v).map_err(|e| CacheError::State(e.to_string()))?;
+    Ok(cache)
 }
 
 impl<B: Backend> TransferableScheme<B> for DenseScheme {
@@ -96,16 +182,18 @@ impl<B: Backend> TransferableScheme<B> for DenseScheme {
         state: &LayerState,
         device: &B::Device,
     ) -> Result<DenseCache<B>, CacheError> {
-        let mut cache = DenseCache::new(geometry);
-        if state.tokens == 0 {
-            return Ok(cache);
-        }
-        let k = state.get("k")?.to_float::<B, 4>(device)?;
-        let v = state.get("v")?.to_float::<B, 4>(device)?;
-        if k.dims()[2] != state.tokens {
-            return Err(CacheError::State(format!("`k` holds {} slots, the state says {}", k.dims()[2], state.tokens)));
-        }
-        cache.append(k, v).map_err(|e| CacheError::State(e.to_string()))?;
-        Ok(cache)
+        import_into(DenseCache::new(geometry), state, device)
+    }
+}
+
+impl<B: Backend> TransferableScheme<B> for HalfDenseScheme {
+    fn import_state(
+        &self,
+        _layer: usize,
+        geometry: CacheGeometry,
+        state: &LayerState,
+        device: &B::Device,
+    ) -> Result<DenseCache<B>, CacheError> {
+        import_into(DenseCache::half(geometry), state, device)
     }
 }

@@ -12,7 +12,7 @@ mod scheme;
 mod state;
 
 pub use attention::{attention_reference, check_attend_shapes};
-pub use dense::{append_slots, DenseCache, DenseScheme};
+pub use dense::{append_slots, DenseCache, DenseScheme, HalfDenseScheme};
 pub use options::AttendOptions;
 pub use recording::{KvRecorder, LayerRecording, RecordedTensor, RecordingCache, RecordingScheme};
 pub use scheme::{CacheGeometry, KvCache, KvScheme, LayerCaches};

@@ -8,7 +8,7 @@
 //! shapes, sizes) before any device allocation. The bytes are a shared [`Bytes`] buffer: cloning a
 //! state, holding it for transfer and slicing a received buffer into tensors copy nothing.
 
-use burn::tensor::{backend::Backend, DType, Int, Tensor, TensorData};
+use burn::tensor::{backend::Backend, DType, FloatDType, Int, Tensor, TensorData};
 pub use bytes::Bytes;
 use half::f16;
 
@@ -215,6 +215,22 @@ impl StateTensor {
                 device,
             ),
         })
+    }
+
+    /// The tensor as a float tensor of rank `D` and type `dtype` on `device`: f16 bytes into an
+    /// f16 tensor are uploaded as they are, anything else goes through [`Self::to_float`] and a
+    /// cast. The backend must hold `dtype` tensors.
+    pub fn to_float_as<B: Backend, const D: usize>(
+        &self,
+        device: &B::Device,
+        dtype: FloatDType,
+    ) -> Result<Tensor<B, D>, CacheError> {
+        if self.dtype == StateDType::F16 && dtype == FloatDType::F16 {
+            let shape = self.check::<D>(&[StateDType::F16])?;
+            let values: Vec<f16> = bytemuck::pod_collect_to_vec(&self.bytes[..]);
+            return Ok(Tensor::from_data(TensorData::new(values, shape), (device, DType::F16)));
+        }
+        Ok(self.to_float::<B, D>(device)?.cast(dtype))
     }
 
     /// The tensor as an integer tensor of rank `D` on `device` ([`StateDType::U8`] and

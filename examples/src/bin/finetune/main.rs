@@ -317,7 +317,7 @@ fn train_and_save<B: AutodiffBackend>(
             rotations.save(&args.out)?;
             Ok((report, rotations.calibration))
         }
-        Scheme::Dense(_) | Scheme::Hack(_) | Scheme::ZackHack(_) | Scheme::ZackPq(_) => {
+        Scheme::Dense(_) | Scheme::HalfDense(_) | Scheme::Hack(_) | Scheme::ZackHack(_) | Scheme::ZackPq(_) => {
             unreachable!("--scheme is pq or zack")
         }
     }
