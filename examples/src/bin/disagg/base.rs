@@ -1,0 +1,66 @@
+//! [`BaseModel`]: the model a process loads once and prepares for each scheme it runs.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use burn::tensor::backend::Backend;
+use burn_kvcompress::{
+    loading::{load_model, LoadedModel},
+    model::CausalLm,
+    paths::default_model_path,
+    tokenizer::Tokenizer,
+};
+use burn_kvtransfer::ModelFingerprint;
+use examples::scheme_arg::{Scheme, SchemeArg};
+
+use crate::ModelSource;
+
+/// A loaded model with what names it (a path, or a random model's label) and its fingerprint.
+pub struct BaseModel<B: Backend> {
+    loaded: LoadedModel<B>,
+    label: PathBuf,
+    /// What both sides of a transfer must agree on.
+    pub fingerprint: ModelFingerprint,
+}
+
+impl<B: Backend> BaseModel<B> {
+    /// Loads `source` onto `device`, saying on stderr how long it took.
+    pub fn load(source: &ModelSource, device: &B::Device) -> anyhow::Result<Self> {
+        let started = Instant::now();
+        let base = match source.random_model {
+            Some(shape) => {
+                let seed = source.weights_seed;
+                Self {
+                    loaded: shape.load::<B>(seed, device)?,
+                    label: shape.label(seed),
+                    fingerprint: shape.fingerprint(seed),
+                }
+            }
+            None => {
+                let path = source.model.clone().unwrap_or_else(default_model_path);
+                let fingerprint =
+                    ModelFingerprint::of_path(&path).with_context(|| format!("hashing {}", path.display()))?;
+                let loaded = load_model::<B>(&path, device).with_context(|| {
+                    format!("loading {} (run `cargo xtask fetch-model` for the default model)", path.display())
+                })?;
+                Self { loaded, label: path, fingerprint }
+            }
+        };
+        eprintln!("[{} loaded in {:.1} s]", base.label.display(), started.elapsed().as_secs_f64());
+        Ok(base)
+    }
+
+    /// The `--kv` scheme `kv` resolved against this model, and the model it runs with (ZACK folds
+    /// rotations into a copy of the weights; the other schemes share the loaded ones).
+    pub fn prepared(&self, kv: &str) -> anyhow::Result<(CausalLm<B>, Scheme)> {
+        let arg: SchemeArg = kv.parse().map_err(anyhow::Error::msg)?;
+        let scheme = arg.resolve(&self.label, self.loaded.model.config(), Some(self.fingerprint))?;
+        Ok((scheme.prepare(self.loaded.model.clone())?, scheme))
+    }
+
+    /// The model's tokenizer, if its files define one.
+    pub fn tokenizer(&self) -> Option<&Tokenizer> {
+        self.loaded.tokenizer.as_ref()
+    }
+}

@@ -1,0 +1,356 @@
+//! Disaggregated inference: a prefill server process and a decode worker process that pulls each
+//! request's (compressed) KV cache layer by layer over TCP (`burn-kvtransfer`).
+//!
+//! ```text
+//! disagg demo --kv dense                      # spawns a prefill server, decodes against it, checks
+//! disagg serve --listen 127.0.0.1:7070        # a prefill server
+//! disagg decode --server 127.0.0.1:7070 ...   # a decode worker (several --server: least loaded)
+//! disagg demo --random-model llama3-8b --prompt-tokens 8192 --backend cuda  # random weights
+//! disagg sweep --kv dense --kv hack:bits=2,pi=64 --link-gbps 10,25,100 --out DIR ...
+//! ```
+//!
+//! `--random-model` runs a model of random weights of a given shape (no files, no tokenizer:
+//! requests are random token ids), for speed runs of shapes whose checkpoints are not at hand.
+//!
+//! Each process loads its model once: a server serves every `--kv` scheme at every `--link-gbps`
+//! rate it is given, each pair on its own port, and `demo` and `sweep` run every pair against
+//! one spawned server process (or `--servers` of them).
+//!
+//! The decode worker prints, per request: TTFT (submit to first token: prefill, transfer and
+//! import), TBT (mean gap between later tokens), JCT (submit to last token) and the bytes on the
+//! wire. `--check` also verifies that the received KV hashes equal a local prefill's and that
+//! the tokens equal a single-process run with the same scheme and seed; `--json FILE` writes the
+//! requests' records, with when the first and the last layer and the logits arrived.
+//!
+//! `sweep` runs the demo for each scheme at each link rate and writes the records, a table of
+//! means (the job completion time split into prefill and transfer, until the last layer is in,
+//! then the first token, then decoding; each scheme against the first one) and a plot of the job
+//! completion time against the link rate.
+
+mod base;
+mod serve;
+mod spawn;
+mod worker;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use base::BaseModel;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use examples::{
+    backend_choice::{BackendChoice, KernelBackend},
+    e2e_report::{group_means, jct_series, markdown_table, RequestRecord},
+    plot::{plot_series, PlotSpec},
+    random_model::RandomShape,
+    scheme_arg::SchemeArg,
+    with_backend,
+};
+use serve::serve;
+use spawn::spawn_server;
+use worker::{run_job, Job};
+
+/// Disaggregated prefill/decode over burn-kvtransfer.
+#[derive(Parser, Debug)]
+#[command(about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Run a prefill server: accepts prompts, prefills them, serves the KV cache (one port per
+    /// `--kv` scheme and `--link-gbps` rate, one model load).
+    Serve(ServeArgs),
+    /// Run a decode worker against one or more prefill servers.
+    Decode(DecodeArgs),
+    /// Spawn prefill server processes on loopback and run a decode worker against them.
+    Demo(DemoArgs),
+    /// Run the demo for every `--kv` scheme at every `--link-gbps` rate and write the requests'
+    /// records (`e2e.json`), a table of means with each scheme's job completion time against the
+    /// first scheme's (`e2e.md`) and a plot of job completion time against the link rate
+    /// (`jct-vs-link.svg`) to `--out`.
+    Sweep(SweepArgs),
+}
+
+/// The model both processes load, and where they run it.
+#[derive(Args, Debug, Clone)]
+struct ModelSource {
+    /// Model: a `.gguf` file or a Hugging Face directory. Default: SmolLM2-135M-Instruct.
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Random weights of this shape instead of a model file, for speed runs (such a model has
+    /// no tokenizer: requests are `--prompt-tokens` random token ids).
+    #[arg(long, value_enum, conflicts_with = "model")]
+    random_model: Option<RandomShape>,
+    /// Seed of `--random-model`'s weights (both processes must use the same).
+    #[arg(long, default_value_t = 0)]
+    weights_seed: u64,
+    /// Backend to run on.
+    #[arg(long, value_enum, default_value_t = BackendChoice::Ndarray)]
+    backend: BackendChoice,
+}
+
+/// The model and the one (scheme, link rate) pair a decode worker runs.
+#[derive(Args, Debug, Clone)]
+struct DecodeModelArgs {
+    #[command(flatten)]
+    source: ModelSource,
+    /// KV cache scheme: `dense` (or `dense:storage=f16`), `hack:bits=2,pi=64,round=stochastic`,
+    /// `pq:codebooks=books.safetensors,window=64`, `zack:rotations=rot.safetensors,rate=0.5` or
+    /// `zack:rotations=rot.safetensors,rate=0.5+hack:bits=2,pi=64` or
+    /// `zack:rotations=rot.safetensors,rate=0.5+pq:codebooks=reduced.safetensors` (the same
+    /// spelling as `generate --kv`; both processes must load the same codebook or rotation file).
+    #[arg(long, default_value = "dense", value_parser = parse_kv)]
+    kv: String,
+    /// Emulated rate of each side's outgoing link, Gbit/s (default: unpaced); the prefill
+    /// server's connections share its link.
+    #[arg(long)]
+    link_gbps: Option<f64>,
+}
+
+/// The (scheme, link rate) pairs a server serves or a demo runs: every `--kv` at every
+/// `--link-gbps`, schemes outermost.
+#[derive(Args, Debug, Clone)]
+struct Pairs {
+    /// KV cache schemes, in `--kv`'s spelling (see `decode --help`); repeat for several. The
+    /// first is the baseline `sweep`'s table compares the others with.
+    #[arg(long = "kv", default_value = "dense", value_parser = parse_kv)]
+    schemes: Vec<String>,
+    /// Emulated rates of each side's outgoing link, Gbit/s (several: `10,25,100`; none:
+    /// unpaced); a prefill server's connections of one rate share its link.
+    #[arg(long = "link-gbps", value_delimiter = ',')]
+    links: Vec<f64>,
+}
+
+impl Pairs {
+    /// The link rates, None for unpaced.
+    fn links(&self) -> Vec<Option<f64>> {
+        match self.links.is_empty() {
+            true => vec![None],
+            false => self.links.iter().copied().map(Some).collect(),
+        }
+    }
+
+    /// Every pair, schemes outermost (the order a server listens in).
+    fn iter(&self) -> impl Iterator<Item = (&str, Option<f64>)> + '_ {
+        self.schemes.iter().flat_map(|kv| self.links().into_iter().map(move |link| (kv.as_str(), link)))
+    }
+
+    /// How many pairs.
+    fn len(&self) -> usize {
+        self.schemes.len() * self.links().len()
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+struct ServeArgs {
+    #[command(flatten)]
+    source: ModelSource,
+    #[command(flatten)]
+    pairs: Pairs,
+    /// Address of the first pair (port 0 picks free ports; with several pairs, the next pairs
+    /// listen on the next ports). Each pair's address is printed.
+    #[arg(long, default_value = "127.0.0.1:7070")]
+    listen: String,
+    /// Block size, KiB.
+    #[arg(long, default_value_t = 256)]
+    block_kib: u32,
+    /// Seconds a request's KV is held without pulls or completion before it is freed.
+    #[arg(long, default_value_t = 30.0)]
+    lease_secs: f64,
+}
+
+#[derive(Args, Debug, Clone)]
+struct RunArgs {
+    /// User messages to send (ChatML-wrapped); default: four built-in questions.
+    #[arg(long = "prompt")]
+    prompts: Vec<String>,
+    /// Requests of this many random token ids instead of text (several: `64,2048`; what a
+    /// `--random-model` needs); drawn from `--seed` and the request's index.
+    #[arg(long = "prompt-tokens", value_delimiter = ',', conflicts_with = "prompts")]
+    prompt_tokens: Vec<usize>,
+    /// Tokens to generate per request.
+    #[arg(long, default_value_t = 32)]
+    max_new_tokens: usize,
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    /// Random seed for sampling.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Who starts block transfers.
+    #[arg(long, value_enum, default_value_t = ModeArg::Pull)]
+    mode: ModeArg,
+    /// Extra TCP streams per prefill server that carry pulled blocks, so several cores receive
+    /// them (0: everything on one stream).
+    #[arg(long, default_value_t = 0)]
+    data_streams: usize,
+    /// Also check KV hashes against a local prefill and tokens against a single-process run.
+    #[arg(long)]
+    check: bool,
+    /// Stream each request's generated text to stdout as tokens are decoded.
+    #[arg(long)]
+    show_text: bool,
+    /// Untimed rounds of the requests each scheme runs before its first timed ones (at its first
+    /// link rate), so that kernel compilation and autotuning stay out of the records.
+    #[arg(long, default_value_t = 0)]
+    warmup: usize,
+    /// Also write the requests' records (JSON, times in ms) to this file (`decode`, `demo`;
+    /// `sweep` writes them to `e2e.json` in its `--out`).
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Args, Debug, Clone)]
+struct DecodeArgs {
+    #[command(flatten)]
+    model: DecodeModelArgs,
+    #[command(flatten)]
+    run: RunArgs,
+    /// Prefill server address `host:port`; repeat for several (requests go to the least loaded).
+    #[arg(long = "server", required = true)]
+    servers: Vec<String>,
+}
+
+/// The prefill servers a demo spawns.
+#[derive(Args, Debug, Clone)]
+struct SpawnArgs {
+    /// Prefill server processes to spawn.
+    #[arg(long, default_value_t = 1)]
+    servers: usize,
+    /// Block size of the spawned servers, KiB.
+    #[arg(long, default_value_t = 256)]
+    block_kib: u32,
+    /// CUDA device of the spawned servers (their `CUDA_VISIBLE_DEVICES`): on a host of two GPUs,
+    /// `--server-gpu 1` prefills on the second while this process decodes on the first.
+    #[arg(long)]
+    server_gpu: Option<String>,
+}
+
+#[derive(Args, Debug, Clone)]
+struct DemoArgs {
+    #[command(flatten)]
+    source: ModelSource,
+    #[command(flatten)]
+    pairs: Pairs,
+    #[command(flatten)]
+    run: RunArgs,
+    #[command(flatten)]
+    spawn: SpawnArgs,
+}
+
+#[derive(Args, Debug, Clone)]
+struct SweepArgs {
+    #[command(flatten)]
+    demo: DemoArgs,
+    /// Directory for `e2e.json`, `e2e.md` and `jct-vs-link.svg` (created if missing; `e2e.json`
+    /// is rewritten after every pair, so an interrupted sweep keeps what it measured).
+    #[arg(long)]
+    out: PathBuf,
+}
+
+/// `--mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ModeArg {
+    /// The decode side pulls each layer once announced.
+    Pull,
+    /// The prefill side pushes each layer as soon as computed.
+    Push,
+}
+
+/// Validates `--kv` but keeps its spelling, which the demo passes on to the servers it spawns.
+fn parse_kv(s: &str) -> Result<String, String> {
+    s.parse::<SchemeArg>().map(|_| s.to_string())
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?)
+}
+
+/// Writes `records` as JSON to `path`.
+fn write_records(path: &Path, records: &[RequestRecord]) -> anyhow::Result<()> {
+    std::fs::write(path, serde_json::to_string_pretty(records)?).with_context(|| format!("writing {}", path.display()))
+}
+
+/// `disagg decode`: one pair against running servers.
+fn decode<B: KernelBackend>(device: B::Device, args: &DecodeArgs) -> anyhow::Result<()> {
+    let base = BaseModel::<B>::load(&args.model.source, &device)?;
+    let model = &args.model;
+    let job = Job {
+        kv: &model.kv,
+        link_gbps: model.link_gbps,
+        run: &args.run,
+        servers: &args.servers,
+        warmup: args.run.warmup,
+    };
+    let records = run_job(&base, &job, &device)?;
+    args.run.json.as_deref().map_or(Ok(()), |path| write_records(path, &records))
+}
+
+/// Every pair of `args` against spawned servers (one model load in each process): the records,
+/// which `after_pair` also sees as they grow (a sweep saves them after each pair).
+fn demo<B: KernelBackend>(
+    device: B::Device,
+    args: &DemoArgs,
+    after_pair: &dyn Fn(&[RequestRecord]) -> anyhow::Result<()>,
+) -> anyhow::Result<Vec<RequestRecord>> {
+    let started = Instant::now();
+    let spawned = (0..args.spawn.servers)
+        .map(|_| spawn_server(&args.source, &args.pairs, &args.spawn))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    eprintln!("[{} prefill server(s) up after {:.1} s]", spawned.len(), started.elapsed().as_secs_f64());
+    let base = BaseModel::<B>::load(&args.source, &device)?;
+    let mut records = Vec::new();
+    let links = args.pairs.links().len();
+    for (index, (kv, link_gbps)) in args.pairs.iter().enumerate() {
+        let servers: Vec<String> = spawned.iter().map(|(_, addresses)| addresses[index].clone()).collect();
+        eprintln!("[{kv} at {}]", link_gbps.map_or("an unpaced link".into(), |g| format!("{g} Gbit/s")));
+        let warmup = if index % links == 0 { args.run.warmup } else { 0 };
+        records.extend(run_job(&base, &Job { kv, link_gbps, run: &args.run, servers: &servers, warmup }, &device)?);
+        after_pair(&records)?;
+    }
+    Ok(records)
+}
+
+/// `disagg sweep`: the demo for each scheme at each link rate, then the records, the table and
+/// the plot.
+fn sweep(args: &SweepArgs) -> anyhow::Result<()> {
+    let demo_args = &args.demo;
+    if demo_args.run.json.is_some() {
+        bail!("sweep writes its records to e2e.json in --out: drop --json");
+    }
+    if demo_args.pairs.links.is_empty() {
+        bail!("sweep plots against the link rate: give --link-gbps");
+    }
+    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    let json = args.out.join("e2e.json");
+    let save = |records: &[RequestRecord]| write_records(&json, records);
+    let records = with_backend!(demo_args.source.backend, demo(demo_args, &save))?;
+    let groups = group_means(&records);
+    let table = args.out.join("e2e.md");
+    std::fs::write(&table, markdown_table(&groups, &demo_args.pairs.schemes[0]))
+        .with_context(|| format!("writing {}", table.display()))?;
+    let spec = PlotSpec {
+        title: "Job completion time against the link rate",
+        x_label: "link rate, Gbit/s",
+        y_label: "mean JCT, ms",
+        curves: &[],
+    };
+    plot_series(&args.out.join("jct-vs-link.svg"), &spec, &jct_series(&groups))?;
+    println!("wrote {}, {} and jct-vs-link.svg", json.display(), table.display());
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Cmd::Serve(args) => with_backend!(args.source.backend, serve(&args)),
+        Cmd::Decode(args) => with_backend!(args.model.source.backend, decode(&args)),
+        Cmd::Demo(args) => {
+            let records = with_backend!(args.source.backend, demo(&args, &|_| Ok(())))?;
+            args.run.json.as_deref().map_or(Ok(()), |path| write_records(path, &records))
+        }
+        Cmd::Sweep(args) => sweep(&args),
+    }
+}

@@ -1,0 +1,145 @@
+//! `disagg serve`: one process, one model load, a prefill server for every (scheme, link rate)
+//! pair, each on its own port.
+
+use std::io::Write;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use burn::tensor::backend::Backend;
+use burn_kvcompress::{
+    cache::{LayerState, TransferableCache, TransferableScheme},
+    model::CausalLm,
+};
+use burn_kvtransfer::{
+    engine::{ModelPrefill, PrefillEngine},
+    protocol::{PrefillServer, ServerConfig},
+    transport::tcp::TcpServer,
+    wire::ModelShape,
+    ModelFingerprint, SchemeDescriptor,
+};
+use examples::{backend_choice::KernelBackend, with_scheme};
+
+use crate::{runtime, BaseModel, ServeArgs};
+
+/// The line a server prints per pair once it listens: `listening on ADDR kv=KV link=RATE`.
+pub const LISTENING: &str = "listening on ";
+
+/// The address `--listen` gives pair `index`: its port plus the index, or a free port for port 0.
+fn pair_address(listen: &str, index: usize) -> anyhow::Result<String> {
+    let (host, port) =
+        listen.rsplit_once(':').ok_or_else(|| anyhow::anyhow!("--listen `{listen}` is not host:port"))?;
+    let port: u16 = port.parse().map_err(|_| anyhow::anyhow!("--listen `{listen}`: `{port}` is not a port"))?;
+    let port = match port {
+        0 => 0,
+        p => u16::try_from(p as usize + index).map_err(|_| anyhow::anyhow!("--listen `{listen}`: ports run out"))?,
+    };
+    Ok(format!("{host}:{port}"))
+}
+
+pub fn serve<B: KernelBackend>(device: B::Device, args: &ServeArgs) -> anyhow::Result<()>
+where
+    CausalLm<B>: Send,
+{
+    let base = BaseModel::<B>::load(&args.source, &device)?;
+    let mut servers = Vec::new();
+    for kv in &args.pairs.schemes {
+        let (model, scheme) = base.prepared(kv)?;
+        for link_gbps in args.pairs.links() {
+            let config = ServerConfig {
+                block_size: args.block_kib * 1024,
+                lease: Duration::from_secs_f64(args.lease_secs),
+                link_gbps,
+                ..ServerConfig::default()
+            };
+            let server = with_scheme!(
+                scheme.clone(),
+                prefill_server::<B, _>,
+                (model.clone(), base.fingerprint, device.clone(), config)
+            );
+            servers.push((server, kv.clone(), link_gbps));
+        }
+    }
+    runtime()?.block_on(async {
+        let mut tasks = tokio::task::JoinSet::new();
+        for (index, (server, kv, link_gbps)) in servers.into_iter().enumerate() {
+            let listener = TcpServer::bind(&pair_address(&args.listen, index)?).await?;
+            let link = link_gbps.map_or("unpaced".into(), |g| g.to_string());
+            println!("{LISTENING}{} kv={kv} link={link}", listener.local_addr()?);
+            tasks.spawn(async move { server.serve(listener).await });
+        }
+        std::io::stdout().flush()?;
+        while let Some(done) = tasks.join_next().await {
+            done??;
+        }
+        anyhow::Ok(())
+    })
+}
+
+/// A prefill engine that says on stderr how long each prefill took and when its first and last
+/// layer were published (the server-side part of a request's time).
+struct TimedPrefill<E> {
+    inner: E,
+    label: String,
+}
+
+impl<E: PrefillEngine> PrefillEngine for TimedPrefill<E> {
+    fn descriptor(&self) -> SchemeDescriptor {
+        self.inner.descriptor()
+    }
+
+    fn shape(&self) -> ModelShape {
+        self.inner.shape()
+    }
+
+    fn prefill(&mut self, tokens: &[u32], publish: &dyn Fn(usize, LayerState)) -> Result<Vec<f32>, String> {
+        let started = Instant::now();
+        let published = Mutex::new(Vec::new());
+        let logits = self.inner.prefill(tokens, &|layer, state| {
+            published.lock().expect("not poisoned").push(started.elapsed());
+            publish(layer, state);
+        });
+        let layers = published.into_inner().expect("not poisoned");
+        let ms = |d: Option<&Duration>| d.map_or(f64::NAN, |d| d.as_secs_f64() * 1e3);
+        eprintln!(
+            "[prefill {}: {} tokens in {:.1} ms; layers published from {:.1} to {:.1} ms]",
+            self.label,
+            tokens.len(),
+            started.elapsed().as_secs_f64() * 1e3,
+            ms(layers.first()),
+            ms(layers.last())
+        );
+        logits
+    }
+}
+
+/// A prefill server of `model` under `scheme` (its engine thread starts here).
+fn prefill_server<B: Backend, S>(
+    scheme: S,
+    model: CausalLm<B>,
+    fingerprint: ModelFingerprint,
+    device: B::Device,
+    config: ServerConfig,
+) -> PrefillServer
+where
+    CausalLm<B>: Send,
+    S: TransferableScheme<B> + Send + 'static,
+    S::Cache: TransferableCache<B>,
+{
+    let link = config.link_gbps.map_or("unpaced".into(), |g| format!("{g} Gbit/s"));
+    let label = format!("{} at {link}", scheme.name());
+    PrefillServer::new(TimedPrefill { inner: ModelPrefill::new(model, scheme, fingerprint, device), label }, config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pairs_listen_on_consecutive_ports_or_free_ones() {
+        assert_eq!(pair_address("127.0.0.1:7070", 0).unwrap(), "127.0.0.1:7070");
+        assert_eq!(pair_address("127.0.0.1:7070", 3).unwrap(), "127.0.0.1:7073");
+        assert_eq!(pair_address("0.0.0.0:0", 5).unwrap(), "0.0.0.0:0");
+        assert!(pair_address("localhost", 0).is_err());
+        assert!(pair_address("h:65535", 1).unwrap_err().to_string().contains("ports run out"));
+    }
+}
