@@ -106,30 +106,6 @@ impl<B: Backend> KvCache<B> for DenseCache<B> {
     }
 }
 
-impl<B: Backend> KvScheme<B> for DenseScheme {
-    type Cache = DenseCache<B>;
-
-    fn new_cache(&self, _layer: usize, geometry: CacheGeometry, _device: &B::Device) -> Self::Cache {
-        DenseCache::new(geometry)
-    }
-
-    fn name(&self) -> String {
-        "dense".into()
-    }
-}
-
-impl<B: Backend> KvScheme<B> for HalfDenseScheme {
-    type Cache = DenseCache<B>;
-
-    fn new_cache(&self, _layer: usize, geometry: CacheGeometry, _device: &B::Device) -> Self::Cache {
-        DenseCache::half(geometry)
-    }
-
-    fn name(&self) -> String {
-        "dense:storage=f16".into()
-    }
-}
-
 impl<B: Backend> TransferableCache<B> for DenseCache<B> {
     /// Tensors `k` and `v`, `[batch, kv_heads, len, head_dim]` each in the cache's storage type
     /// (none while empty).
@@ -174,26 +150,35 @@ fn import_into<B: Backend>(
     Ok(cache)
 }
 
-impl<B: Backend> TransferableScheme<B> for DenseScheme {
-    fn import_state(
-        &self,
-        _layer: usize,
-        geometry: CacheGeometry,
-        state: &LayerState,
-        device: &B::Device,
-    ) -> Result<DenseCache<B>, CacheError> {
-        import_into(DenseCache::new(geometry), state, device)
-    }
+/// `KvScheme` and `TransferableScheme` for a dense scheme named `$name` whose layers' caches
+/// `$empty(geometry)` builds.
+macro_rules! dense_scheme {
+    ($scheme:ty, $name:literal, $empty:path) => {
+        impl<B: Backend> KvScheme<B> for $scheme {
+            type Cache = DenseCache<B>;
+
+            fn new_cache(&self, _layer: usize, geometry: CacheGeometry, _device: &B::Device) -> Self::Cache {
+                $empty(geometry)
+            }
+
+            fn name(&self) -> String {
+                $name.into()
+            }
+        }
+
+        impl<B: Backend> TransferableScheme<B> for $scheme {
+            fn import_state(
+                &self,
+                _layer: usize,
+                geometry: CacheGeometry,
+                state: &LayerState,
+                device: &B::Device,
+            ) -> Result<DenseCache<B>, CacheError> {
+                import_into($empty(geometry), state, device)
+            }
+        }
+    };
 }
 
-impl<B: Backend> TransferableScheme<B> for HalfDenseScheme {
-    fn import_state(
-        &self,
-        _layer: usize,
-        geometry: CacheGeometry,
-        state: &LayerState,
-        device: &B::Device,
-    ) -> Result<DenseCache<B>, CacheError> {
-        import_into(DenseCache::half(geometry), state, device)
-    }
-}
+dense_scheme!(DenseScheme, "dense", DenseCache::new);
+dense_scheme!(HalfDenseScheme, "dense:storage=f16", DenseCache::half);
