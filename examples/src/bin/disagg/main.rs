@@ -133,11 +133,6 @@ impl Pairs {
         }
     }
 
-    /// Every pair, schemes outermost (the order a server listens in).
-    fn iter(&self) -> impl Iterator<Item = (&str, Option<f64>)> + '_ {
-        self.schemes.iter().flat_map(|kv| self.links().into_iter().map(move |link| (kv.as_str(), link)))
-    }
-
     /// How many pairs.
     fn len(&self) -> usize {
         self.schemes.len() * self.links().len()
@@ -285,7 +280,7 @@ fn decode<B: KernelBackend>(device: B::Device, args: &DecodeArgs) -> anyhow::Res
         servers: &args.servers,
         warmup: args.run.warmup,
     };
-    let records = run_job(&base, &job, &device)?;
+    let records = run_job(&base, &base.prepared(&model.kv)?, &job, &device)?;
     args.run.json.as_deref().map_or(Ok(()), |path| write_records(path, &records))
 }
 
@@ -303,13 +298,19 @@ fn demo<B: KernelBackend>(
     eprintln!("[{} prefill server(s) up after {:.1} s]", spawned.len(), started.elapsed().as_secs_f64());
     let base = BaseModel::<B>::load(&args.source, &device)?;
     let mut records = Vec::new();
-    let links = args.pairs.links().len();
-    for (index, (kv, link_gbps)) in args.pairs.iter().enumerate() {
-        let servers: Vec<String> = spawned.iter().map(|(_, addresses)| addresses[index].clone()).collect();
-        eprintln!("[{kv} at {}]", link_gbps.map_or("an unpaced link".into(), |g| format!("{g} Gbit/s")));
-        let warmup = if index % links == 0 { args.run.warmup } else { 0 };
-        records.extend(run_job(&base, &Job { kv, link_gbps, run: &args.run, servers: &servers, warmup }, &device)?);
-        after_pair(&records)?;
+    // Pairs in the order the servers listen: schemes outermost.
+    let mut pair = 0;
+    for kv in &args.pairs.schemes {
+        let prepared = base.prepared(kv)?;
+        for (link_index, link_gbps) in args.pairs.links().into_iter().enumerate() {
+            let servers: Vec<String> = spawned.iter().map(|(_, addresses)| addresses[pair].clone()).collect();
+            eprintln!("[{kv} at {}]", link_gbps.map_or("an unpaced link".into(), |g| format!("{g} Gbit/s")));
+            let warmup = if link_index == 0 { args.run.warmup } else { 0 };
+            let job = Job { kv, link_gbps, run: &args.run, servers: &servers, warmup };
+            records.extend(run_job(&base, &prepared, &job, &device)?);
+            after_pair(&records)?;
+            pair += 1;
+        }
     }
     Ok(records)
 }

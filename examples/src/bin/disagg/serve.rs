@@ -1,8 +1,8 @@
 //! `disagg serve`: one process, one model load, a prefill server for every (scheme, link rate)
 //! pair, each on its own port.
 
+use std::cell::Cell;
 use std::io::Write;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use burn::tensor::backend::Backend;
@@ -93,20 +93,21 @@ impl<E: PrefillEngine> PrefillEngine for TimedPrefill<E> {
 
     fn prefill(&mut self, tokens: &[u32], publish: &dyn Fn(usize, LayerState)) -> Result<Vec<f32>, String> {
         let started = Instant::now();
-        let published = Mutex::new(Vec::new());
+        let (first, last) = (Cell::new(None), Cell::new(None));
         let logits = self.inner.prefill(tokens, &|layer, state| {
-            published.lock().expect("not poisoned").push(started.elapsed());
+            let now = started.elapsed();
+            first.set(first.get().or(Some(now)));
+            last.set(Some(now));
             publish(layer, state);
         });
-        let layers = published.into_inner().expect("not poisoned");
-        let ms = |d: Option<&Duration>| d.map_or(f64::NAN, |d| d.as_secs_f64() * 1e3);
+        let ms = |d: Option<Duration>| d.map_or(f64::NAN, |d| d.as_secs_f64() * 1e3);
         eprintln!(
             "[prefill {}: {} tokens in {:.1} ms; layers published from {:.1} to {:.1} ms]",
             self.label,
             tokens.len(),
             started.elapsed().as_secs_f64() * 1e3,
-            ms(layers.first()),
-            ms(layers.last())
+            ms(first.get()),
+            ms(last.get())
         );
         logits
     }

@@ -18,7 +18,7 @@ impl Drop for Spawned {
 }
 
 /// Spawns one server process that serves every pair of `pairs`; returns it and the address of
-/// each pair, in [`Pairs::iter`]'s order.
+/// each pair, schemes outermost (the order `serve` listens in).
 pub fn spawn_server(source: &ModelSource, pairs: &Pairs, spawn: &SpawnArgs) -> anyhow::Result<(Spawned, Vec<String>)> {
     let mut cmd = Command::new(std::env::current_exe()?);
     cmd.args(["serve", "--listen", "127.0.0.1:0", "--block-kib", &spawn.block_kib.to_string()]);

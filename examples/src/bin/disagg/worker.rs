@@ -13,14 +13,17 @@ use burn_kvcompress::{
     tokenizer::{chatml_prompt, ChatMessage, Role, TokenStream, Tokenizer},
 };
 use burn_kvtransfer::{
-    decode::{fetch, Arrivals},
+    decode::{fetch, Arrivals, Received},
     protocol::{ClientConfig, PrefillClient, PrefillPool},
     state_codec::encode_state,
     transport::tcp::TcpConnector,
     wire::Mode,
     ModelFingerprint, SchemeDescriptor,
 };
-use examples::{backend_choice::KernelBackend, e2e_report::RequestRecord, random_model::random_prompt, with_scheme};
+use examples::{
+    backend_choice::KernelBackend, e2e_report::RequestRecord, random_model::random_prompt, scheme_arg::Scheme,
+    with_scheme,
+};
 use sha2::{Digest, Sha256};
 
 use crate::{runtime, BaseModel, ModeArg, RunArgs};
@@ -46,14 +49,15 @@ const DEFAULT_PROMPTS: [&str; 4] = [
     "List three uses of a paperclip.",
 ];
 
-/// Runs `job` with `base` prepared for its scheme: its records, after printing its table.
+/// Runs `job` with `model`, `base` prepared for `scheme` ([`BaseModel::prepared`] of `job.kv`):
+/// its records, after printing its table.
 pub fn run_job<B: KernelBackend>(
     base: &BaseModel<B>,
+    (model, scheme): &(CausalLm<B>, Scheme),
     job: &Job,
     device: &B::Device,
 ) -> anyhow::Result<Vec<RequestRecord>> {
-    let (model, scheme) = base.prepared(job.kv)?;
-    with_scheme!(scheme, decode_scheme::<B, _>, (job, &model, base.tokenizer(), base.fingerprint, device))
+    with_scheme!(scheme.clone(), decode_scheme::<B, _>, (job, model, base.tokenizer(), base.fingerprint, device))
 }
 
 /// One request's measurements.
@@ -99,6 +103,17 @@ struct JobContext<'a, B: Backend, S> {
     scheme: &'a S,
     device: &'a B::Device,
     options: GenerateOptions,
+}
+
+impl<B: Backend, S> JobContext<'_, B, S>
+where
+    S: TransferableScheme<B>,
+    S::Cache: TransferableCache<B>,
+{
+    /// `tokens`' KV cache pulled from the pool (a failed server's request retried on the others).
+    fn fetch(&self, tokens: &[u32]) -> anyhow::Result<Received<S::Cache>> {
+        Ok(self.rt.block_on(fetch::<B, S>(self.pool, tokens, self.scheme, self.device, self.pool.clients().len()))?)
+    }
 }
 
 fn decode_scheme<B: Backend, S>(
@@ -179,7 +194,7 @@ where
 {
     let before = cx.pool.wire_bytes();
     let started = Instant::now();
-    let mut received = cx.rt.block_on(fetch::<B, S>(cx.pool, tokens, cx.scheme, cx.device, cx.pool.clients().len()))?;
+    let mut received = cx.fetch(tokens)?;
     let kv_bytes = received.caches.layers.iter().map(KvCache::memory_bytes).sum();
     let mut times = Vec::new();
     let decoded = decode_batch(cx.model, &mut received.caches, vec![received.logits], &cx.options, |_, token| {
@@ -238,7 +253,7 @@ where
     S: TransferableScheme<B>,
     S::Cache: TransferableCache<B>,
 {
-    let received = cx.rt.block_on(fetch::<B, S>(cx.pool, tokens, cx.scheme, cx.device, cx.pool.clients().len()))?;
+    let received = cx.fetch(tokens)?;
     let mut local = cx.model.new_cache(cx.scheme, 1, cx.device);
     cx.model.prefill_padded(&[tokens.to_vec()], &mut local, 0)?;
     let kv_ok = kv_hash(&received.caches) == kv_hash(&local);
