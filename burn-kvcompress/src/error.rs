@@ -105,4 +105,8 @@ pub enum RunError {
     /// Tokenization or detokenization failed.
     #[error("tokenizer: {0}")]
     Tokenizer(#[from] crate::tokenizer::TokenizerError),
+    /// The backend cannot run the model as asked (weights in a float type it has no arithmetic
+    /// for).
+    #[error("unsupported: {0}")]
+    Unsupported(String),
 }

@@ -12,7 +12,7 @@
 
 use burn::{
     module::Param,
-    tensor::{backend::Backend, Tensor, TensorData},
+    tensor::{backend::Backend, DType, Tensor, TensorData},
 };
 use burn_kvcompress::model::CausalLm;
 
@@ -23,6 +23,9 @@ use crate::{Ranks, ZackError};
 /// `o_proj` (weights, and a bias holding the mean of the value coordinates that `ranks` drop).
 /// Queries and keys are untouched: with RoPE their rotation cannot be folded (it does not commute
 /// with RoPE's position-dependent rotation) and runs after RoPE in the cache.
+///
+/// Weights in f16 or bf16 ([`CausalLm::with_weights_as`]) are folded in f32 and rounded back to
+/// their type once.
 pub fn fold_value_rotations<B: Backend>(
     mut model: CausalLm<B>,
     rotations: &Rotations,
@@ -41,18 +44,19 @@ pub fn fold_value_rotations<B: Backend>(
         // [kv, d, d]: R_g for each KV head.
         let r = Tensor::<B, 3>::from_data(TensorData::new(basis, [kv, d, d]), &device);
 
-        let w_v = attention.v_proj.weight.val();
+        let dtype = attention.v_proj.weight.val().dtype();
+        let w_v = attention.v_proj.weight.val().cast(DType::F32);
         let hidden = w_v.dims()[0];
         // [hidden, kv·d] -> [kv, hidden, d] · R_g -> back.
         let folded =
             w_v.reshape([hidden, kv, d]).swap_dims(0, 1).matmul(r.clone()).swap_dims(0, 1).reshape([hidden, kv * d]);
-        attention.v_proj.weight = Param::from_tensor(folded);
+        attention.v_proj.weight = Param::from_tensor(folded.cast(dtype));
         if let Some(bias) = attention.v_proj.bias.take() {
-            let folded = bias.val().reshape([kv, 1, d]).matmul(r.clone()).reshape([kv * d]);
-            attention.v_proj.bias = Some(Param::from_tensor(folded));
+            let folded = bias.val().cast(DType::F32).reshape([kv, 1, d]).matmul(r.clone()).reshape([kv * d]);
+            attention.v_proj.bias = Some(Param::from_tensor(folded.cast(dtype)));
         }
 
-        let w_o = attention.o_proj.weight.val();
+        let w_o = attention.o_proj.weight.val().cast(DType::F32);
         let out = w_o.dims()[1];
         // Rows of head h = g·group + j: [kv, group, d, out]; R_gᵀ · W_O^h.
         let r_t = r.swap_dims(1, 2).reshape([kv, 1, d, d]).expand([kv, group, d, d]);
@@ -65,12 +69,12 @@ pub fn fold_value_rotations<B: Backend>(
                 .matmul(folded.clone())
                 .reshape([out]);
             let bias = match attention.o_proj.bias.take() {
-                Some(bias) => bias.val() + restored,
+                Some(bias) => bias.val().cast(DType::F32) + restored,
                 None => restored,
             };
-            attention.o_proj.bias = Some(Param::from_tensor(bias));
+            attention.o_proj.bias = Some(Param::from_tensor(bias.cast(dtype)));
         }
-        attention.o_proj.weight = Param::from_tensor(folded);
+        attention.o_proj.weight = Param::from_tensor(folded.cast(dtype));
     }
     Ok(model)
 }

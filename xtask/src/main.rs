@@ -62,8 +62,8 @@ fn test() -> anyhow::Result<()> {
     fetch_model::fetch_model()?;
     shell::run("cargo", &["test", "--release", "--workspace"])?;
     // The CubeCL kernels against their references on wgpu (lavapipe on a machine without a GPU):
-    // the shared kernel helpers' unit tests (compiled only with a GPU backend) and the merge,
-    // then each scheme's kernels.
+    // the shared kernel helpers' unit tests (compiled only with a GPU backend), the merge, the
+    // row product (alone and in a model), then each scheme's kernels.
     shell::run(
         "cargo",
         &[
@@ -78,6 +78,10 @@ fn test() -> anyhow::Result<()> {
             "merge_gpu",
             "--test",
             "buffers_gpu",
+            "--test",
+            "row_product_gpu",
+            "--test",
+            "model_precision",
         ],
     )?;
     for crate_name in ["burn-hack-attn", "burn-million-pq", "burn-zack"] {

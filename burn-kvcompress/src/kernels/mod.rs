@@ -1,7 +1,8 @@
 //! CubeCL building blocks shared by the schemes' kernels (wgpu and cuda features): dense output
 //! buffers, contiguous kernel arguments from tensors, the in-cube softmax of a split's scores, tree
-//! reductions over runs of shared memory, and
-//! the log-sum-exp merge of split-sequence (flash-decoding) partial results.
+//! reductions over runs of shared memory, the log-sum-exp merge of split-sequence
+//! (flash-decoding) partial results, and the products of decode steps' few activation rows with
+//! the weights.
 //!
 //! # Bounds
 //!
@@ -28,6 +29,9 @@ mod mask;
 // `#[cube]` expands each kernel into undocumented helper items.
 #[allow(missing_docs)]
 mod merge;
+// `#[cube]` expands each kernel into undocumented helper items.
+#[allow(missing_docs)]
+mod row_product;
 // `#[cube]` expands each function into undocumented helper items.
 #[allow(missing_docs)]
 mod runs;
@@ -42,6 +46,7 @@ mod warp_splits;
 pub use buffers::{dense_output, float_arg, int_arg, pitched_rows_arg, CubeF32};
 pub use mask::{decode_slot_visible, first_visible_slot, slot_visible};
 pub use merge::{masked_score, merge_partials, SplitOut, SplitPartials, MASKED_SCORE, SM_UNITS};
+pub use row_product::{row_product, MAX_ROWS};
 pub use runs::{min_max_runs, sum_runs};
 pub use softmax::{split_masses, split_softmax};
 pub use warp_splits::{WarpSplits, SM_REGISTERS};

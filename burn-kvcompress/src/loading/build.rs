@@ -9,7 +9,7 @@ use burn::{
 use super::{HostTensor, WeightSource};
 use crate::{
     error::LoadError,
-    model::{CausalLm, DecoderLayer, FeedForward, ModelConfig, SelfAttention},
+    model::{CausalLm, DecoderLayer, FeedForward, ModelConfig, Projection, SelfAttention},
 };
 
 struct Builder<'a, B: Backend, S: WeightSource> {
@@ -49,11 +49,13 @@ impl<B: Backend, S: WeightSource> Builder<'_, B, S> {
             num_heads: c.num_heads,
             num_kv_heads: c.num_kv_heads,
             head_dim: c.head_dim,
+            projection: Projection::default(),
         };
         let mlp = FeedForward {
             gate_proj: self.linear(&format!("{p}.mlp.gate_proj.weight"), hidden, c.intermediate_size)?,
             up_proj: self.linear(&format!("{p}.mlp.up_proj.weight"), hidden, c.intermediate_size)?,
             down_proj: self.linear(&format!("{p}.mlp.down_proj.weight"), c.intermediate_size, hidden)?,
+            projection: Projection::default(),
         };
         Ok(DecoderLayer {
             attn_norm: self.norm(&format!("{p}.input_layernorm.weight"), hidden)?,

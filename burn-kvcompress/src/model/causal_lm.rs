@@ -3,10 +3,10 @@
 use burn::{
     module::Module,
     nn::{Embedding, Linear, RmsNorm},
-    tensor::{backend::Backend, Int, Tensor, TensorData},
+    tensor::{backend::Backend, DType, Int, Tensor, TensorData},
 };
 
-use super::{DecoderLayer, ModelConfig, RotaryEmbedding};
+use super::{DecoderLayer, ModelConfig, Projection, RotaryEmbedding};
 use crate::cache::{AttendOptions, CacheGeometry, KvCache, KvScheme, LayerCaches};
 use crate::error::RunError;
 
@@ -44,6 +44,9 @@ pub struct CausalLm<B: Backend> {
     pub rope: RotaryEmbedding<B>,
     #[module(skip)]
     config: ModelConfig,
+    /// How the output head is applied (the layers hold their own copy).
+    #[module(skip)]
+    pub(super) projection: Projection,
 }
 
 impl<B: Backend> CausalLm<B> {
@@ -57,7 +60,7 @@ impl<B: Backend> CausalLm<B> {
         device: &B::Device,
     ) -> Self {
         let rope = RotaryEmbedding::new(config.head_dim, config.max_position, config.rope_theta, device);
-        Self { embedding, layers, norm, lm_head, rope, config }
+        Self { embedding, layers, norm, lm_head, rope, config, projection: Projection::default() }
     }
 
     /// The hyper-parameters.
@@ -74,8 +77,8 @@ impl<B: Backend> CausalLm<B> {
     }
 
     /// Runs `tokens` (one row of equal length per batch sequence) through the model, appending to
-    /// `caches`, and returns logits `[batch, seq, vocab]` (or `[batch, 1, vocab]` for
-    /// [`Logits::Last`]).
+    /// `caches`, and returns f32 logits `[batch, seq, vocab]` (or `[batch, 1, vocab]` for
+    /// [`Logits::Last`]), whatever the weights' float type ([`CausalLm::with_weights_as`]).
     pub fn forward<C: KvCache<B>>(
         &self,
         tokens: &[Vec<u32>],
@@ -118,7 +121,7 @@ impl<B: Backend> CausalLm<B> {
                 1
             }
         };
-        let out = self.lm_head.forward(self.norm.forward(x));
+        let out = self.projection.apply(&self.lm_head, self.norm.forward(x)).cast(DType::F32);
         Ok(out.reshape([batch, kept, self.config.vocab_size]))
     }
 

@@ -3,10 +3,10 @@
 use burn::{
     module::Module,
     nn::{Linear, RmsNorm},
-    tensor::{activation::silu, backend::Backend, Tensor},
+    tensor::{activation::silu, backend::Backend, DType, Tensor},
 };
 
-use super::RotaryEmbedding;
+use super::{Projection, RotaryEmbedding};
 use crate::cache::{AttendOptions, KvCache};
 use crate::error::CacheError;
 
@@ -27,6 +27,9 @@ pub struct SelfAttention<B: Backend> {
     pub num_kv_heads: usize,
     /// Dimension of one head.
     pub head_dim: usize,
+    /// How the weights are applied.
+    #[module(skip)]
+    pub projection: Projection,
 }
 
 impl<B: Backend> SelfAttention<B> {
@@ -34,6 +37,8 @@ impl<B: Backend> SelfAttention<B> {
     /// row-major); appends the new keys/values to `cache` and returns the attention output
     /// `[batch * seq, hidden]`. Projections run on 2-D tensors: one matrix product per weight
     /// (a 3-D input makes ndarray run one product per sequence, 4x slower when decoding).
+    /// `x` and the output are in the weights' float type; queries, keys and values are cast to
+    /// f32 for RoPE and the cache.
     pub fn forward<C: KvCache<B>>(
         &self,
         x: Tensor<B, 2>,
@@ -44,16 +49,20 @@ impl<B: Backend> SelfAttention<B> {
     ) -> Result<Tensor<B, 2>, CacheError> {
         let batch = options.key_start.len();
         let seq = x.dims()[0] / batch;
-        let split = |t: Tensor<B, 2>, heads: usize| t.reshape([batch, seq, heads, self.head_dim]).swap_dims(1, 2);
-        let q = split(self.q_proj.forward(x.clone()), self.num_heads);
-        let k = split(self.k_proj.forward(x.clone()), self.num_kv_heads);
-        let v = split(self.v_proj.forward(x), self.num_kv_heads);
+        let dtype = x.dtype();
+        let split = |t: Tensor<B, 2>, heads: usize| {
+            t.cast(DType::F32).reshape([batch, seq, heads, self.head_dim]).swap_dims(1, 2)
+        };
+        let project = |linear: &Linear<B>, x: Tensor<B, 2>| self.projection.apply(linear, x);
+        let q = split(project(&self.q_proj, x.clone()), self.num_heads);
+        let k = split(project(&self.k_proj, x.clone()), self.num_kv_heads);
+        let v = split(project(&self.v_proj, x), self.num_kv_heads);
         let q = rope.apply(q, positions);
         let k = rope.apply(k, positions);
         cache.append(k, v)?;
         let out = cache.attend(q, options)?;
-        let out = out.swap_dims(1, 2).reshape([batch * seq, self.num_heads * self.head_dim]);
-        Ok(self.o_proj.forward(out))
+        let out = out.swap_dims(1, 2).reshape([batch * seq, self.num_heads * self.head_dim]).cast(dtype);
+        Ok(project(&self.o_proj, out))
     }
 }
 
@@ -66,13 +75,17 @@ pub struct FeedForward<B: Backend> {
     pub up_proj: Linear<B>,
     /// `[intermediate, hidden]`.
     pub down_proj: Linear<B>,
+    /// How the weights are applied.
+    #[module(skip)]
+    pub projection: Projection,
 }
 
 impl<B: Backend> FeedForward<B> {
-    /// `[..., hidden]` to `[..., hidden]`.
-    pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
-        let gate = silu(self.gate_proj.forward(x.clone()));
-        self.down_proj.forward(gate * self.up_proj.forward(x))
+    /// `[rows, hidden]` to `[rows, hidden]`.
+    pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        let project = |linear: &Linear<B>, x: Tensor<B, 2>| self.projection.apply(linear, x);
+        let gate = silu(project(&self.gate_proj, x.clone()));
+        project(&self.down_proj, gate * project(&self.up_proj, x))
     }
 }
 
