@@ -11,4 +11,5 @@ pub mod reference;
 pub mod report;
 pub mod scheme_arg;
 pub mod tradeoff;
+pub mod weights_arg;
 pub mod zack_arg;

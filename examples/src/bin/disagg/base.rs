@@ -4,28 +4,32 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
-use burn::tensor::backend::Backend;
 use burn_kvcompress::{
     loading::{load_model, LoadedModel},
-    model::CausalLm,
+    model::{CausalLm, Projection},
     paths::default_model_path,
     tokenizer::Tokenizer,
 };
 use burn_kvtransfer::ModelFingerprint;
-use examples::scheme_arg::{Scheme, SchemeArg};
+use examples::{
+    backend_choice::KernelBackend,
+    scheme_arg::{Scheme, SchemeArg},
+};
 
 use crate::ModelSource;
 
 /// A loaded model with what names it (a path, or a random model's label) and its fingerprint.
-pub struct BaseModel<B: Backend> {
+pub struct BaseModel<B: KernelBackend> {
     loaded: LoadedModel<B>,
     label: PathBuf,
     /// What both sides of a transfer must agree on.
     pub fingerprint: ModelFingerprint,
 }
 
-impl<B: Backend> BaseModel<B> {
-    /// Loads `source` onto `device`, saying on stderr how long it took.
+impl<B: KernelBackend> BaseModel<B> {
+    /// Loads `source` onto `device` with weights of `source.weights`' type, multiplied by the
+    /// backend's row-product kernel in decode steps (unless `source.plain_matmul`), saying on
+    /// stderr how long it took.
     pub fn load(source: &ModelSource, device: &B::Device) -> anyhow::Result<Self> {
         let started = Instant::now();
         let base = match source.random_model {
@@ -47,7 +51,18 @@ impl<B: Backend> BaseModel<B> {
                 Self { loaded, label: path, fingerprint }
             }
         };
-        eprintln!("[{} loaded in {:.1} s]", base.label.display(), started.elapsed().as_secs_f64());
+        let Self { loaded: LoadedModel { model, tokenizer }, label, fingerprint } = base;
+        let mut model = model.with_weights_as(source.weights.dtype())?;
+        if !source.plain_matmul {
+            model = model.with_projection(Projection::of_backend::<B>());
+        }
+        let base = Self { loaded: LoadedModel { model, tokenizer }, label, fingerprint };
+        eprintln!(
+            "[{} loaded with {} weights in {:.1} s]",
+            base.label.display(),
+            source.weights.name(),
+            started.elapsed().as_secs_f64()
+        );
         Ok(base)
     }
 

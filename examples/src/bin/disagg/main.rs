@@ -44,6 +44,7 @@ use examples::{
     plot::{plot_series, PlotSpec},
     random_model::RandomShape,
     scheme_arg::SchemeArg,
+    weights_arg::WeightsArg,
     with_backend,
 };
 use serve::serve;
@@ -87,6 +88,14 @@ struct ModelSource {
     /// Seed of `--random-model`'s weights (both processes must use the same).
     #[arg(long, default_value_t = 0)]
     weights_seed: u64,
+    /// Float type of the weights and of the products with them (KV caches and attention stay
+    /// f32; f16 and bf16 need wgpu or cuda). Both processes must use the same.
+    #[arg(long, value_enum, default_value_t = WeightsArg::F32)]
+    weights: WeightsArg,
+    /// Multiply by the weights with Burn's matrix product in decode steps too, instead of the
+    /// backend's row-product kernel (the kernel's baseline; ndarray has no such kernel).
+    #[arg(long)]
+    plain_matmul: bool,
     /// Backend to run on.
     #[arg(long, value_enum, default_value_t = BackendChoice::Ndarray)]
     backend: BackendChoice,

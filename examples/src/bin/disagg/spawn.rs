@@ -29,9 +29,12 @@ pub fn spawn_server(source: &ModelSource, pairs: &Pairs, spawn: &SpawnArgs) -> a
         let links: Vec<String> = pairs.links.iter().map(f64::to_string).collect();
         cmd.args(["--link-gbps", &links.join(",")]);
     }
-    cmd.args(["--backend", &format!("{:?}", source.backend).to_lowercase()]);
+    cmd.args(["--backend", &format!("{:?}", source.backend).to_lowercase(), "--weights", &source.weights.name()]);
     if let Some(model) = &source.model {
         cmd.arg("--model").arg(model);
+    }
+    if source.plain_matmul {
+        cmd.arg("--plain-matmul");
     }
     if let Some(shape) = source.random_model {
         cmd.args(["--random-model", &shape.name(), "--weights-seed", &source.weights_seed.to_string()]);

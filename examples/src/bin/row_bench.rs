@@ -1,0 +1,111 @@
+//! Decode-step weight products on a GPU: the backend's row-product kernel against Burn's matrix
+//! product for one activation row times each weight of a Llama-3-8B layer and its output head,
+//! then whole decode steps of an 8B-shaped model cut to `--layers` layers with either product,
+//! with device-synchronized timing (median, host enqueue time, pipelined). The PyTorch anchor for
+//! the products is `examples/bench/gemv_anchor.py`, run in the same session.
+
+use burn::{
+    module::Module,
+    tensor::{Distribution, Tensor},
+};
+use burn_kvcompress::{
+    cache::HalfDenseScheme,
+    loading::{build_model, RandomWeights},
+    model::{Logits, ModelConfig, Projection},
+};
+use clap::Parser;
+use examples::{
+    backend_choice::{BackendChoice, KernelBackend},
+    bench::time,
+    weights_arg::WeightsArg,
+    with_backend,
+};
+
+/// Time decode-step weight products and decode steps.
+#[derive(Parser, Debug)]
+#[command(about, long_about = None)]
+struct Args {
+    /// Backend (the kernel runs on wgpu and cuda).
+    #[arg(long, value_enum)]
+    backend: BackendChoice,
+    /// Float type of the weights and activations.
+    #[arg(long, value_enum, default_value_t = WeightsArg::F16)]
+    weights: WeightsArg,
+    /// Timed calls per measurement.
+    #[arg(long, default_value_t = 50)]
+    runs: usize,
+    /// Layers of the 8B-shaped model whose decode steps are timed (0: skip the steps).
+    #[arg(long, default_value_t = 4)]
+    layers: usize,
+    /// Tokens in the cache before the timed decode steps.
+    #[arg(long, default_value_t = 2048)]
+    context: usize,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    with_backend!(args.backend, run(&args))
+}
+
+fn run<B: KernelBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
+    let dtype = args.weights.dtype();
+    let bytes = burn::tensor::DType::from(dtype).size() as f64;
+    println!(
+        "## One row times a weight [k, n] ({}; µs; GB/s of the weight read, from the median)",
+        args.weights.name()
+    );
+    println!(
+        "| k | n | kernel median | kernel host | kernel pipelined | GB/s | matmul median | matmul pipelined | GB/s |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let c = ModelConfig::llama3_8b();
+    let (h, kv, ff) = (c.hidden_size, c.num_kv_heads * c.head_dim, c.intermediate_size);
+    for (k, n) in [(h, h), (h, kv), (h, ff), (ff, h), (h, c.vocab_size)] {
+        let x = Tensor::<B, 2>::random([1, k], Distribution::Normal(0.0, 1.0), &device).cast(dtype);
+        let w = Tensor::<B, 2>::random([k, n], Distribution::Normal(0.0, 0.02), &device).cast(dtype);
+        let kernel = time::<B>(&device, args.runs, || drop(B::row_product(x.clone(), w.clone())));
+        let matmul = time::<B>(&device, args.runs, || drop(x.clone().matmul(w.clone())));
+        let gbs = |us: f64| (k * n) as f64 * bytes / us / 1e3;
+        println!(
+            "| {k} | {n} | {:.1} | {:.1} | {:.1} | {:.0} | {:.1} | {:.1} | {:.0} |",
+            kernel.median,
+            kernel.host,
+            kernel.pipelined,
+            gbs(kernel.median),
+            matmul.median,
+            matmul.pipelined,
+            gbs(matmul.median)
+        );
+    }
+    if args.layers == 0 {
+        return Ok(());
+    }
+    let config = ModelConfig { num_layers: args.layers, ..c.clone() };
+    let model = build_model::<B, _>(config.clone(), &RandomWeights::new(config, 0), &device)?.with_weights_as(dtype)?;
+    // A step reads every weight but the embedding's (one row of it).
+    let weight_bytes = (model.num_params() - c.vocab_size * c.hidden_size) as f64 * bytes;
+    println!(
+        "\n## Decode steps, {} layers of Llama-3-8B + output head, dense f16 cache of {} tokens (ms)",
+        args.layers, args.context
+    );
+    println!("| product | median | host | pipelined | weights GB/s (median) |");
+    println!("|---|---:|---:|---:|---:|");
+    for (name, projection) in [("matmul", Projection::default()), ("row kernel", Projection::of_backend::<B>())] {
+        let model = model.clone().with_projection(projection);
+        let mut caches = model.new_cache(&HalfDenseScheme, 1, &device);
+        let prompt: Vec<u32> = (0..args.context as u32).map(|i| i * 7 % 1000).collect();
+        model.forward(&[prompt], &mut caches, Logits::Last)?;
+        // Each timed step appends a token (the context grows by a few percent over the runs).
+        let step = time::<B>(&device, args.runs, || {
+            drop(model.forward(&[vec![17]], &mut caches, Logits::Last).expect("decode step"));
+        });
+        println!(
+            "| {name} | {:.2} | {:.2} | {:.2} | {:.0} |",
+            step.median / 1e3,
+            step.host / 1e3,
+            step.pipelined / 1e3,
+            weight_bytes / step.median / 1e3
+        );
+    }
+    Ok(())
+}
