@@ -19,4 +19,4 @@ for k, n in shapes:
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end) * 1e3)
     median = sorted(times)[len(times) // 2]
-    print(f"| {k} | {n} | {median:.1} | {k * n * 2 / median / 1e3:.0f} |")
+    print(f"| {k} | {n} | {median:.1f} | {k * n * 2 / median / 1e3:.0f} |")
