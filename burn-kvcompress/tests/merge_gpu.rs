@@ -2,26 +2,11 @@
 //! head widths that do and do not divide the cube, and fully masked splits.
 #![cfg(any(feature = "wgpu", feature = "cuda"))]
 
+mod common;
+
 use burn::tensor::{Tensor, TensorData, TensorPrimitive};
 use burn_kvcompress::kernels::{float_arg, merge_partials, SplitPartials, MASKED_SCORE};
-
-/// The kernels' backend: CUDA when built with the `cuda` feature (on a GPU machine, where
-/// `examples/bench/validate_bounds.sh` runs these tests), wgpu otherwise (lavapipe in CI).
-#[cfg(feature = "cuda")]
-type Gpu = burn::backend::Cuda<f32, i32>;
-#[cfg(not(feature = "cuda"))]
-type Gpu = burn::backend::Wgpu<f32, i32>;
-
-/// Deterministic values in [-1, 1).
-fn uniform(n: usize, seed: u64) -> Vec<f32> {
-    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
+use common::{lcg_uniform, Gpu};
 
 #[test]
 fn merge_equals_a_plain_log_sum_exp_merge() {
@@ -35,9 +20,9 @@ fn merge_equals_a_plain_log_sum_exp_merge() {
             .enumerate()
     {
         let seed = 10 * case as u64;
-        let output = uniform(heads * splits * head_dim, seed);
-        let mut max: Vec<f32> = uniform(heads * splits, seed + 1).iter().map(|x| 20.0 * x).collect();
-        let mut sum: Vec<f32> = uniform(heads * splits, seed + 2).iter().map(|x| 1.5 + x).collect();
+        let output = lcg_uniform(heads * splits * head_dim, seed);
+        let mut max: Vec<f32> = lcg_uniform(heads * splits, seed + 1).iter().map(|x| 20.0 * x).collect();
+        let mut sum: Vec<f32> = lcg_uniform(heads * splits, seed + 2).iter().map(|x| 1.5 + x).collect();
         // Every third split of a head saw only masked slots (split 0 always sees some); with 4
         // splits, a merge unit's only split is masked while the last split is not.
         for (i, (m, l)) in max.iter_mut().zip(&mut sum).enumerate() {

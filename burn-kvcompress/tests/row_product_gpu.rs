@@ -5,37 +5,19 @@
 //! product rounds beyond the kernel's bound).
 #![cfg(any(feature = "wgpu", feature = "cuda"))]
 
+mod common;
+
 use burn::tensor::{DType, FloatDType, Tensor, TensorData};
 use burn_kvcompress::kernels::{row_product, MAX_ROWS};
-
-/// The kernels' backend: CUDA when built with the `cuda` feature, wgpu otherwise.
-#[cfg(feature = "cuda")]
-type Gpu = burn::backend::Cuda<f32, i32>;
-#[cfg(not(feature = "cuda"))]
-type Gpu = burn::backend::Wgpu<f32, i32>;
-
-/// Deterministic values in [-1, 1).
-fn uniform(n: usize, seed: u64) -> Vec<f32> {
-    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
-
-fn host(t: Tensor<Gpu, 2>) -> Vec<f32> {
-    t.into_data().convert::<f32>().into_vec().unwrap()
-}
+use common::{lcg_uniform, to_vec as host, Gpu};
 
 /// Checks `row_product` on `[rows, k] · [k, n]` in `dtype` against the f64 product of the
 /// operands as the kernel sees them (rounded to `dtype`): within `k · u_f32 · Σ|x||w|` for the
 /// f32 sums plus the final rounding, `u_dtype · |exact|`.
 fn check(rows: usize, k: usize, n: usize, dtype: FloatDType) {
     let device = Default::default();
-    let x = Tensor::<Gpu, 2>::from_data(TensorData::new(uniform(rows * k, 1 + k as u64), [rows, k]), &device);
-    let w = Tensor::<Gpu, 2>::from_data(TensorData::new(uniform(k * n, 2 + n as u64), [k, n]), &device);
+    let x = Tensor::<Gpu, 2>::from_data(TensorData::new(lcg_uniform(rows * k, 1 + k as u64), [rows, k]), &device);
+    let w = Tensor::<Gpu, 2>::from_data(TensorData::new(lcg_uniform(k * n, 2 + n as u64), [k, n]), &device);
     let (x, w) = (x.cast(dtype), w.cast(dtype));
     let (xs, ws) = (host(x.clone().cast(DType::F32)), host(w.clone().cast(DType::F32)));
     let out = row_product(x, w);
@@ -79,8 +61,8 @@ fn row_product_equals_a_plain_product_in_f16() {
 fn more_rows_than_the_kernel_takes_go_through_the_matrix_product() {
     let device = Default::default();
     for (rows, k, n, dtype) in [(MAX_ROWS + 1, 33, 48, FloatDType::F32), (20, 16, 8, FloatDType::F16)] {
-        let x = Tensor::<Gpu, 2>::from_data(TensorData::new(uniform(rows * k, 5), [rows, k]), &device).cast(dtype);
-        let w = Tensor::<Gpu, 2>::from_data(TensorData::new(uniform(k * n, 6), [k, n]), &device).cast(dtype);
+        let x = Tensor::<Gpu, 2>::from_data(TensorData::new(lcg_uniform(rows * k, 5), [rows, k]), &device).cast(dtype);
+        let w = Tensor::<Gpu, 2>::from_data(TensorData::new(lcg_uniform(k * n, 6), [k, n]), &device).cast(dtype);
         let (routed, matmul) = (row_product(x.clone(), w.clone()), x.matmul(w));
         assert_eq!(host(routed.cast(DType::F32)), host(matmul.cast(DType::F32)), "{rows} rows, {dtype:?}");
     }

@@ -69,3 +69,21 @@ pub fn top_k(logits: &[f32], k: usize) -> Vec<u32> {
     ids.truncate(k);
     ids
 }
+
+/// The kernels' backend: CUDA when built with the `cuda` feature (on a GPU machine, where
+/// `examples/bench/validate_bounds.sh` runs the kernel tests), wgpu otherwise (lavapipe in CI).
+#[cfg(feature = "cuda")]
+pub type Gpu = burn::backend::Cuda<f32, i32>;
+#[cfg(all(feature = "wgpu", not(feature = "cuda")))]
+pub type Gpu = burn::backend::Wgpu<f32, i32>;
+
+/// Deterministic values in [-1, 1) (a linear congruential generator: no `rand` needed).
+pub fn lcg_uniform(n: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
