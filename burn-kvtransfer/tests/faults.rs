@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use burn_kvcompress::{
     backend::NdArray,
-    cache::{DenseScheme, TransferableCache},
+    cache::{DenseCache, DenseScheme, TransferableCache},
 };
 use burn_kvtransfer::{
-    decode::fetch,
+    decode::{fetch, fetch_states, Received},
     protocol::{ClientConfig, PrefillClient, PrefillPool, RequestEvent, ServerConfig},
     transport::{channel::ChannelConnector, Connector, FrameReader, FrameWriter, WireCounter},
     wire::{ErrorCode, FrameCodec, FrameKind, Message, Mode, WireError, MAGIC, VERSION},
@@ -283,26 +283,52 @@ async fn a_decode_worker_that_vanishes_mid_request_is_reaped_by_the_lease() {
     assert_eq!(server.stats().store.expired, 1);
 }
 
-#[tokio::test]
-async fn a_killed_prefill_server_is_retried_on_another() {
+/// A pool of two servers of which the first is cut mid-transfer (after 2000 bytes), and the
+/// servers (kept alive with it).
+async fn a_dying_and_a_healthy_server() -> (PrefillPool, [impl Sized; 2]) {
     let config = || ServerConfig { block_size: 512, max_payload: 1600, ..ServerConfig::default() };
-    let (_dying, inner) = start(engine(), config());
-    let (_healthy, healthy) = start(engine(), config());
+    let (dying_server, inner) = start(engine(), config());
+    let (healthy_server, healthy) = start(engine(), config());
     let client_config = ClientConfig { max_payload: 1600, ..ClientConfig::new(descriptor()) };
     let dying = FaultyConnector { inner, fault: Fault::CutAt(2000) };
     let pool = PrefillPool::new(vec![
         PrefillClient::connect(&dying, client_config.clone()).await.unwrap(),
         PrefillClient::connect(&healthy, client_config).await.unwrap(),
     ]);
-    let tokens: Vec<u32> = (0..40).collect();
-    let device = Default::default();
-    let received = fetch::<NdArray, _>(&pool, &tokens, &DenseScheme, &device, 2).await.unwrap();
+    (pool, [dying_server, healthy_server])
+}
+
+/// Checks that `received` came from the second server of [`a_dying_and_a_healthy_server`]'s
+/// `pool` at the second attempt, with `tokens`' states and logits.
+fn served_by_the_healthy_server(pool: &PrefillPool, received: &Received<DenseCache<NdArray>>, tokens: &[u32]) {
     assert_eq!((received.server, received.attempts), (1, 2));
     assert!(matches!(pool.clients()[0].failure(), Some(TransferError::Truncated(_))));
     for (l, cache) in received.caches.layers.iter().enumerate() {
-        assert_eq!(TransferableCache::<NdArray>::export_state(cache), expected_state(SHAPE, &tokens, l));
+        assert_eq!(TransferableCache::<NdArray>::export_state(cache), expected_state(SHAPE, tokens, l));
     }
-    assert_eq!(received.logits, expected_logits(SHAPE, &tokens));
+    assert_eq!(received.logits, expected_logits(SHAPE, tokens));
+}
+
+#[tokio::test]
+async fn a_killed_prefill_server_is_retried_on_another() {
+    let (pool, _servers) = a_dying_and_a_healthy_server().await;
+    let tokens: Vec<u32> = (0..40).collect();
+    let device = Default::default();
+    let received = fetch::<NdArray, _>(&pool, &tokens, &DenseScheme, &device, 2).await.unwrap();
+    served_by_the_healthy_server(&pool, &received, &tokens);
+}
+
+#[tokio::test]
+async fn states_fetched_for_another_thread_are_retried_alike_and_import_to_the_same_caches() {
+    let (pool, _servers) = a_dying_and_a_healthy_server().await;
+    let tokens: Vec<u32> = (0..40).collect();
+    let states = fetch_states(&pool, &tokens, 2).await.unwrap();
+    assert_eq!(states.states.len(), SHAPE.num_layers as usize);
+    let arrivals = states.arrivals;
+    assert!(arrivals.first_layer <= arrivals.last_layer && arrivals.last_layer <= arrivals.logits, "{arrivals:?}");
+    let received =
+        std::thread::spawn(|| states.import::<NdArray, _>(&DenseScheme, &Default::default())).join().unwrap().unwrap();
+    served_by_the_healthy_server(&pool, &received, &tokens);
 }
 
 #[tokio::test]
