@@ -1,27 +1,36 @@
 //! `disagg sweep` end to end on the tiny random model: two schemes at one link rate, through
-//! spawned prefill server processes, and the files it writes.
+//! spawned prefill server processes, and the files it writes; requests one at a time and
+//! arriving at a rate.
 
+use std::path::PathBuf;
 use std::process::Command;
 
 use examples::e2e_report::RequestRecord;
 
-#[test]
-fn a_sweep_writes_ordered_records_a_table_against_the_baseline_and_a_plot() {
-    let out = std::env::temp_dir().join(format!("disagg-sweep-{}", std::process::id()));
+/// Runs `disagg sweep` of the tiny random model with dense and HACK storage at 10 Gbit/s and
+/// `args`, into a fresh directory named after `name`: the directory and the records.
+fn sweep(name: &str, args: &[&str]) -> (PathBuf, Vec<RequestRecord>) {
+    let out = std::env::temp_dir().join(format!("disagg-{name}-{}", std::process::id()));
     let status = Command::new(env!("CARGO_BIN_EXE_disagg"))
-        .args(["sweep", "--random-model", "tiny", "--prompt-tokens", "160", "--max-new-tokens", "4"])
-        .args(["--kv", "dense", "--kv", "hack:bits=2,pi=64", "--link-gbps", "10", "--out"])
+        .args(["sweep", "--random-model", "tiny", "--max-new-tokens", "4"])
+        .args(["--kv", "dense", "--kv", "hack:bits=2,pi=64", "--link-gbps", "10"])
+        .args(args)
+        .arg("--out")
         .arg(&out)
         .status()
         .expect("disagg runs");
     assert!(status.success());
+    let records = serde_json::from_str(&std::fs::read_to_string(out.join("e2e.json")).unwrap()).unwrap();
+    (out, records)
+}
 
-    let records: Vec<RequestRecord> =
-        serde_json::from_str(&std::fs::read_to_string(out.join("e2e.json")).unwrap()).unwrap();
+#[test]
+fn a_sweep_writes_ordered_records_a_table_against_the_baseline_and_a_plot() {
+    let (out, records) = sweep("sweep", &["--prompt-tokens", "160"]);
     let schemes: Vec<&str> = records.iter().map(|r| r.scheme.as_str()).collect();
     assert_eq!(schemes, ["dense", "hack:bits=2,pi=64"]);
     for r in &records {
-        assert_eq!((r.link_gbps, r.prompt_tokens, r.new_tokens), (Some(10.0), 160, 4));
+        assert_eq!((r.link_gbps, r.request_rate, r.prompt_tokens, r.new_tokens), (Some(10.0), None, 160, 4));
         let times = [r.first_layer_ms, r.last_layer_ms, r.logits_ms, r.ttft_ms, r.jct_ms];
         assert!(times[0] > 0.0 && times.windows(2).all(|w| w[0] <= w[1]), "{r:?}");
     }
@@ -31,8 +40,48 @@ fn a_sweep_writes_ordered_records_a_table_against_the_baseline_and_a_plot() {
     let table = std::fs::read_to_string(out.join("e2e.md")).unwrap();
     let rows: Vec<&str> = table.lines().skip(2).collect();
     assert_eq!(rows.len(), 2, "{table}");
-    assert!(rows[0].starts_with("| dense | 10 | 160 | 1 |") && rows[0].ends_with("| +0.0 % |"), "{table}");
-    assert!(rows[1].starts_with("| hack:bits=2,pi=64 | 10 | 160 | 1 |") && rows[1].ends_with(" % |"), "{table}");
+    let starts = ["| dense | 10 | one at a time | 160 | 1 |", "| hack:bits=2,pi=64 | 10 | one at a time | 160 | 1 |"];
+    assert!(rows[0].starts_with(starts[0]) && rows[0].ends_with("| +0.0 % |"), "{table}");
+    assert!(rows[1].starts_with(starts[1]) && rows[1].ends_with(" % |"), "{table}");
     assert!(std::fs::read_to_string(out.join("jct-vs-link.svg")).unwrap().contains("<svg"));
+    assert!(!out.join("jct-vs-rate.svg").exists());
+
+    // `report` rebuilds the same table from the records.
+    let again = out.join("report");
+    let status = Command::new(env!("CARGO_BIN_EXE_disagg"))
+        .args(["report", "--records"])
+        .arg(out.join("e2e.json"))
+        .arg("--out")
+        .arg(&again)
+        .status()
+        .expect("disagg runs");
+    assert!(status.success());
+    assert_eq!(std::fs::read_to_string(again.join("e2e.md")).unwrap(), table);
+    assert!(again.join("jct-vs-link.svg").exists());
+    std::fs::remove_dir_all(&out).unwrap();
+}
+
+#[test]
+fn requests_arriving_faster_than_they_are_served_queue_and_decode_the_same_tokens() {
+    // Three requests a millisecond apart: the second and the third arrive while the first is
+    // still being prefilled, so both wait. `--check` fails the run if a request's tokens differ
+    // from a single-process run's (the fetching thread imports caches while another decodes).
+    let (out, records) = sweep("rate", &["--prompt-tokens", "160,96,160", "--request-rate", "1000", "--check"]);
+    let schemes: Vec<&str> = records.iter().map(|r| r.scheme.as_str()).collect();
+    assert_eq!(schemes, ["dense", "dense", "dense", "hack:bits=2,pi=64", "hack:bits=2,pi=64", "hack:bits=2,pi=64"]);
+    for (i, r) in records.iter().enumerate() {
+        assert_eq!((r.request_rate, r.prompt_tokens, r.new_tokens), (Some(1000.0), [160, 96, 160][i % 3], 4));
+        // Counted from arrival, the queueing comes before the first token and the last.
+        assert!(r.queue_ms >= 0.0 && r.queue_ms <= r.ttft_ms && r.ttft_ms <= r.jct_ms, "{r:?}");
+        if i % 3 > 0 {
+            assert!(r.queue_ms > 1.0, "request {i} arrived while another was being served: {r:?}");
+        }
+    }
+    let table = std::fs::read_to_string(out.join("e2e.md")).unwrap();
+    // Groups per prompt length: 160 (two requests) and 96, per scheme.
+    let rows: Vec<&str> = table.lines().skip(2).collect();
+    assert_eq!(rows.len(), 4, "{table}");
+    assert!(rows[0].starts_with("| dense | 10 | 1000 | 160 | 2 |"), "{table}");
+    assert!(std::fs::read_to_string(out.join("jct-vs-rate.svg")).unwrap().contains("<svg"));
     std::fs::remove_dir_all(&out).unwrap();
 }

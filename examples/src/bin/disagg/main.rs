@@ -7,6 +7,7 @@
 //! disagg decode --server 127.0.0.1:7070 ...   # a decode worker (several --server: least loaded)
 //! disagg demo --random-model llama3-8b --prompt-tokens 8192 --backend cuda  # random weights
 //! disagg sweep --kv dense --kv hack:bits=2,pi=64 --link-gbps 10,25,100 --out DIR ...
+//! disagg report --records A/e2e.json --records B/e2e.json --out DIR  # the table and plots again
 //! ```
 //!
 //! `--random-model` runs a model of random weights of a given shape (no files, no tokenizer:
@@ -16,16 +17,19 @@
 //! rate it is given, each pair on its own port, and `demo` and `sweep` run every pair against
 //! one spawned server process (or `--servers` of them).
 //!
-//! The decode worker prints, per request: TTFT (submit to first token: prefill, transfer and
-//! import), TBT (mean gap between later tokens), JCT (submit to last token) and the bytes on the
-//! wire. `--check` also verifies that the received KV hashes equal a local prefill's and that
+//! The decode worker prints, per request: TTFT (arrival to first token: queueing, prefill,
+//! transfer and import), TBT (mean gap between later tokens), JCT (arrival to last token), the
+//! time spent queueing and the bytes on the wire. Requests run one at a time, or arrive at each
+//! `--request-rate` (requests/s, on a fixed schedule): then they are prefilled and transferred in
+//! arrival order while earlier ones decode, and decoded one at a time (no batching), so a rate
+//! above what decoding sustains makes a queue. `--check` also verifies that the received KV hashes equal a local prefill's and that
 //! the tokens equal a single-process run with the same scheme and seed; `--json FILE` writes the
 //! requests' records, with when the first and the last layer and the logits arrived.
 //!
-//! `sweep` runs the demo for each scheme at each link rate and writes the records, a table of
-//! means (the job completion time split into prefill and transfer, until the last layer is in,
-//! then the first token, then decoding; each scheme against the first one) and a plot of the job
-//! completion time against the link rate.
+//! `sweep` runs the demo for each scheme at each link rate (and request rate) and writes the
+//! records, a table of means (the job completion time split into queueing, prefill and transfer
+//! until the last layer is in, then the first token, then decoding; each scheme against the first
+//! one) and plots of the job completion time against the link rate and the request rate.
 
 mod base;
 mod serve;
@@ -40,7 +44,7 @@ use base::BaseModel;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use examples::{
     backend_choice::{BackendChoice, KernelBackend},
-    e2e_report::{group_means, jct_series, markdown_table, RequestRecord},
+    e2e_report::{group_means, jct_series, markdown_table, JctAxis, RequestRecord},
     plot::{plot_series, PlotSpec},
     random_model::RandomShape,
     scheme_arg::SchemeArg,
@@ -68,11 +72,15 @@ enum Cmd {
     Decode(DecodeArgs),
     /// Spawn prefill server processes on loopback and run a decode worker against them.
     Demo(DemoArgs),
-    /// Run the demo for every `--kv` scheme at every `--link-gbps` rate and write the requests'
-    /// records (`e2e.json`), a table of means with each scheme's job completion time against the
-    /// first scheme's (`e2e.md`) and a plot of job completion time against the link rate
-    /// (`jct-vs-link.svg`) to `--out`.
+    /// Run the demo for every `--kv` scheme at every `--link-gbps` rate (and `--request-rate`)
+    /// and write the requests' records (`e2e.json`), a table of means with each scheme's job
+    /// completion time against the first scheme's (`e2e.md`) and plots of job completion time
+    /// against the link rate (`jct-vs-link.svg`) and, given request rates, against the request
+    /// rate (`jct-vs-rate.svg`) to `--out`.
     Sweep(SweepArgs),
+    /// Write the table and the plots that `sweep` writes from record files of earlier runs
+    /// (`e2e.json` of `sweep`, `--json` of `decode` and `demo`), merged in the order given.
+    Report(ReportArgs),
 }
 
 /// The model both processes load, and where they run it.
@@ -178,6 +186,13 @@ struct RunArgs {
     /// Tokens to generate per request.
     #[arg(long, default_value_t = 32)]
     max_new_tokens: usize,
+    /// Requests per second arriving on a fixed schedule, request `i` at `i / rate` s (several:
+    /// `0.05,0.1`, each a timed run of all the requests). The requests are prefilled and
+    /// transferred in arrival order while earlier ones decode, and decoded one at a time in
+    /// arrival order (no batching): above the rate decoding sustains, they queue. Default: one
+    /// request at a time, each submitted once the previous one has finished.
+    #[arg(long = "request-rate", value_delimiter = ',', value_parser = parse_rate)]
+    request_rates: Vec<f64>,
     /// Sampling temperature; 0 is greedy.
     #[arg(long, default_value_t = 0.0)]
     temperature: f32,
@@ -197,8 +212,9 @@ struct RunArgs {
     /// Stream each request's generated text to stdout as tokens are decoded.
     #[arg(long)]
     show_text: bool,
-    /// Untimed rounds of the requests each scheme runs before its first timed ones (at its first
-    /// link rate), so that kernel compilation and autotuning stay out of the records.
+    /// Untimed rounds each scheme runs before its first timed requests (at its first link rate
+    /// and request rate), so that kernel compilation and autotuning stay out of the records; a
+    /// round is one request of each distinct prompt length, one at a time.
     #[arg(long, default_value_t = 0)]
     warmup: usize,
     /// Also write the requests' records (JSON, times in ms) to this file (`decode`, `demo`;
@@ -255,6 +271,20 @@ struct SweepArgs {
     out: PathBuf,
 }
 
+#[derive(Args, Debug, Clone)]
+struct ReportArgs {
+    /// A record file; repeat for several.
+    #[arg(long = "records", required = true)]
+    records: Vec<PathBuf>,
+    /// The scheme the others are compared with, in `--kv`'s spelling (default: the first
+    /// record's).
+    #[arg(long)]
+    baseline: Option<String>,
+    /// Directory for `e2e.md`, `jct-vs-link.svg` and `jct-vs-rate.svg` (created if missing).
+    #[arg(long)]
+    out: PathBuf,
+}
+
 /// `--mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum ModeArg {
@@ -262,6 +292,24 @@ enum ModeArg {
     Pull,
     /// The prefill side pushes each layer as soon as computed.
     Push,
+}
+
+/// A `--request-rate`: a positive, finite number of requests per second.
+fn parse_rate(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(rate) if rate > 0.0 && rate.is_finite() => Ok(rate),
+        _ => Err(format!("`{s}` is not a positive number of requests per second")),
+    }
+}
+
+impl RunArgs {
+    /// The request rates, None for one request at a time.
+    fn request_rates(&self) -> Vec<Option<f64>> {
+        match self.request_rates.is_empty() {
+            true => vec![None],
+            false => self.request_rates.iter().copied().map(Some).collect(),
+        }
+    }
 }
 
 /// Validates `--kv` but keeps its spelling, which the demo passes on to the servers it spawns.
@@ -282,14 +330,20 @@ fn write_records(path: &Path, records: &[RequestRecord]) -> anyhow::Result<()> {
 fn decode<B: KernelBackend>(device: B::Device, args: &DecodeArgs) -> anyhow::Result<()> {
     let base = BaseModel::<B>::load(&args.model.source, &device)?;
     let model = &args.model;
-    let job = Job {
-        kv: &model.kv,
-        link_gbps: model.link_gbps,
-        run: &args.run,
-        servers: &args.servers,
-        warmup: args.run.warmup,
-    };
-    let records = run_job(&base, &base.prepared(&model.kv)?, &job, &device)?;
+    let prepared = base.prepared(&model.kv)?;
+    let mut records = Vec::new();
+    for (rate_index, request_rate) in args.run.request_rates().into_iter().enumerate() {
+        let warmup = if rate_index == 0 { args.run.warmup } else { 0 };
+        let job = Job {
+            kv: &model.kv,
+            link_gbps: model.link_gbps,
+            request_rate,
+            run: &args.run,
+            servers: &args.servers,
+            warmup,
+        };
+        records.extend(run_job(&base, &prepared, &job, &device)?);
+    }
     args.run.json.as_deref().map_or(Ok(()), |path| write_records(path, &records))
 }
 
@@ -313,11 +367,15 @@ fn demo<B: KernelBackend>(
         let prepared = base.prepared(kv)?;
         for (link_index, link_gbps) in args.pairs.links().into_iter().enumerate() {
             let servers: Vec<String> = spawned.iter().map(|(_, addresses)| addresses[pair].clone()).collect();
-            eprintln!("[{kv} at {}]", link_gbps.map_or("an unpaced link".into(), |g| format!("{g} Gbit/s")));
-            let warmup = if link_index == 0 { args.run.warmup } else { 0 };
-            let job = Job { kv, link_gbps, run: &args.run, servers: &servers, warmup };
-            records.extend(run_job(&base, &prepared, &job, &device)?);
-            after_pair(&records)?;
+            for (rate_index, request_rate) in args.run.request_rates().into_iter().enumerate() {
+                let link = link_gbps.map_or("an unpaced link".into(), |g| format!("{g} Gbit/s"));
+                let rate = request_rate.map_or("one request at a time".into(), |r| format!("{r} requests/s"));
+                eprintln!("[{kv} at {link}, {rate}]");
+                let warmup = if link_index == 0 && rate_index == 0 { args.run.warmup } else { 0 };
+                let job = Job { kv, link_gbps, request_rate, run: &args.run, servers: &servers, warmup };
+                records.extend(run_job(&base, &prepared, &job, &device)?);
+                after_pair(&records)?;
+            }
             pair += 1;
         }
     }
@@ -338,9 +396,36 @@ fn sweep(args: &SweepArgs) -> anyhow::Result<()> {
     let json = args.out.join("e2e.json");
     let save = |records: &[RequestRecord]| write_records(&json, records);
     let records = with_backend!(demo_args.source.backend, demo(demo_args, &save))?;
-    let groups = group_means(&records);
-    let table = args.out.join("e2e.md");
-    std::fs::write(&table, markdown_table(&groups, &demo_args.pairs.schemes[0]))
+    write_report(&records, &demo_args.pairs.schemes[0], &args.out)?;
+    println!("wrote {} and the report", json.display());
+    Ok(())
+}
+
+/// `disagg report`: the table and the plots of records written by earlier runs.
+fn report(args: &ReportArgs) -> anyhow::Result<()> {
+    let mut records: Vec<RequestRecord> = Vec::new();
+    for path in &args.records {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        records.extend(
+            serde_json::from_str::<Vec<RequestRecord>>(&text).with_context(|| format!("parsing {}", path.display()))?,
+        );
+    }
+    let baseline = match (&args.baseline, records.first()) {
+        (Some(baseline), _) => baseline.clone(),
+        (None, Some(first)) => first.scheme.clone(),
+        (None, None) => bail!("the record files hold no requests"),
+    };
+    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    write_report(&records, &baseline, &args.out)
+}
+
+/// Writes the table of `records`' means against `baseline`'s (`e2e.md`), the plot of job
+/// completion time against the link rate (`jct-vs-link.svg`) and, where requests arrived at a
+/// rate, against the request rate (`jct-vs-rate.svg`) to `out`.
+fn write_report(records: &[RequestRecord], baseline: &str, out: &Path) -> anyhow::Result<()> {
+    let groups = group_means(records);
+    let table = out.join("e2e.md");
+    std::fs::write(&table, markdown_table(&groups, baseline))
         .with_context(|| format!("writing {}", table.display()))?;
     let spec = PlotSpec {
         title: "Job completion time against the link rate",
@@ -348,8 +433,13 @@ fn sweep(args: &SweepArgs) -> anyhow::Result<()> {
         y_label: "mean JCT, ms",
         curves: &[],
     };
-    plot_series(&args.out.join("jct-vs-link.svg"), &spec, &jct_series(&groups))?;
-    println!("wrote {}, {} and jct-vs-link.svg", json.display(), table.display());
+    plot_series(&out.join("jct-vs-link.svg"), &spec, &jct_series(&groups, JctAxis::LinkRate))?;
+    if records.iter().any(|r| r.request_rate.is_some()) {
+        let spec =
+            PlotSpec { title: "Job completion time against the request rate", x_label: "requests per second", ..spec };
+        plot_series(&out.join("jct-vs-rate.svg"), &spec, &jct_series(&groups, JctAxis::RequestRate))?;
+    }
+    println!("wrote {} and the plots", table.display());
     Ok(())
 }
 
@@ -362,5 +452,6 @@ fn main() -> anyhow::Result<()> {
             args.run.json.as_deref().map_or(Ok(()), |path| write_records(path, &records))
         }
         Cmd::Sweep(args) => sweep(&args),
+        Cmd::Report(args) => report(&args),
     }
 }

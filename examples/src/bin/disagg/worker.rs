@@ -1,7 +1,10 @@
 //! The decode worker: pulls each request's KV cache from the prefill servers of one (scheme, link)
-//! pair, decodes, and measures.
+//! pair, decodes, and measures; either one request at a time, or requests arriving at a fixed
+//! rate, pulled (prefilled and transferred) in arrival order on one thread while the requests
+//! before them are imported and decoded, one at a time in arrival order, on another.
 
 use std::io::Write;
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -13,7 +16,7 @@ use burn_kvcompress::{
     tokenizer::{chatml_prompt, ChatMessage, Role, TokenStream, Tokenizer},
 };
 use burn_kvtransfer::{
-    decode::{fetch, Arrivals, Received},
+    decode::{fetch, fetch_states, Arrivals, Received, ReceivedStates},
     protocol::{ClientConfig, PrefillClient, PrefillPool},
     state_codec::encode_state,
     transport::tcp::TcpConnector,
@@ -34,11 +37,13 @@ pub struct Job<'a> {
     pub kv: &'a str,
     /// The emulated link rate (None: unpaced).
     pub link_gbps: Option<f64>,
+    /// Requests per second arriving on a fixed schedule (None: one request at a time).
+    pub request_rate: Option<f64>,
     /// The requests and how to run them.
     pub run: &'a RunArgs,
     /// Prefill server addresses serving this pair.
     pub servers: &'a [String],
-    /// Untimed rounds of the requests before the timed ones.
+    /// Untimed rounds (one request of each distinct prompt length) before the timed requests.
     pub warmup: usize,
 }
 
@@ -68,6 +73,7 @@ struct Row {
     kv_bytes: usize,
     wire_bytes: u64,
     arrivals: Arrivals,
+    queue: Duration,
     ttft: Duration,
     tbt: Duration,
     jct: Duration,
@@ -81,6 +87,7 @@ impl Row {
         RequestRecord {
             scheme: job.kv.to_string(),
             link_gbps: job.link_gbps,
+            request_rate: job.request_rate,
             prompt_tokens: self.prompt_tokens,
             new_tokens: self.tokens.len(),
             kv_bytes: self.kv_bytes,
@@ -91,29 +98,111 @@ impl Row {
             ttft_ms: ms(self.ttft),
             tbt_ms: ms(self.tbt),
             jct_ms: ms(self.jct),
+            queue_ms: ms(self.queue),
         }
+    }
+}
+
+/// The prefill servers of a job and the runtime their connections run on: what the fetching
+/// thread of a job at a request rate borrows (it does no work on the device).
+#[derive(Clone, Copy)]
+struct Puller<'a> {
+    rt: &'a tokio::runtime::Runtime,
+    pool: &'a PrefillPool,
+}
+
+/// What fetching a request's KV cache into caches needs.
+struct Fetcher<'a, B: Backend, S> {
+    puller: Puller<'a>,
+    scheme: &'a S,
+    device: &'a B::Device,
+}
+
+/// A request's KV cache (or the states it is imported from), received, and when its phases
+/// began.
+struct Fetched<R> {
+    received: R,
+    prompt_tokens: usize,
+    /// Bytes on the wire for it, both directions.
+    wire_bytes: u64,
+    /// When it arrived.
+    arrived: Instant,
+    /// When it was submitted to a prefill server (after the requests before it were fetched).
+    submitted: Instant,
+    /// When its caches (or states) and logits were in.
+    ready: Instant,
+}
+
+/// What a fetched request holds: its caches, or the states they are imported from.
+trait IntoReceived<B: Backend, S: TransferableScheme<B>>
+where
+    S::Cache: TransferableCache<B>,
+{
+    /// The request's caches on `device`, imported on this thread if they are not yet.
+    fn into_received(self, scheme: &S, device: &B::Device) -> anyhow::Result<Received<S::Cache>>;
+}
+
+impl<B: Backend, S: TransferableScheme<B>> IntoReceived<B, S> for Received<S::Cache>
+where
+    S::Cache: TransferableCache<B>,
+{
+    fn into_received(self, _: &S, _: &B::Device) -> anyhow::Result<Received<S::Cache>> {
+        Ok(self)
+    }
+}
+
+impl<B: Backend, S: TransferableScheme<B>> IntoReceived<B, S> for ReceivedStates
+where
+    S::Cache: TransferableCache<B>,
+{
+    fn into_received(self, scheme: &S, device: &B::Device) -> anyhow::Result<Received<S::Cache>> {
+        Ok(self.import::<B, S>(scheme, device)?)
+    }
+}
+
+impl<B: Backend, S> Fetcher<'_, B, S>
+where
+    S: TransferableScheme<B>,
+    S::Cache: TransferableCache<B>,
+{
+    /// `tokens`' KV cache pulled from the pool (a failed server's request retried on the others),
+    /// imported on this thread as its layers arrive.
+    fn fetch(&self, tokens: &[u32]) -> anyhow::Result<Received<S::Cache>> {
+        let Puller { rt, pool } = self.puller;
+        Ok(rt.block_on(fetch::<B, S>(pool, tokens, self.scheme, self.device, pool.clients().len()))?)
+    }
+}
+
+impl Puller<'_> {
+    /// `tokens`' layer states pulled from the pool, in host memory (no work on the device, so
+    /// that the thread that decodes imports them: CubeCL backends run each thread's work on a
+    /// stream of its own).
+    fn fetch_states(&self, tokens: &[u32]) -> anyhow::Result<ReceivedStates> {
+        Ok(self.rt.block_on(fetch_states(self.pool, tokens, self.pool.clients().len()))?)
+    }
+
+    /// `fetch` (of caches or of states) of the request `tokens` that arrived at `arrived`, timed.
+    fn timed<R>(
+        &self,
+        tokens: &[u32],
+        arrived: Instant,
+        fetch: impl FnOnce(&[u32]) -> anyhow::Result<R>,
+    ) -> anyhow::Result<Fetched<R>> {
+        let before = self.pool.wire_bytes();
+        let submitted = Instant::now();
+        let received = fetch(tokens)?;
+        let ready = Instant::now();
+        let after = self.pool.wire_bytes();
+        let wire_bytes = (after.0 - before.0) + (after.1 - before.1);
+        Ok(Fetched { received, prompt_tokens: tokens.len(), wire_bytes, arrived, submitted, ready })
     }
 }
 
 /// What every request of a job shares.
 struct JobContext<'a, B: Backend, S> {
-    rt: &'a tokio::runtime::Runtime,
-    pool: &'a PrefillPool,
+    fetcher: Fetcher<'a, B, S>,
     model: &'a CausalLm<B>,
-    scheme: &'a S,
-    device: &'a B::Device,
     options: GenerateOptions,
-}
-
-impl<B: Backend, S> JobContext<'_, B, S>
-where
-    S: TransferableScheme<B>,
-    S::Cache: TransferableCache<B>,
-{
-    /// `tokens`' KV cache pulled from the pool (a failed server's request retried on the others).
-    fn fetch(&self, tokens: &[u32]) -> anyhow::Result<Received<S::Cache>> {
-        Ok(self.rt.block_on(fetch::<B, S>(self.pool, tokens, self.scheme, self.device, self.pool.clients().len()))?)
-    }
 }
 
 fn decode_scheme<B: Backend, S>(
@@ -153,27 +242,29 @@ where
         stop_tokens: tokenizer.and_then(|t| t.eos_id()).into_iter().collect(),
         sampling: SamplingConfig { temperature: job.run.temperature, top_p: 0.9, seed: job.run.seed },
     };
-    let context = JobContext { rt: &rt, pool: &pool, model, scheme: &scheme, device, options };
+    let fetcher = Fetcher { puller: Puller { rt: &rt, pool: &pool }, scheme: &scheme, device };
+    let context = JobContext { fetcher, model, options };
     let requests = requests(job.run, tokenizer, model.config().vocab_size)?;
-    for (_, tokens) in (0..job.warmup).flat_map(|_| &requests) {
-        run_request(&context, tokens, None)?;
+    let mut one_per_length: Vec<&[u32]> = Vec::new();
+    for (_, tokens) in &requests {
+        if !one_per_length.iter().any(|w| w.len() == tokens.len()) {
+            one_per_length.push(tokens);
+        }
     }
-    let mut rows = Vec::new();
-    for (text, tokens) in requests {
-        let check = match job.run.check {
-            true => Some(check_request(&context, &tokens)?),
-            false => None,
-        };
-        let mut stream = tokenizer.filter(|_| job.run.show_text).map(|t| t.stream(true));
-        if stream.is_some() {
-            println!("> {text}");
-        }
-        let mut row = run_request(&context, &tokens, stream.as_mut())?;
-        if let Some(mut stream) = stream {
-            println!("{}\n", stream.finish()?);
-        }
+    for tokens in (0..job.warmup).flat_map(|_| &one_per_length) {
+        let fetcher = &context.fetcher;
+        context.decode(fetcher.puller.timed(tokens, Instant::now(), |t| fetcher.fetch(t))?, None)?;
+    }
+    let checks = match job.run.check {
+        true => requests.iter().map(|(_, tokens)| check_request(&context, tokens).map(Some)).collect(),
+        false => Ok(vec![None; requests.len()]),
+    }?;
+    let mut rows = match job.request_rate {
+        None => run_one_at_a_time(&context, &requests, tokenizer.filter(|_| job.run.show_text))?,
+        Some(rate) => run_at_rate(&context, &requests, rate)?,
+    };
+    for (row, check) in rows.iter_mut().zip(checks) {
         row.check = check.map(|(kv_ok, reference)| (kv_ok, reference == row.tokens));
-        rows.push(row);
     }
     print_table(&scheme.name(), job, &rows);
     if rows.iter().any(|r| r.check.is_some_and(|(kv, tokens)| !(kv && tokens))) {
@@ -182,44 +273,112 @@ where
     Ok(rows.iter().map(|r| r.record(job)).collect())
 }
 
-/// Fetches `tokens`' KV cache, decodes from it and measures (printing the text to `stream`).
-fn run_request<B: Backend, S>(
+/// Runs `requests` one at a time, each arriving when the previous one has finished (printing
+/// their text as they decode when `show_text` gives a tokenizer).
+fn run_one_at_a_time<B: Backend, S>(
     cx: &JobContext<B, S>,
-    tokens: &[u32],
-    mut stream: Option<&mut TokenStream<'_>>,
-) -> anyhow::Result<Row>
+    requests: &[(String, Vec<u32>)],
+    show_text: Option<&Tokenizer>,
+) -> anyhow::Result<Vec<Row>>
 where
     S: TransferableScheme<B>,
     S::Cache: TransferableCache<B>,
 {
-    let before = cx.pool.wire_bytes();
-    let started = Instant::now();
-    let mut received = cx.fetch(tokens)?;
-    let kv_bytes = received.caches.layers.iter().map(KvCache::memory_bytes).sum();
-    let mut times = Vec::new();
-    let decoded = decode_batch(cx.model, &mut received.caches, vec![received.logits], &cx.options, |_, token| {
-        times.push(started.elapsed());
-        if let Some(Ok(piece)) = stream.as_mut().map(|s| s.push(token)) {
-            print!("{piece}");
-            _ = std::io::stdout().flush();
+    let mut rows = Vec::new();
+    for (text, tokens) in requests {
+        let mut stream = show_text.map(|t| t.stream(true));
+        if stream.is_some() {
+            println!("> {text}");
         }
-    })?;
-    let after = cx.pool.wire_bytes();
-    let gaps = times.windows(2).map(|w| w[1] - w[0]);
-    let tbt = gaps.clone().sum::<Duration>().checked_div(gaps.len() as u32).unwrap_or_default();
-    Ok(Row {
-        prompt_tokens: tokens.len(),
-        server: received.server,
-        attempts: received.attempts,
-        kv_bytes,
-        wire_bytes: (after.0 - before.0) + (after.1 - before.1),
-        arrivals: received.arrivals,
-        ttft: times.first().copied().unwrap_or_default(),
-        tbt,
-        jct: started.elapsed(),
-        tokens: decoded.tokens.into_iter().next().unwrap_or_default(),
-        check: None,
+        let fetcher = &cx.fetcher;
+        let fetched = fetcher.puller.timed(tokens, Instant::now(), |t| fetcher.fetch(t))?;
+        rows.push(cx.decode(fetched, stream.as_mut())?);
+        if let Some(mut stream) = stream {
+            println!("{}\n", stream.finish()?);
+        }
+    }
+    Ok(rows)
+}
+
+/// Runs `requests` arriving `rate` per second, request `i` at `i / rate` s: a thread pulls their
+/// layer states into host memory in arrival order (each submitted once it has arrived and the
+/// one before it is in) while this one imports and decodes those that are in, one at a time in
+/// arrival order. All the device's work stays on this thread: with the caches imported on the
+/// pulling thread (a stream of its own under CubeCL), a request decoded while the next one was
+/// imported decoded other tokens in 3 runs of 21 on an H200.
+fn run_at_rate<B: Backend, S>(
+    cx: &JobContext<B, S>,
+    requests: &[(String, Vec<u32>)],
+    rate: f64,
+) -> anyhow::Result<Vec<Row>>
+where
+    S: TransferableScheme<B>,
+    S::Cache: TransferableCache<B>,
+{
+    let gap = Duration::from_secs_f64(1.0 / rate);
+    let puller = &cx.fetcher.puller;
+    std::thread::scope(|scope| {
+        let (sender, receiver) = mpsc::channel();
+        let start = Instant::now();
+        scope.spawn(move || {
+            for (i, (_, tokens)) in requests.iter().enumerate() {
+                let arrived = start + gap * i as u32;
+                std::thread::sleep(arrived.saturating_duration_since(Instant::now()));
+                let fetched = puller.timed(tokens, arrived, |t| puller.fetch_states(t));
+                let failed = fetched.is_err();
+                // The decoding side hung up (it failed): stop fetching.
+                if sender.send(fetched).is_err() || failed {
+                    break;
+                }
+            }
+        });
+        requests.iter().map(|_| cx.decode(receiver.recv().context("the fetching thread stopped")??, None)).collect()
     })
+}
+
+impl<B: Backend, S> JobContext<'_, B, S>
+where
+    S: TransferableScheme<B>,
+    S::Cache: TransferableCache<B>,
+{
+    /// Decodes a fetched request (importing its caches first if they are states) and measures it
+    /// (printing its text to `stream`).
+    fn decode<R: IntoReceived<B, S>>(
+        &self,
+        fetched: Fetched<R>,
+        mut stream: Option<&mut TokenStream<'_>>,
+    ) -> anyhow::Result<Row> {
+        let Fetched { received, prompt_tokens, wire_bytes, arrived, submitted, ready } = fetched;
+        let decode_start = Instant::now();
+        let fetcher = &self.fetcher;
+        let mut received = received.into_received(fetcher.scheme, fetcher.device)?;
+        let kv_bytes = received.caches.layers.iter().map(KvCache::memory_bytes).sum();
+        let mut times = Vec::new();
+        let decoded =
+            decode_batch(self.model, &mut received.caches, vec![received.logits], &self.options, |_, token| {
+                times.push(arrived.elapsed());
+                if let Some(Ok(piece)) = stream.as_mut().map(|s| s.push(token)) {
+                    print!("{piece}");
+                    _ = std::io::stdout().flush();
+                }
+            })?;
+        let gaps = times.windows(2).map(|w| w[1] - w[0]);
+        let tbt = gaps.clone().sum::<Duration>().checked_div(gaps.len() as u32).unwrap_or_default();
+        Ok(Row {
+            prompt_tokens,
+            server: received.server,
+            attempts: received.attempts,
+            kv_bytes,
+            wire_bytes,
+            arrivals: received.arrivals,
+            queue: (submitted - arrived) + (decode_start - ready),
+            ttft: times.first().copied().unwrap_or_default(),
+            tbt,
+            jct: arrived.elapsed(),
+            tokens: decoded.tokens.into_iter().next().unwrap_or_default(),
+            check: None,
+        })
+    }
 }
 
 /// The requests of `run`, each with its text (or a description) and its tokens: random token ids
@@ -253,11 +412,12 @@ where
     S: TransferableScheme<B>,
     S::Cache: TransferableCache<B>,
 {
-    let received = cx.fetch(tokens)?;
-    let mut local = cx.model.new_cache(cx.scheme, 1, cx.device);
+    let fetcher = &cx.fetcher;
+    let received = fetcher.fetch(tokens)?;
+    let mut local = cx.model.new_cache(fetcher.scheme, 1, fetcher.device);
     cx.model.prefill_padded(&[tokens.to_vec()], &mut local, 0)?;
     let kv_ok = kv_hash(&received.caches) == kv_hash(&local);
-    let mut caches = cx.model.new_cache(cx.scheme, 1, cx.device);
+    let mut caches = cx.model.new_cache(fetcher.scheme, 1, fetcher.device);
     let reference = generate(cx.model, &mut caches, tokens, &cx.options, |_| {})?;
     Ok((kv_ok, reference.tokens.into_iter().next().unwrap_or_default()))
 }
@@ -277,9 +437,10 @@ fn ms(d: Duration) -> f64 {
 
 fn print_table(scheme: &str, job: &Job, rows: &[Row]) {
     let link = job.link_gbps.map_or("unpaced".into(), |g| format!("{g} Gbit/s"));
-    println!("scheme {scheme}, {:?} mode, link {link}, {} server(s)", job.run.mode, job.servers.len());
+    let arrivals = job.request_rate.map_or("one request at a time".into(), |r| format!("{r} requests/s"));
+    println!("scheme {scheme}, {:?} mode, link {link}, {arrivals}, {} server(s)", job.run.mode, job.servers.len());
     println!(
-        "{:>3} {:>6} {:>6} {:>4} {:>10} {:>10} {:>9} {:>9} {:>9} {:>8} {:>9} {:>6} {:>5} {:>6}",
+        "{:>3} {:>6} {:>6} {:>4} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9} {:>6} {:>5} {:>6}",
         "req",
         "prompt",
         "server",
@@ -288,6 +449,7 @@ fn print_table(scheme: &str, job: &Job, rows: &[Row]) {
         "wire B",
         "layer0 ms",
         "layerN ms",
+        "queue ms",
         "TTFT ms",
         "TBT ms",
         "JCT ms",
@@ -298,7 +460,7 @@ fn print_table(scheme: &str, job: &Job, rows: &[Row]) {
     let mark = |c: Option<bool>| c.map_or("-", |ok| if ok { "yes" } else { "NO" });
     for (i, r) in rows.iter().enumerate() {
         println!(
-            "{:>3} {:>6} {:>6} {:>4} {:>10} {:>10} {:>9.1} {:>9.1} {:>9.1} {:>8.1} {:>9.1} {:>6} {:>5} {:>6}",
+            "{:>3} {:>6} {:>6} {:>4} {:>10} {:>10} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>8.1} {:>9.1} {:>6} {:>5} {:>6}",
             i,
             r.prompt_tokens,
             r.server,
@@ -307,6 +469,7 @@ fn print_table(scheme: &str, job: &Job, rows: &[Row]) {
             r.wire_bytes,
             ms(r.arrivals.first_layer),
             ms(r.arrivals.last_layer),
+            ms(r.queue),
             ms(r.ttft),
             ms(r.tbt),
             ms(r.jct),
@@ -318,7 +481,9 @@ fn print_table(scheme: &str, job: &Job, rows: &[Row]) {
     let n = rows.len().max(1) as f64;
     let mean = |f: fn(&Row) -> Duration| rows.iter().map(|r| ms(f(r))).sum::<f64>() / n;
     println!(
-        "mean TTFT {:.1} ms, TBT {:.1} ms, JCT {:.1} ms; wire bytes {} (--check and warm-up fetches not counted)",
+        "mean queue {:.1} ms, TTFT {:.1} ms, TBT {:.1} ms, JCT {:.1} ms; wire bytes {} (--check and warm-up fetches \
+         not counted)",
+        mean(|r| r.queue),
         mean(|r| r.ttft),
         mean(|r| r.tbt),
         mean(|r| r.jct),
