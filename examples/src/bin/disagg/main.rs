@@ -22,9 +22,10 @@
 //! time spent queueing and the bytes on the wire. Requests run one at a time, or arrive at each
 //! `--request-rate` (requests/s, on a fixed schedule): then they are prefilled and transferred in
 //! arrival order while earlier ones decode, and decoded one at a time (no batching), so a rate
-//! above what decoding sustains makes a queue. `--check` also verifies that the received KV hashes equal a local prefill's and that
-//! the tokens equal a single-process run with the same scheme and seed; `--json FILE` writes the
-//! requests' records, with when the first and the last layer and the logits arrived.
+//! above what decoding sustains makes a queue. `--check` also verifies that the received KV
+//! hashes equal a local prefill's and that the tokens equal a single-process run with the same
+//! scheme and seed; `--json FILE` writes the requests' records, with when the first and the last
+//! layer and the logits arrived.
 //!
 //! `sweep` runs the demo for each scheme at each link rate (and request rate) and writes the
 //! records, a table of means (the job completion time split into queueing, prefill and transfer
@@ -367,8 +368,8 @@ fn demo<B: KernelBackend>(
         let prepared = base.prepared(kv)?;
         for (link_index, link_gbps) in args.pairs.links().into_iter().enumerate() {
             let servers: Vec<String> = spawned.iter().map(|(_, addresses)| addresses[pair].clone()).collect();
+            let link = link_gbps.map_or("an unpaced link".into(), |g| format!("{g} Gbit/s"));
             for (rate_index, request_rate) in args.run.request_rates().into_iter().enumerate() {
-                let link = link_gbps.map_or("an unpaced link".into(), |g| format!("{g} Gbit/s"));
                 let rate = request_rate.map_or("one request at a time".into(), |r| format!("{r} requests/s"));
                 eprintln!("[{kv} at {link}, {rate}]");
                 let warmup = if link_index == 0 && rate_index == 0 { args.run.warmup } else { 0 };
