@@ -5,7 +5,7 @@ mod common;
 
 use std::sync::Arc;
 
-use burn::tensor::Tensor;
+use burn::tensor::{Int, Tensor};
 use burn_kvcompress::{
     cache::{
         attention_reference, AttendOptions, CacheGeometry, DenseScheme, KvCache, KvScheme, TransferableCache,
@@ -193,7 +193,8 @@ fn folding_restores_the_mean_of_the_dropped_value_coordinates() {
     let geometry = CacheGeometry { batch: 1, kv_heads: 2, heads: 4, head_dim: d };
     let mut cache = KvScheme::<Cpu>::new_cache(&scheme, layer, geometry, &Default::default());
     let attention = &folded.layers[layer].attention;
-    let zack = attention.forward(x.clone(), &folded.rope, &[0], &mut cache, &options).unwrap();
+    let position = Tensor::<Cpu, 1, Int>::from_ints([0], &Default::default());
+    let zack = attention.forward(x.clone(), &folded.rope, &position, &mut cache, &options).unwrap();
 
     let original = &model.layers[layer].attention;
     let v = host(original.v_proj.forward(x));

@@ -2,16 +2,16 @@
 //! the programs need of it.
 
 use burn_hack_attn::kernels::HackBackend;
-use burn_kvcompress::model::RowProductBackend;
+use burn_kvcompress::model::ModelOpsBackend;
 use burn_million_pq::kernels::PqBackend;
 use burn_zack::kernels::ZackBackend;
 use clap::ValueEnum;
 
 /// A backend that runs every scheme's operations (HACK's, MILLION's and ZACK's), which the
 /// programs' run functions need to take any `--kv`, and decode steps' weight products.
-pub trait KernelBackend: HackBackend + PqBackend + ZackBackend + RowProductBackend {}
+pub trait KernelBackend: HackBackend + PqBackend + ZackBackend + ModelOpsBackend {}
 
-impl<B: HackBackend + PqBackend + ZackBackend + RowProductBackend> KernelBackend for B {}
+impl<B: HackBackend + PqBackend + ZackBackend + ModelOpsBackend> KernelBackend for B {}
 
 /// A backend selectable on the command line (wgpu and cuda need the crate features of the
 /// same name).

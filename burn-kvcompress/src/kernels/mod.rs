@@ -1,8 +1,9 @@
 //! CubeCL building blocks shared by the schemes' kernels (wgpu and cuda features): dense output
 //! buffers, contiguous kernel arguments from tensors, the in-cube softmax of a split's scores, tree
 //! reductions over runs of shared memory, the log-sum-exp merge of split-sequence
-//! (flash-decoding) partial results, and the products of decode steps' few activation rows with
-//! the weights.
+//! (flash-decoding) partial results, and the model's own ops in one launch each where Burn's take
+//! many (a decode step is bound by launching them): the products of a few activation rows with
+//! the weights, RMSNorm and the rotary embedding.
 //!
 //! # Bounds
 //!
@@ -29,6 +30,13 @@ mod mask;
 // `#[cube]` expands each kernel into undocumented helper items.
 #[allow(missing_docs)]
 mod merge;
+mod model_ops;
+// `#[cube]` expands each kernel into undocumented helper items.
+#[allow(missing_docs)]
+mod rms_norm;
+// `#[cube]` expands each kernel into undocumented helper items.
+#[allow(missing_docs)]
+mod rotary;
 // `#[cube]` expands each kernel into undocumented helper items.
 #[allow(missing_docs)]
 mod row_product;
@@ -46,6 +54,8 @@ mod warp_splits;
 pub use buffers::{dense_output, float_arg, int_arg, pitched_rows_arg, CubeF32};
 pub use mask::{decode_slot_visible, first_visible_slot, slot_visible};
 pub use merge::{masked_score, merge_partials, SplitOut, SplitPartials, MASKED_SCORE, SM_UNITS};
+pub use rms_norm::rms_norm;
+pub use rotary::rotary;
 pub use row_product::{row_product, MAX_ROWS};
 pub use runs::{min_max_runs, sum_runs};
 pub use softmax::{split_masses, split_softmax};

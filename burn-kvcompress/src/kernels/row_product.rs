@@ -19,7 +19,6 @@ use burn_cubecl::{kernel::into_contiguous, BoolElement, CubeRuntime};
 use cubecl::prelude::*;
 
 use super::{dense_output, CubeF32};
-use crate::model::RowProductBackend;
 
 /// Most activation rows the kernel takes; more go through the matrix product.
 pub const MAX_ROWS: usize = 8;
@@ -143,12 +142,6 @@ pub fn row_product<R: CubeRuntime, BT: BoolElement>(
         _ => partial.reshape([splits as usize, rows * n]).sum_dim(0).reshape([rows, n]),
     };
     sum.cast(dtype)
-}
-
-impl<R: CubeRuntime, BT: BoolElement> RowProductBackend for CubeF32<R, BT> {
-    fn row_product(x: Tensor<Self, 2>, w: Tensor<Self, 2>) -> Tensor<Self, 2> {
-        row_product(x, w)
-    }
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use burn::{
 use super::{HostTensor, WeightSource};
 use crate::{
     error::LoadError,
-    model::{CausalLm, DecoderLayer, FeedForward, ModelConfig, Projection, SelfAttention},
+    model::{CausalLm, DecoderLayer, FeedForward, ModelConfig, ModelOps, SelfAttention},
 };
 
 struct Builder<'a, B: Backend, S: WeightSource> {
@@ -49,19 +49,20 @@ impl<B: Backend, S: WeightSource> Builder<'_, B, S> {
             num_heads: c.num_heads,
             num_kv_heads: c.num_kv_heads,
             head_dim: c.head_dim,
-            projection: Projection::default(),
+            ops: ModelOps::default(),
         };
         let mlp = FeedForward {
             gate_proj: self.linear(&format!("{p}.mlp.gate_proj.weight"), hidden, c.intermediate_size)?,
             up_proj: self.linear(&format!("{p}.mlp.up_proj.weight"), hidden, c.intermediate_size)?,
             down_proj: self.linear(&format!("{p}.mlp.down_proj.weight"), c.intermediate_size, hidden)?,
-            projection: Projection::default(),
+            ops: ModelOps::default(),
         };
         Ok(DecoderLayer {
             attn_norm: self.norm(&format!("{p}.input_layernorm.weight"), hidden)?,
             attention,
             mlp_norm: self.norm(&format!("{p}.post_attention_layernorm.weight"), hidden)?,
             mlp,
+            ops: ModelOps::default(),
         })
     }
 }

@@ -6,7 +6,7 @@ use burn::{
     tensor::{backend::Backend, DType, Int, Tensor, TensorData},
 };
 
-use super::{DecoderLayer, ModelConfig, Projection, RotaryEmbedding};
+use super::{DecoderLayer, ModelConfig, ModelOps, RotaryEmbedding};
 use crate::cache::{AttendOptions, CacheGeometry, KvCache, KvScheme, LayerCaches};
 use crate::error::RunError;
 
@@ -44,9 +44,9 @@ pub struct CausalLm<B: Backend> {
     pub rope: RotaryEmbedding<B>,
     #[module(skip)]
     config: ModelConfig,
-    /// How the output head is applied (the layers hold their own copy).
+    /// How the final norm and the output head are applied (the layers hold their own copy).
     #[module(skip)]
-    pub(super) projection: Projection,
+    pub(super) ops: ModelOps,
 }
 
 impl<B: Backend> CausalLm<B> {
@@ -60,7 +60,7 @@ impl<B: Backend> CausalLm<B> {
         device: &B::Device,
     ) -> Self {
         let rope = RotaryEmbedding::new(config.head_dim, config.max_position, config.rope_theta, device);
-        Self { embedding, layers, norm, lm_head, rope, config, projection: Projection::default() }
+        Self { embedding, layers, norm, lm_head, rope, config, ops: ModelOps::default() }
     }
 
     /// The hyper-parameters.
@@ -107,6 +107,8 @@ impl<B: Backend> CausalLm<B> {
             window: self.config().sliding_window,
         };
         let device = self.embedding.weight.device();
+        let positions: Vec<i64> = positions.iter().map(|&p| p as i64).collect();
+        let positions = Tensor::<B, 1, Int>::from_data(TensorData::new(positions, [batch * seq]), &device);
         let ids: Vec<i64> = tokens.iter().flatten().map(|&t| t as i64).collect();
         let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [batch, seq]), &device);
         let hidden = self.config.hidden_size;
@@ -121,7 +123,7 @@ impl<B: Backend> CausalLm<B> {
                 1
             }
         };
-        let out = self.projection.apply(&self.lm_head, self.norm.forward(x)).cast(DType::F32);
+        let out = self.ops.project(&self.lm_head, self.ops.rms_norm(&self.norm, x)).cast(DType::F32);
         Ok(out.reshape([batch, kept, self.config.vocab_size]))
     }
 

@@ -3,10 +3,10 @@
 use burn::{
     module::Module,
     nn::{Linear, RmsNorm},
-    tensor::{activation::silu, backend::Backend, DType, Tensor},
+    tensor::{activation::silu, backend::Backend, DType, Int, Tensor},
 };
 
-use super::{Projection, RotaryEmbedding};
+use super::{ModelOps, RotaryEmbedding};
 use crate::cache::{AttendOptions, KvCache};
 use crate::error::CacheError;
 
@@ -27,42 +27,40 @@ pub struct SelfAttention<B: Backend> {
     pub num_kv_heads: usize,
     /// Dimension of one head.
     pub head_dim: usize,
-    /// How the weights are applied.
+    /// How the weights and the rotary embedding are applied.
     #[module(skip)]
-    pub projection: Projection,
+    pub ops: ModelOps,
 }
 
 impl<B: Backend> SelfAttention<B> {
-    /// `x`: `[batch * seq, hidden]` (batch-major) at RoPE `positions` (`[batch, seq]`,
-    /// row-major); appends the new keys/values to `cache` and returns the attention output
-    /// `[batch * seq, hidden]`. Projections run on 2-D tensors: one matrix product per weight
-    /// (a 3-D input makes ndarray run one product per sequence, 4x slower when decoding).
-    /// `x` and the output are in the weights' float type; queries, keys and values are cast to
-    /// f32 for RoPE and the cache.
+    /// `x`: `[batch * seq, hidden]` (batch-major) at RoPE `positions` (`[batch * seq]`, the same
+    /// order, each `< rope.max_position()`); appends the new keys/values to `cache` and returns
+    /// the attention output `[batch * seq, hidden]`. Projections run on 2-D tensors: one matrix
+    /// product per weight (a 3-D input makes ndarray run one product per sequence, 4x slower when
+    /// decoding). `x` and the output are in the weights' float type; queries, keys and values are
+    /// f32 from RoPE (and the values' cast) on, for the cache.
     pub fn forward<C: KvCache<B>>(
         &self,
         x: Tensor<B, 2>,
         rope: &RotaryEmbedding<B>,
-        positions: &[usize],
+        positions: &Tensor<B, 1, Int>,
         cache: &mut C,
         options: &AttendOptions,
     ) -> Result<Tensor<B, 2>, CacheError> {
         let batch = options.key_start.len();
         let seq = x.dims()[0] / batch;
         let dtype = x.dtype();
-        let split = |t: Tensor<B, 2>, heads: usize| {
-            t.cast(DType::F32).reshape([batch, seq, heads, self.head_dim]).swap_dims(1, 2)
+        let heads_of = |t: Tensor<B, 2>, heads: usize| t.reshape([batch, seq, heads, self.head_dim]).swap_dims(1, 2);
+        let rotated = |linear: &Linear<B>, heads: usize| {
+            heads_of(self.ops.rotary(rope, self.ops.project(linear, x.clone()), heads, positions), heads)
         };
-        let project = |linear: &Linear<B>, x: Tensor<B, 2>| self.projection.apply(linear, x);
-        let q = split(project(&self.q_proj, x.clone()), self.num_heads);
-        let k = split(project(&self.k_proj, x.clone()), self.num_kv_heads);
-        let v = split(project(&self.v_proj, x), self.num_kv_heads);
-        let q = rope.apply(q, positions);
-        let k = rope.apply(k, positions);
+        let q = rotated(&self.q_proj, self.num_heads);
+        let k = rotated(&self.k_proj, self.num_kv_heads);
+        let v = heads_of(self.ops.project(&self.v_proj, x).cast(DType::F32), self.num_kv_heads);
         cache.append(k, v)?;
         let out = cache.attend(q, options)?;
         let out = out.swap_dims(1, 2).reshape([batch * seq, self.num_heads * self.head_dim]).cast(dtype);
-        Ok(project(&self.o_proj, out))
+        Ok(self.ops.project(&self.o_proj, out))
     }
 }
 
@@ -77,15 +75,14 @@ pub struct FeedForward<B: Backend> {
     pub down_proj: Linear<B>,
     /// How the weights are applied.
     #[module(skip)]
-    pub projection: Projection,
+    pub ops: ModelOps,
 }
 
 impl<B: Backend> FeedForward<B> {
     /// `[rows, hidden]` to `[rows, hidden]`.
     pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        let project = |linear: &Linear<B>, x: Tensor<B, 2>| self.projection.apply(linear, x);
-        let gate = silu(project(&self.gate_proj, x.clone()));
-        project(&self.down_proj, gate * project(&self.up_proj, x))
+        let gate = silu(self.ops.project(&self.gate_proj, x.clone()));
+        self.ops.project(&self.down_proj, gate * self.ops.project(&self.up_proj, x))
     }
 }
 
@@ -100,20 +97,24 @@ pub struct DecoderLayer<B: Backend> {
     pub mlp_norm: RmsNorm<B>,
     /// Feed-forward layer.
     pub mlp: FeedForward<B>,
+    /// How the norms are applied.
+    #[module(skip)]
+    pub ops: ModelOps,
 }
 
 impl<B: Backend> DecoderLayer<B> {
-    /// `x`: `[batch * seq, hidden]` to `[batch * seq, hidden]`, appending to `cache`.
+    /// `x`: `[batch * seq, hidden]` to `[batch * seq, hidden]` at RoPE `positions` (`[batch *
+    /// seq]`), appending to `cache`.
     pub fn forward<C: KvCache<B>>(
         &self,
         x: Tensor<B, 2>,
         rope: &RotaryEmbedding<B>,
-        positions: &[usize],
+        positions: &Tensor<B, 1, Int>,
         cache: &mut C,
         options: &AttendOptions,
     ) -> Result<Tensor<B, 2>, CacheError> {
-        let attn = self.attention.forward(self.attn_norm.forward(x.clone()), rope, positions, cache, options)?;
-        let x = x + attn;
-        Ok(x.clone() + self.mlp.forward(self.mlp_norm.forward(x)))
+        let normed = self.ops.rms_norm(&self.attn_norm, x.clone());
+        let x = x + self.attention.forward(normed, rope, positions, cache, options)?;
+        Ok(x.clone() + self.mlp.forward(self.ops.rms_norm(&self.mlp_norm, x)))
     }
 }

@@ -3,12 +3,12 @@
 mod causal_lm;
 mod config;
 mod layer;
+mod ops;
 mod precision;
-mod projection;
 mod rope;
 
 pub use causal_lm::{logits_to_host, CausalLm, Logits};
 pub use config::{Architecture, ModelConfig};
 pub use layer::{DecoderLayer, FeedForward, SelfAttention};
-pub use projection::{Projection, RowProduct, RowProductBackend};
+pub use ops::{ModelOps, ModelOpsBackend, RmsNormOp, RotaryOp, RowProduct};
 pub use rope::RotaryEmbedding;

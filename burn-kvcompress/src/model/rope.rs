@@ -5,7 +5,7 @@
 
 use burn::{
     module::Module,
-    tensor::{backend::Backend, Int, Tensor, TensorData},
+    tensor::{backend::Backend, DType, Int, Tensor, TensorData},
 };
 
 /// Precomputed cos/sin tables, `[max_position, head_dim / 2]` each.
@@ -39,19 +39,24 @@ impl<B: Backend> RotaryEmbedding<B> {
         self.cos.dims()[0]
     }
 
-    /// Rotates `x` `[batch, heads, seq, head_dim]` by the positions `[batch, seq]` (row-major
-    /// host values, each `< max_position`).
-    pub fn apply(&self, x: Tensor<B, 4>, positions: &[usize]) -> Tensor<B, 4> {
-        let [batch, _, seq, head_dim] = x.dims();
-        let half = head_dim / 2;
-        debug_assert_eq!(positions.len(), batch * seq);
-        let device = x.device();
-        let ids: Vec<i64> = positions.iter().map(|&p| p as i64).collect();
-        let ids = Tensor::<B, 1, Int>::from_data(TensorData::new(ids, [batch * seq]), &device);
-        let gather = |t: &Tensor<B, 2>| t.clone().select(0, ids.clone()).reshape([batch, 1, seq, half]);
+    /// The tables `(cos, sin)`, `[max_position, head_dim / 2]` each, f32.
+    pub fn tables(&self) -> (&Tensor<B, 2>, &Tensor<B, 2>) {
+        (&self.cos, &self.sin)
+    }
+
+    /// Rotates the rows `x` `[rows, heads · head_dim]` (any float type) by `positions` `[rows]`
+    /// (each `< max_position`), in f32: channels `i` and `i + head_dim / 2` of each head become
+    /// `x1 · cos − x2 · sin` and `x2 · cos + x1 · sin`. Burn's ops; the CubeCL backends run the
+    /// same in one launch (`kernels::rotary`, through [`ModelOps`](super::ModelOps)).
+    pub fn apply(&self, x: Tensor<B, 2>, heads: usize, positions: &Tensor<B, 1, Int>) -> Tensor<B, 2> {
+        let [rows, width] = x.dims();
+        let half = width / heads / 2;
+        let x = x.cast(DType::F32).reshape([rows, heads, 2 * half]);
+        let gather = |t: &Tensor<B, 2>| t.clone().select(0, positions.clone()).reshape([rows, 1, half]);
         let (cos, sin) = (gather(&self.cos), gather(&self.sin));
-        let x1 = x.clone().narrow(3, 0, half);
-        let x2 = x.narrow(3, half, half);
-        Tensor::cat(vec![x1.clone() * cos.clone() - x2.clone() * sin.clone(), x2 * cos + x1 * sin], 3)
+        let x1 = x.clone().narrow(2, 0, half);
+        let x2 = x.narrow(2, half, half);
+        Tensor::cat(vec![x1.clone() * cos.clone() - x2.clone() * sin.clone(), x2 * cos + x1 * sin], 2)
+            .reshape([rows, width])
     }
 }

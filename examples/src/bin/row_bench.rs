@@ -1,7 +1,7 @@
 //! Decode-step weight products on a GPU: the backend's row-product kernel against Burn's matrix
 //! product for one activation row times each weight of a Llama-3-8B layer and its output head,
-//! then whole decode steps of an 8B-shaped model cut to `--layers` layers with either product,
-//! with device-synchronized timing (median, host enqueue time, pipelined). The PyTorch anchor for
+//! then whole decode steps of an 8B-shaped model cut to `--layers` layers with Burn's ops or the
+//! backend's kernels (weight products, RMSNorm, rotary embedding), with device-synchronized timing (median, host enqueue time, pipelined). The PyTorch anchor for
 //! the products is `examples/bench/gemv_anchor.py`, run in the same session.
 
 use burn::{
@@ -11,7 +11,7 @@ use burn::{
 use burn_kvcompress::{
     cache::HalfDenseScheme,
     loading::{build_model, RandomWeights},
-    model::{Logits, ModelConfig, Projection},
+    model::{Logits, ModelConfig, ModelOps},
 };
 use clap::Parser;
 use examples::{
@@ -88,10 +88,10 @@ fn run<B: KernelBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
         "\n## Decode steps, {} layers of Llama-3-8B + output head, dense f16 cache of {} tokens (ms)",
         args.layers, args.context
     );
-    println!("| product | median | host | pipelined | weights GB/s (median) |");
+    println!("| ops | median | host | pipelined | weights GB/s (median) |");
     println!("|---|---:|---:|---:|---:|");
-    for (name, projection) in [("matmul", Projection::default()), ("row kernel", Projection::of_backend::<B>())] {
-        let model = model.clone().with_projection(projection);
+    for (name, ops) in [("Burn's", ModelOps::default()), ("backend kernels", ModelOps::of_backend::<B>())] {
+        let model = model.clone().with_ops(ops);
         let mut caches = model.new_cache(&HalfDenseScheme, 1, &device);
         let prompt: Vec<u32> = (0..args.context as u32).map(|i| i * 7 % 1000).collect();
         model.forward(&[prompt], &mut caches, Logits::Last)?;

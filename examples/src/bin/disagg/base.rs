@@ -6,7 +6,7 @@ use std::time::Instant;
 use anyhow::Context;
 use burn_kvcompress::{
     loading::{load_model, LoadedModel},
-    model::{CausalLm, Projection},
+    model::{CausalLm, ModelOps},
     paths::default_model_path,
     tokenizer::Tokenizer,
 };
@@ -27,8 +27,8 @@ pub struct BaseModel<B: KernelBackend> {
 }
 
 impl<B: KernelBackend> BaseModel<B> {
-    /// Loads `source` onto `device` with weights of `source.weights`' type, multiplied by the
-    /// backend's row-product kernel in decode steps (unless `source.plain_matmul`), saying on
+    /// Loads `source` onto `device` with weights of `source.weights`' type, its products, norms
+    /// and rotary embedding run by the backend's kernels (unless `source.plain_ops`), saying on
     /// stderr how long it took.
     pub fn load(source: &ModelSource, device: &B::Device) -> anyhow::Result<Self> {
         let started = Instant::now();
@@ -53,8 +53,8 @@ impl<B: KernelBackend> BaseModel<B> {
         };
         let Self { loaded: LoadedModel { model, tokenizer }, label, fingerprint } = base;
         let mut model = model.with_weights_as(source.weights.dtype())?;
-        if !source.plain_matmul {
-            model = model.with_projection(Projection::of_backend::<B>());
+        if !source.plain_ops {
+            model = model.with_ops(ModelOps::of_backend::<B>());
         }
         let base = Self { loaded: LoadedModel { model, tokenizer }, label, fingerprint };
         eprintln!(

@@ -101,10 +101,11 @@ struct ModelSource {
     /// f32; f16 and bf16 need wgpu or cuda). Both processes must use the same.
     #[arg(long, value_enum, default_value_t = WeightsArg::F32)]
     weights: WeightsArg,
-    /// Multiply by the weights with Burn's matrix product in decode steps too, instead of the
-    /// backend's row-product kernel (the kernel's baseline; ndarray has no such kernel).
-    #[arg(long)]
-    plain_matmul: bool,
+    /// Run the model's weight products, RMSNorms and rotary embedding with Burn's ops instead of
+    /// the backend's kernels (one launch each; their baseline; ndarray has no such kernels).
+    /// `--plain-matmul` is its older name.
+    #[arg(long, alias = "plain-matmul")]
+    plain_ops: bool,
     /// Backend to run on.
     #[arg(long, value_enum, default_value_t = BackendChoice::Ndarray)]
     backend: BackendChoice,

@@ -33,8 +33,8 @@ pub fn spawn_server(source: &ModelSource, pairs: &Pairs, spawn: &SpawnArgs) -> a
     if let Some(model) = &source.model {
         cmd.arg("--model").arg(model);
     }
-    if source.plain_matmul {
-        cmd.arg("--plain-matmul");
+    if source.plain_ops {
+        cmd.arg("--plain-ops");
     }
     if let Some(shape) = source.random_model {
         cmd.args(["--random-model", &shape.name(), "--weights-seed", &source.weights_seed.to_string()]);

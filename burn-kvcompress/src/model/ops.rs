@@ -1,0 +1,140 @@
+//! [`ModelOps`]: how the model runs its weight products, its RMSNorms and its rotary embedding,
+//! so that a backend with kernels for them can replace Burn's ops.
+//!
+//! A decode step multiplies one row (or a few) by every weight of the model: matrix-vector
+//! products bound by reading the weights, which general matrix-product kernels, tiled for many
+//! rows, run far below the memory bandwidth. Around them, Burn composes a norm of about eight
+//! launches and a rotary embedding of about nine, and with one row each launch costs more on the
+//! host than on the device. [`ModelOpsBackend`] lets a backend supply all three (the CubeCL
+//! backends: `kernels::{row_product, rms_norm, rotary}`, one launch each); the model holds them as
+//! function pointers ([`CausalLm::with_ops`]), since its code is generic over any backend.
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+
+use burn::{
+    nn::{Linear, RmsNorm},
+    tensor::{backend::Backend, Int, Tensor},
+};
+
+use super::{CausalLm, RotaryEmbedding};
+
+/// A product `[rows, d_in] · [d_in, d_out]` to `[rows, d_out]` in the operands' float type.
+pub type RowProduct<B> = fn(Tensor<B, 2>, Tensor<B, 2>) -> Tensor<B, 2>;
+/// An RMSNorm of rows `[rows, hidden]`, in their float type.
+pub type RmsNormOp<B> = fn(&RmsNorm<B>, Tensor<B, 2>) -> Tensor<B, 2>;
+/// A rotary embedding of rows `[rows, heads · head_dim]` (their float type) by positions
+/// `[rows]` (`< max_position`), given the heads, to f32 `[rows, heads · head_dim]`.
+pub type RotaryOp<B> = fn(&RotaryEmbedding<B>, Tensor<B, 2>, usize, &Tensor<B, 1, Int>) -> Tensor<B, 2>;
+
+/// One backend's ops, behind [`ModelOps`]'s type erasure.
+struct BackendOps<B: Backend> {
+    row_product: RowProduct<B>,
+    rms_norm: RmsNormOp<B>,
+    rotary: RotaryOp<B>,
+}
+
+/// How the layers apply their weights, norms and rotary embedding: one backend's
+/// [`ModelOpsBackend`] functions, or (the default, and on any other backend) Burn's ops. Held
+/// type-erased so that models keep it as a plain, non-module field whatever their backend.
+#[derive(Clone, Default)]
+pub struct ModelOps {
+    ops: Option<Arc<dyn Any + Send + Sync>>,
+}
+
+impl ModelOps {
+    /// `B`'s own ops ([`ModelOpsBackend`]).
+    pub fn of_backend<B: ModelOpsBackend>() -> Self {
+        let ops = BackendOps::<B> { row_product: B::row_product, rms_norm: B::rms_norm, rotary: B::rotary };
+        Self { ops: Some(Arc::new(ops)) }
+    }
+
+    fn of<B: Backend>(&self) -> Option<&BackendOps<B>> {
+        self.ops.as_ref().and_then(|ops| ops.downcast_ref::<BackendOps<B>>())
+    }
+
+    /// `x` `[rows, d_in]` times `linear`'s weight `[d_in, d_out]`, plus its bias.
+    pub fn project<B: Backend>(&self, linear: &Linear<B>, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        let w = linear.weight.val();
+        let y = match self.of::<B>() {
+            Some(ops) => (ops.row_product)(x, w),
+            None => x.matmul(w),
+        };
+        match &linear.bias {
+            Some(bias) => y + bias.val().unsqueeze(),
+            None => y,
+        }
+    }
+
+    /// `norm` applied to the rows `x` `[rows, hidden]`.
+    pub fn rms_norm<B: Backend>(&self, norm: &RmsNorm<B>, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        match self.of::<B>() {
+            Some(ops) => (ops.rms_norm)(norm, x),
+            None => norm.forward(x),
+        }
+    }
+
+    /// The rows `x` `[rows, heads · head_dim]` rotated by `positions` `[rows]` (each `<
+    /// rope.max_position()`), in f32.
+    pub fn rotary<B: Backend>(
+        &self,
+        rope: &RotaryEmbedding<B>,
+        x: Tensor<B, 2>,
+        heads: usize,
+        positions: &Tensor<B, 1, Int>,
+    ) -> Tensor<B, 2> {
+        match self.of::<B>() {
+            Some(ops) => (ops.rotary)(rope, x, heads, positions),
+            None => rope.apply(x, heads, positions),
+        }
+    }
+}
+
+impl fmt::Debug for ModelOps {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.ops.is_some() { "backend ops" } else { "Burn ops" })
+    }
+}
+
+/// A backend's ops for the model's products, norms and rotary embedding; each defaults to Burn's
+/// ops and must equal them up to the order of the f32 sums and the roundings its implementation
+/// documents.
+pub trait ModelOpsBackend: Backend {
+    /// `x` `[rows, d_in]` times `w` `[d_in, d_out]`, in their float type (both the same).
+    fn row_product(x: Tensor<Self, 2>, w: Tensor<Self, 2>) -> Tensor<Self, 2> {
+        x.matmul(w)
+    }
+
+    /// `norm` applied to the rows `x` `[rows, hidden]`, in their float type.
+    fn rms_norm(norm: &RmsNorm<Self>, x: Tensor<Self, 2>) -> Tensor<Self, 2> {
+        norm.forward(x)
+    }
+
+    /// `x` `[rows, heads · head_dim]` rotated by `positions` `[rows]`, in f32.
+    fn rotary(
+        rope: &RotaryEmbedding<Self>,
+        x: Tensor<Self, 2>,
+        heads: usize,
+        positions: &Tensor<Self, 1, Int>,
+    ) -> Tensor<Self, 2> {
+        rope.apply(x, heads, positions)
+    }
+}
+
+#[cfg(feature = "ndarray")]
+impl ModelOpsBackend for burn::backend::NdArray<f32> {}
+
+impl<B: Backend> CausalLm<B> {
+    /// This model with every weight product (the layers' projections and the output head), every
+    /// norm and the rotary embedding through `ops`.
+    pub fn with_ops(mut self, ops: ModelOps) -> Self {
+        for layer in &mut self.layers {
+            layer.ops = ops.clone();
+            layer.attention.ops = ops.clone();
+            layer.mlp.ops = ops.clone();
+        }
+        self.ops = ops;
+        self
+    }
+}
