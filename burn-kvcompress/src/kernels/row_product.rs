@@ -25,6 +25,8 @@ pub const MAX_ROWS: usize = 8;
 
 /// Warps per cube, each taking every `WARPS`-th weight row of the cube's split.
 const WARPS: u32 = 8;
+// The final reduction lets warp `m` add up activation row `m`: every row needs a warp.
+const _: () = assert!(MAX_ROWS as u32 <= WARPS);
 /// Lanes per warp, each owning one vector of columns.
 const LANES: u32 = 32;
 /// Cubes the grid aims for per multiprocessor (or in all, where the count is unknown: 128).
