@@ -63,7 +63,8 @@ fn test() -> anyhow::Result<()> {
     shell::run("cargo", &["test", "--release", "--workspace"])?;
     // The CubeCL kernels against their references on wgpu (lavapipe on a machine without a GPU):
     // the shared kernel helpers' unit tests (compiled only with a GPU backend), the merge, the
-    // row product (alone and in a model), then each scheme's kernels.
+    // model's ops (the row product, the norm and the rotary embedding, alone and in a model), then
+    // each scheme's kernels.
     shell::run(
         "cargo",
         &[
@@ -80,6 +81,8 @@ fn test() -> anyhow::Result<()> {
             "buffers_gpu",
             "--test",
             "row_product_gpu",
+            "--test",
+            "model_ops_gpu",
             "--test",
             "model_precision",
         ],
