@@ -1,9 +1,11 @@
 //! Kernel buffers: flat outputs and contiguous inputs.
 
-use burn::tensor::{Int, Shape, Tensor};
+use burn::tensor::{DType, Int, Shape, Tensor};
 use burn_cubecl::{
-    kernel::into_contiguous, ops::numeric::empty_device, tensor::CubeTensor, BoolElement, CubeBackend, CubeElement,
-    CubeRuntime,
+    kernel::into_contiguous,
+    ops::numeric::{empty_device, empty_device_dtype},
+    tensor::CubeTensor,
+    BoolElement, CubeBackend, CubeElement, CubeRuntime,
 };
 
 /// The CubeCL backends the kernels run on: f32 floats, i32 integers.
@@ -14,6 +16,11 @@ pub type CubeF32<R, BT> = CubeBackend<R, f32, i32, BT>;
 /// does), so outputs are allocated flat and reshaped as tensors afterwards.
 pub fn dense_output<R: CubeRuntime, E: CubeElement>(like: &CubeTensor<R>, n: usize) -> CubeTensor<R> {
     empty_device::<R, E>(like.client.clone(), like.device.clone(), Shape::new([n]))
+}
+
+/// [`dense_output`] with the element type chosen at run time (a float type of the weights).
+pub fn dense_output_of<R: CubeRuntime>(like: &CubeTensor<R>, n: usize, dtype: DType) -> CubeTensor<R> {
+    empty_device_dtype(like.client.clone(), like.device.clone(), Shape::new([n]), dtype)
 }
 
 /// A float tensor as a contiguous kernel argument.

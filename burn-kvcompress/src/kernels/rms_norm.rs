@@ -13,11 +13,11 @@
 //! for f16), so the two differ by at most about `(2u + hidden · 2^-24) · |y|` plus one rounding
 //! of the result.
 
-use burn::tensor::{DType, Shape, Tensor, TensorPrimitive};
-use burn_cubecl::{ops::numeric::empty_device_dtype, BoolElement, CubeRuntime};
+use burn::tensor::{DType, Tensor, TensorPrimitive};
+use burn_cubecl::{BoolElement, CubeRuntime};
 use cubecl::prelude::*;
 
-use super::{float_arg, sum_runs, CubeF32};
+use super::{dense_output_of, float_arg, sum_runs, CubeF32};
 
 /// Units per cube.
 const UNITS: u32 = 256;
@@ -92,8 +92,7 @@ pub fn rms_norm<R: CubeRuntime, BT: BoolElement>(
         gamma.dtype()
     );
     let x = float_arg(&x);
-    // Flat, so that no row is padded (as `dense_output`, in the rows' type).
-    let out = empty_device_dtype(x.client.clone(), x.device.clone(), Shape::new([rows * hidden]), dtype);
+    let out = dense_output_of(&x, rows * hidden, dtype);
     let cubes = rows.div_ceil(ROWS_PER_CUBE as usize);
     if cubes > 0 && hidden > 0 {
         // SAFETY: cube `c < ⌈rows / 2⌉` reads and writes row `2c < rows` and row `2c + 1` only

@@ -5,9 +5,10 @@
 //! of the bandwidth when a decode step brings one. Here a cube owns 32 vectors of `N` adjacent
 //! columns and a span of `k` (a split); its warps take the span's weight rows in turn, each lane
 //! reading one vector per row (a warp reads 32 · N contiguous elements), accumulating in f32 for
-//! every activation row; the warps' sums meet in shared memory, and the splits' partial sums
-//! `[splits, rows, n]` are added by a Burn reduction. Splits are sized so that the grid holds
-//! several cubes per multiprocessor. The weights stay in their float type (f16, bf16 or f32);
+//! every activation row; the warps' sums meet in shared memory, and a second small kernel adds
+//! the splits' partial sums `[splits, rows, n]` and rounds them to the weights' type (one launch
+//! where Burn's sum and cast took two: decode steps are bound by launching). Splits are sized so
+//! that the grid holds several cubes per multiprocessor. The weights stay in their float type (f16, bf16 or f32);
 //! activations are read in it too and converted to f32, and the result is rounded to it once.
 //!
 //! Error: the products and sums are f32's, in a different order than a matrix product's, so the
@@ -15,10 +16,10 @@
 //! before the final rounding to the operands' type.
 
 use burn::tensor::{DType, Tensor, TensorPrimitive};
-use burn_cubecl::{kernel::into_contiguous, BoolElement, CubeRuntime};
+use burn_cubecl::{kernel::into_contiguous, tensor::CubeTensor, BoolElement, CubeRuntime};
 use cubecl::prelude::*;
 
-use super::{dense_output, CubeF32};
+use super::{dense_output, dense_output_of, CubeF32};
 
 /// Most activation rows the kernel takes; more go through the matrix product.
 pub const MAX_ROWS: usize = 8;
@@ -138,12 +139,57 @@ pub fn row_product<R: CubeRuntime, BT: BoolElement>(
             dtype.into(),
         )
     };
-    let partial = Tensor::<CubeF32<R, BT>, 1>::from_primitive(TensorPrimitive::Float(partial));
-    let sum = match splits {
-        1 => partial.reshape([rows, n]),
-        _ => partial.reshape([splits as usize, rows * n]).sum_dim(0).reshape([rows, n]),
+    let out = match (splits, dtype) {
+        (1, DType::F32) => partial,
+        _ => sum_splits(partial, splits, rows * n, dtype),
     };
-    sum.cast(dtype)
+    Tensor::<CubeF32<R, BT>, 1>::from_primitive(TensorPrimitive::Float(out)).reshape([rows, n])
+}
+
+/// Units per cube of [`sum_splits_kernel`].
+const SUM_UNITS: u32 = 256;
+
+/// `out[i] = Σ_s partial[s · len + i]`, rounded to `out`'s type once.
+#[cube(launch_unchecked)]
+fn sum_splits_kernel<F: Float>(
+    partial: &Array<f32>,
+    out: &mut Array<F>,
+    splits: u32,
+    len: u32,
+    #[define(F)] _dtype: StorageType,
+) {
+    let i = ABSOLUTE_POS as u32;
+    if i >= len {
+        terminate!();
+    }
+    let mut total = 0.0f32;
+    for s in 0..splits {
+        total += partial[(s * len + i) as usize];
+    }
+    out[i as usize] = F::cast_from(total);
+}
+
+/// The splits' partial sums `[splits, len]` (f32) added up and rounded to `dtype`: one launch
+/// where Burn's sum and cast take two or more.
+#[allow(unsafe_code)] // An unchecked kernel launch; the SAFETY comment says why it is in bounds.
+fn sum_splits<R: CubeRuntime>(partial: CubeTensor<R>, splits: u32, len: usize, dtype: DType) -> CubeTensor<R> {
+    let out = dense_output_of(&partial, len, dtype);
+    // SAFETY: unit `i < len` (the kernel's guard) reads `partial[s · len + i]` for `s < splits`
+    // (`splits · len` entries, the row kernel's output) and writes `out[i]` (`len`, allocated
+    // above).
+    unsafe {
+        sum_splits_kernel::launch_unchecked(
+            &partial.client.clone(),
+            CubeCount::Static((len as u32).div_ceil(SUM_UNITS), 1, 1),
+            CubeDim::new_1d(SUM_UNITS),
+            partial.into_array_arg(),
+            out.clone().into_array_arg(),
+            splits,
+            len as u32,
+            dtype.into(),
+        )
+    };
+    out
 }
 
 #[cfg(test)]
