@@ -1,9 +1,9 @@
 //! CubeCL building blocks shared by the schemes' kernels (wgpu and cuda features): dense output
 //! buffers, contiguous kernel arguments from tensors, the in-cube softmax of a split's scores, tree
 //! reductions over runs of shared memory, the log-sum-exp merge of split-sequence
-//! (flash-decoding) partial results, and the model's own ops in one launch each where Burn's take
-//! many (a decode step is bound by launching them): the products of a few activation rows with
-//! the weights, RMSNorm and the rotary embedding.
+//! (flash-decoding) partial results, and the model's own ops in one or two launches where Burn's
+//! take many (a decode step is bound by launching them): the products of a few activation rows
+//! with the weights, RMSNorm and the rotary embedding.
 //!
 //! # Bounds
 //!

@@ -1,5 +1,5 @@
 //! The CubeCL backends' [`ModelOpsBackend`]: the model's products, norms and rotary embedding
-//! through this module's kernels, one launch each.
+//! through this module's kernels (the row product two launches, the others one).
 
 use burn::{
     nn::RmsNorm,

@@ -6,8 +6,9 @@
 //! rows, run far below the memory bandwidth. Around them, Burn composes a norm of about eight
 //! launches and a rotary embedding of about nine, and with one row each launch costs more on the
 //! host than on the device. [`ModelOpsBackend`] lets a backend supply all three (the CubeCL
-//! backends: `kernels::{row_product, rms_norm, rotary}`, one launch each); the model holds them as
-//! function pointers ([`CausalLm::with_ops`]), since its code is generic over any backend.
+//! backends: `kernels::{row_product, rms_norm, rotary}`, one or two launches each); the model
+//! holds them as function pointers ([`CausalLm::with_ops`]), since its code is generic over any
+//! backend.
 
 use std::any::Any;
 use std::fmt;

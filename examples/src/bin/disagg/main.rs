@@ -102,7 +102,7 @@ struct ModelSource {
     #[arg(long, value_enum, default_value_t = WeightsArg::F32)]
     weights: WeightsArg,
     /// Run the model's weight products, RMSNorms and rotary embedding with Burn's ops instead of
-    /// the backend's kernels (one launch each; their baseline; ndarray has no such kernels).
+    /// the backend's kernels (one or two launches each; their baseline; ndarray has none).
     /// `--plain-matmul` is its older name.
     #[arg(long, alias = "plain-matmul")]
     plain_ops: bool,
