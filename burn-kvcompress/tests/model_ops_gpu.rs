@@ -1,7 +1,7 @@
 //! The RMSNorm and rotary-embedding kernels (one launch each, for the model's decode steps)
 //! against plain f64 computations on the host, on wgpu (lavapipe in CI) or CUDA, in f32 and f16,
-//! for awkward shapes: one to five rows (the norm takes rows in pairs), widths below, at and
-//! above a cube's units, one head to many, positions anywhere in the tables.
+//! for awkward shapes: one to five rows, widths below, at and above a cube's units, one head to
+//! many, positions anywhere in the tables.
 #![cfg(any(feature = "wgpu", feature = "cuda"))]
 
 mod common;

@@ -8,7 +8,8 @@ use burn_zack::kernels::ZackBackend;
 use clap::ValueEnum;
 
 /// A backend that runs every scheme's operations (HACK's, MILLION's and ZACK's), which the
-/// programs' run functions need to take any `--kv`, and decode steps' weight products.
+/// programs' run functions need to take any `--kv`, and the model's own kernels (weight products,
+/// norms, rotary embedding: `ModelOpsBackend`).
 pub trait KernelBackend: HackBackend + PqBackend + ZackBackend + ModelOpsBackend {}
 
 impl<B: HackBackend + PqBackend + ZackBackend + ModelOpsBackend> KernelBackend for B {}

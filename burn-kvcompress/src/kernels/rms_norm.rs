@@ -3,9 +3,10 @@
 //!
 //! Burn's `RmsNorm` takes about eight launches (a cast, the square, the mean, the sum with ε, the
 //! root, a cast back, the quotient and the product), and a decode step is bound by launching
-//! them. Here a cube normalizes two rows: its units sum the squares of strided elements in f32,
-//! a tree in shared memory adds the two rows' sums at once ([`sum_runs`]), and each unit writes its
-//! elements, `x · (1 / rms) · γ` computed in f32 and rounded to the rows' type once.
+//! them. Here a cube normalizes a row: its units sum the squares of strided elements in f32, a
+//! tree in shared memory adds their sums ([`sum_runs`], half the units' sums in each of its two
+//! runs), and each unit writes its elements, `x · (1 / rms) · γ` computed in f32 and rounded to
+//! the rows' type once.
 //!
 //! Error against Burn's ops, which compute the root in f32 but divide and scale in the rows'
 //! type: both round the same f32 sum of squares (in another order here: a relative difference
@@ -21,53 +22,41 @@ use super::{dense_output_of, float_arg, sum_runs, CubeF32};
 
 /// Units per cube.
 const UNITS: u32 = 256;
-/// Rows per cube: the tree reduces two runs at once.
-const ROWS_PER_CUBE: u32 = 2;
+/// Units whose partial sums fill each of the two runs the tree adds at once ([`sum_runs`]).
+const HALF_UNITS: u32 = UNITS / 2;
 
-/// Normalizes rows `2c` and `2c + 1` (the second where it exists) of `x` `[rows, hidden]` into
-/// `out`, scaled by `gamma` `[hidden]`.
+/// Normalizes row `CUBE_POS_X` of `x` `[rows, hidden]` into `out`, scaled by `gamma` `[hidden]`.
 #[cube(launch_unchecked)]
 fn rms_norm_kernel<F: Float>(
     x: &Array<F>,
     gamma: &Array<F>,
     out: &mut Array<F>,
-    rows: u32,
     hidden: u32,
     epsilon: f32,
     #[define(F)] _dtype: StorageType,
 ) {
-    let first_row = CUBE_POS_X * ROWS_PER_CUBE;
-    let has_second = first_row + 1 < rows;
-    let mut squares = SharedMemory::<f32>::new(UNITS as usize);
-    let mut second_squares = SharedMemory::<f32>::new(UNITS as usize);
+    let row_start = CUBE_POS_X * hidden;
+    let mut low = SharedMemory::<f32>::new(HALF_UNITS as usize);
+    let mut high = SharedMemory::<f32>::new(HALF_UNITS as usize);
     let mut sum = 0.0f32;
-    let mut second_sum = 0.0f32;
     let mut c = UNIT_POS;
     while c < hidden {
-        let v = f32::cast_from(x[(first_row * hidden + c) as usize]);
+        let v = f32::cast_from(x[(row_start + c) as usize]);
         sum += v * v;
-        if has_second {
-            let w = f32::cast_from(x[((first_row + 1) * hidden + c) as usize]);
-            second_sum += w * w;
-        }
         c += UNITS;
     }
-    squares[UNIT_POS as usize] = sum;
-    second_squares[UNIT_POS as usize] = second_sum;
+    if UNIT_POS < HALF_UNITS {
+        low[UNIT_POS as usize] = sum;
+    } else {
+        high[(UNIT_POS - HALF_UNITS) as usize] = sum;
+    }
     sync_cube();
-    sum_runs(&mut squares, &mut second_squares, 1u32, UNITS);
-    let mean = f32::cast_from(hidden);
-    let inverse = 1.0f32 / f32::sqrt(squares[0] / mean + epsilon);
-    let second_inverse = 1.0f32 / f32::sqrt(second_squares[0] / mean + epsilon);
+    sum_runs(&mut low, &mut high, 1u32, HALF_UNITS);
+    let inverse = 1.0f32 / f32::sqrt((low[0] + high[0]) / f32::cast_from(hidden) + epsilon);
     let mut c = UNIT_POS;
     while c < hidden {
-        let g = f32::cast_from(gamma[c as usize]);
-        let at = (first_row * hidden + c) as usize;
-        out[at] = F::cast_from(f32::cast_from(x[at]) * inverse * g);
-        if has_second {
-            let at = at + hidden as usize;
-            out[at] = F::cast_from(f32::cast_from(x[at]) * second_inverse * g);
-        }
+        let at = (row_start + c) as usize;
+        out[at] = F::cast_from(f32::cast_from(x[at]) * inverse * f32::cast_from(gamma[c as usize]));
         c += UNITS;
     }
 }
@@ -93,21 +82,19 @@ pub fn rms_norm<R: CubeRuntime, BT: BoolElement>(
     );
     let x = float_arg(&x);
     let out = dense_output_of(&x, rows * hidden, dtype);
-    let cubes = rows.div_ceil(ROWS_PER_CUBE as usize);
-    if cubes > 0 && hidden > 0 {
-        // SAFETY: cube `c < ⌈rows / 2⌉` reads and writes row `2c < rows` and row `2c + 1` only
-        // where `2c + 1 < rows`, at columns `< hidden` (every loop's bound), of `x` and `out`
-        // (both `rows · hidden`, `out` allocated above) and entries `< hidden` of `gamma`;
-        // shared memory holds `UNITS` entries, indexed by the unit.
+    if rows > 0 && hidden > 0 {
+        // SAFETY: cube `r < rows` reads and writes row `r` at columns `< hidden` (both loops'
+        // bound) of `x` and `out` (both `rows · hidden`, `out` allocated above) and entries `<
+        // hidden` of `gamma`; each shared array holds `HALF_UNITS` entries, indexed by the unit
+        // below `HALF_UNITS` or by the unit minus `HALF_UNITS` (units `< UNITS = 2 · HALF_UNITS`).
         unsafe {
             rms_norm_kernel::launch_unchecked(
                 &x.client.clone(),
-                CubeCount::Static(cubes as u32, 1, 1),
+                CubeCount::Static(rows as u32, 1, 1),
                 CubeDim::new_1d(UNITS),
                 x.into_array_arg(),
                 float_arg(gamma).into_array_arg(),
                 out.clone().into_array_arg(),
-                rows as u32,
                 hidden as u32,
                 epsilon as f32,
                 dtype.into(),
