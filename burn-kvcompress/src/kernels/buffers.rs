@@ -23,6 +23,12 @@ pub fn dense_output_of<R: CubeRuntime>(like: &CubeTensor<R>, n: usize, dtype: DT
     empty_device_dtype(like.client.clone(), like.device.clone(), Shape::new([n]), dtype)
 }
 
+/// Whether `dtype` is a float type the model kernels ([`rms_norm`](super::rms_norm),
+/// [`rotary`](super::rotary), [`row_product`](super::row_product)) compile for: f16, bf16 or f32.
+pub fn kernel_float(dtype: DType) -> bool {
+    matches!(dtype, DType::F16 | DType::BF16 | DType::F32)
+}
+
 /// A float tensor as a contiguous kernel argument.
 pub fn float_arg<R: CubeRuntime, BT: BoolElement, const D: usize>(t: &Tensor<CubeF32<R, BT>, D>) -> CubeTensor<R> {
     into_contiguous(t.clone().into_primitive().tensor())

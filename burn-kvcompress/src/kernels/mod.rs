@@ -51,7 +51,7 @@ mod softmax;
 pub mod warp_mma;
 mod warp_splits;
 
-pub use buffers::{dense_output, dense_output_of, float_arg, int_arg, pitched_rows_arg, CubeF32};
+pub use buffers::{dense_output, dense_output_of, float_arg, int_arg, kernel_float, pitched_rows_arg, CubeF32};
 pub use mask::{decode_slot_visible, first_visible_slot, slot_visible};
 pub use merge::{masked_score, merge_partials, SplitOut, SplitPartials, MASKED_SCORE, SM_UNITS};
 pub use rms_norm::rms_norm;

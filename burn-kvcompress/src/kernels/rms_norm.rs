@@ -14,11 +14,11 @@
 //! for f16), so the two differ by at most about `(2u + hidden · 2^-24) · |y|` plus one rounding
 //! of the result.
 
-use burn::tensor::{DType, Tensor, TensorPrimitive};
+use burn::tensor::{Tensor, TensorPrimitive};
 use burn_cubecl::{BoolElement, CubeRuntime};
 use cubecl::prelude::*;
 
-use super::{dense_output_of, float_arg, sum_runs, CubeF32};
+use super::{dense_output_of, float_arg, kernel_float, sum_runs, CubeF32};
 
 /// Units per cube.
 const UNITS: u32 = 256;
@@ -75,11 +75,7 @@ pub fn rms_norm<R: CubeRuntime, BT: BoolElement>(
     let [rows, hidden] = x.dims();
     let dtype = x.dtype();
     assert_eq!(gamma.dims(), [hidden], "rms_norm: rows of {hidden}, gamma {:?}", gamma.dims());
-    assert!(
-        matches!(dtype, DType::F16 | DType::BF16 | DType::F32) && gamma.dtype() == dtype,
-        "rms_norm: x in {dtype:?}, gamma in {:?}",
-        gamma.dtype()
-    );
+    assert!(kernel_float(dtype) && gamma.dtype() == dtype, "rms_norm: x in {dtype:?}, gamma in {:?}", gamma.dtype());
     let x = float_arg(&x);
     let out = dense_output_of(&x, rows * hidden, dtype);
     if rows > 0 && hidden > 0 {

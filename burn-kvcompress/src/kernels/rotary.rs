@@ -12,7 +12,7 @@ use burn::tensor::{DType, Int, Tensor, TensorPrimitive};
 use burn_cubecl::{BoolElement, CubeRuntime};
 use cubecl::prelude::*;
 
-use super::{dense_output, float_arg, int_arg, CubeF32};
+use super::{dense_output, float_arg, int_arg, kernel_float, CubeF32};
 
 /// Units per cube.
 const UNITS: u32 = 256;
@@ -70,7 +70,7 @@ pub fn rotary<R: CubeRuntime, BT: BoolElement>(
     assert_eq!(positions.dims(), [rows], "rotary: {rows} rows, positions {:?}", positions.dims());
     assert_eq!(width, heads * 2 * half, "rotary: rows of {width} for {heads} heads of {}", 2 * half);
     assert!(
-        matches!(x.dtype(), DType::F16 | DType::BF16 | DType::F32) && cos.dtype() == DType::F32,
+        kernel_float(x.dtype()) && cos.dtype() == DType::F32,
         "rotary: x in {:?}, tables in {:?}",
         x.dtype(),
         cos.dtype()

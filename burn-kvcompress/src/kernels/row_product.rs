@@ -19,7 +19,7 @@ use burn::tensor::{DType, Tensor, TensorPrimitive};
 use burn_cubecl::{kernel::into_contiguous, tensor::CubeTensor, BoolElement, CubeRuntime};
 use cubecl::prelude::*;
 
-use super::{dense_output, dense_output_of, CubeF32};
+use super::{dense_output, dense_output_of, kernel_float, CubeF32};
 
 /// Most activation rows the kernel takes; more go through the matrix product.
 pub const MAX_ROWS: usize = 8;
@@ -105,7 +105,7 @@ pub fn row_product<R: CubeRuntime, BT: BoolElement>(
     let ([rows, k], [k_w, n]) = (x.dims(), w.dims());
     assert_eq!(k, k_w, "row_product: x is [{rows}, {k}], w is [{k_w}, {n}]");
     let dtype = w.dtype();
-    if rows == 0 || rows > MAX_ROWS || x.dtype() != dtype || !matches!(dtype, DType::F16 | DType::BF16 | DType::F32) {
+    if rows == 0 || rows > MAX_ROWS || x.dtype() != dtype || !kernel_float(dtype) {
         return x.matmul(w);
     }
     let x_arg = into_contiguous(x.into_primitive().tensor());

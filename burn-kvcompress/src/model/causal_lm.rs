@@ -87,14 +87,14 @@ impl<B: Backend> CausalLm<B> {
     ) -> Result<Tensor<B, 3>, RunError> {
         let (batch, seq) = self.check_tokens(tokens, caches)?;
         let start = caches.len();
-        let positions: Vec<usize> = (0..batch)
+        let positions: Vec<i64> = (0..batch)
             .flat_map(|b| {
                 let pad = caches.key_start[b];
-                (start..start + seq).map(move |slot| slot.saturating_sub(pad))
+                (start..start + seq).map(move |slot| slot.saturating_sub(pad) as i64)
             })
             .collect();
         if let Some(&max) = positions.iter().max() {
-            if max >= self.rope.max_position() {
+            if max as usize >= self.rope.max_position() {
                 return Err(RunError::Input(format!(
                     "position {max} is beyond the model's context of {}",
                     self.rope.max_position()
@@ -107,7 +107,6 @@ impl<B: Backend> CausalLm<B> {
             window: self.config().sliding_window,
         };
         let device = self.embedding.weight.device();
-        let positions: Vec<i64> = positions.iter().map(|&p| p as i64).collect();
         let positions = Tensor::<B, 1, Int>::from_data(TensorData::new(positions, [batch * seq]), &device);
         let ids: Vec<i64> = tokens.iter().flatten().map(|&t| t as i64).collect();
         let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [batch, seq]), &device);
