@@ -117,6 +117,11 @@ pub fn group_means(records: &[RequestRecord]) -> Vec<GroupMean> {
         .collect()
 }
 
+/// How requests arrive, in words: `"one request at a time"` (`None`) or `"{rate} requests/s"`.
+pub fn describe_rate(request_rate: Option<f64>) -> String {
+    request_rate.map_or("one request at a time".into(), |r| format!("{r} requests/s"))
+}
+
 /// A Markdown table of `groups`: per group its means, where the job completion time goes
 /// (queueing; prefill and transfer until the last layer is in; then the first token; then
 /// decoding) and how much lower its job completion time is than `baseline`'s at the same link
@@ -187,6 +192,12 @@ pub fn jct_series(groups: &[GroupMean], axis: JctAxis) -> Vec<Series> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn arrivals_are_described_in_words() {
+        assert_eq!(describe_rate(None), "one request at a time");
+        assert_eq!(describe_rate(Some(0.15)), "0.15 requests/s");
+    }
 
     fn record(scheme: &str, link: f64, prompt: usize, last_layer: f64, ttft: f64, jct: f64) -> RequestRecord {
         RequestRecord {

@@ -45,7 +45,7 @@ use base::BaseModel;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use examples::{
     backend_choice::{BackendChoice, KernelBackend},
-    e2e_report::{group_means, jct_series, markdown_table, JctAxis, RequestRecord},
+    e2e_report::{describe_rate, group_means, jct_series, markdown_table, JctAxis, RequestRecord},
     plot::{plot_series, PlotSpec},
     random_model::RandomShape,
     scheme_arg::SchemeArg,
@@ -371,7 +371,7 @@ fn demo<B: KernelBackend>(
             let servers: Vec<String> = spawned.iter().map(|(_, addresses)| addresses[pair].clone()).collect();
             let link = link_gbps.map_or("an unpaced link".into(), |g| format!("{g} Gbit/s"));
             for (rate_index, request_rate) in args.run.request_rates().into_iter().enumerate() {
-                let rate = request_rate.map_or("one request at a time".into(), |r| format!("{r} requests/s"));
+                let rate = describe_rate(request_rate);
                 eprintln!("[{kv} at {link}, {rate}]");
                 let warmup = if link_index == 0 && rate_index == 0 { args.run.warmup } else { 0 };
                 let job = Job { kv, link_gbps, request_rate, run: &args.run, servers: &servers, warmup };

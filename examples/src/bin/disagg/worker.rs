@@ -24,7 +24,10 @@ use burn_kvtransfer::{
     ModelFingerprint, SchemeDescriptor,
 };
 use examples::{
-    backend_choice::KernelBackend, e2e_report::RequestRecord, random_model::random_prompt, scheme_arg::Scheme,
+    backend_choice::KernelBackend,
+    e2e_report::{describe_rate, RequestRecord},
+    random_model::random_prompt,
+    scheme_arg::Scheme,
     with_scheme,
 };
 use sha2::{Digest, Sha256};
@@ -437,7 +440,7 @@ fn ms(d: Duration) -> f64 {
 
 fn print_table(scheme: &str, job: &Job, rows: &[Row]) {
     let link = job.link_gbps.map_or("unpaced".into(), |g| format!("{g} Gbit/s"));
-    let arrivals = job.request_rate.map_or("one request at a time".into(), |r| format!("{r} requests/s"));
+    let arrivals = describe_rate(job.request_rate);
     println!("scheme {scheme}, {:?} mode, link {link}, {arrivals}, {} server(s)", job.run.mode, job.servers.len());
     println!(
         "{:>3} {:>6} {:>6} {:>4} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9} {:>6} {:>5} {:>6}",
