@@ -10,9 +10,9 @@
 //! 1. scores: a coded slot adds `T[s, code_s]` over its subspaces, one load of every query
 //!    head's entry per code (two heads per 32-bit word, the words side by side), in f16 over the
 //!    subspaces of one code word, then in f32; lane `l` walks its words from word
-//!    [`key_word_turn`] and an odd lane a word's codes from its second half, so that the warp's 32
-//!    lookups are on 32 distinct subspaces, hence banks (and pairs of banks for a half warp's
-//!    8-byte entries). A recent slot scores `scale · q · k` in f32;
+//!    [`key_word_turn`], so that a half warp's 16 lanes look up 16 distinct words, whose entries
+//!    the table's layout puts on distinct pairs of banks for every code. A recent slot scores
+//!    `scale · q · k` in f32;
 //! 2. the warp's online softmax ([`weigh_round`]) turns the scores into f16 weights;
 //! 3. values, per half round of 16 slots and block of 32 channels: lanes `(t, h)` rebuild slot
 //!    `t`'s half `h` of the block's channels into the warp's f16 tile (a coded slot from the
@@ -43,7 +43,7 @@ use cubecl::prelude::{
     *,
 };
 
-use super::half_table::{word_base, HalfTables, PLANE_COLUMNS};
+use super::half_table::{key_entry, word_base, HalfTables, PLANE_COLUMNS};
 
 /// Elements of a 32-bit word of the tables and tiles (two f16).
 pub const WORD_ELEMENTS: u32 = 2;
@@ -70,7 +70,7 @@ impl MmaGeometry {
 
     /// Codes per 32-bit code word.
     pub fn per_word(&self) -> u32 {
-        32 / self.tables.shape.pq.nbits
+        self.tables.per_word()
     }
 
     /// Channels of a value tile: two blocks of 32 (the head's channels rounded up to a block
@@ -177,7 +177,7 @@ pub fn mma_decode_kernel<E: Float, N: Size, T: Size>(
     let rows = StreamRows { code_row0: stream * coded, recent_row0: stream * (len - coded) };
     let target = SplitOut { first_head: stream * shape.group, split, splits: CUBE_COUNT_X * geo.warps };
 
-    let mut lookup = SharedMemory::<Vector<E, T>>::new_aligned(geo.tables.plane_words() as usize, 16usize);
+    let mut lookup = SharedMemory::<Vector<E, T>>::new_aligned(geo.tables.table_entries() as usize, 16usize);
     let mut value_books = SharedMemory::<Vector<E, N>>::new_aligned(geo.tables.book_words() as usize, 16usize);
     let mut tiles =
         SharedMemory::<Vector<E, N>>::new_aligned(comptime!((geo.warps * geo.tile_words()) as usize), 32usize);
@@ -188,7 +188,7 @@ pub fn mma_decode_kernel<E: Float, N: Size, T: Size>(
     // Initializing the barrier synchronizes the cube.
     let copies = Barrier::shared(geo.units(), UNIT_POS == 0);
     let book_base = (stream % kv_heads) * per_head_books * geo.tables.book_words();
-    let entries = comptime!(geo.tables.plane_words());
+    let entries = comptime!(geo.tables.table_entries());
     stage(table, &mut lookup, stream * entries, entries, geo.units(), geo.tables.table_entry_elements());
     stage(books, &mut value_books, book_base, geo.tables.book_words(), geo.units(), WORD_ELEMENTS);
     copies.commit_copy_async();
@@ -305,10 +305,10 @@ fn stage<E: Float, V: Size>(
 
 /// Loads round `round`'s code words of the calling lane into registers (0 for slots past the
 /// split or past the codes): its slot's key words, word `j` of `keys` being word `(j +
-/// key_word_turn(lane)) % words` of the slot (the walk of the score lookups), and for each half
-/// round and channel part the value words of slot `t = lane % 16` of the half, half `lane / 16`
-/// of the part's words, word `j` of that half being its word `(j + value_word_turn(t)) % n` (`n`
-/// words; the walk of the value rebuild).
+/// key_word_turn(lane, words)) % words` of the slot (the walk of the score lookups), and for
+/// each half round and channel part the value words of slot `t = lane % 16` of the half, half
+/// `lane / 16` of the part's words, word `j` of that half being its word `(j +
+/// value_word_turn(t)) % n` (`n` words; the walk of the value rebuild).
 #[allow(clippy::too_many_arguments)]
 #[cube]
 fn load_codes(
@@ -329,7 +329,7 @@ fn load_codes(
     for j in 0..words {
         let mut x = 0u32;
         if t < end {
-            x = k_codes[((rows.code_row0 + t) * words + (j + key_word_turn(lane)) % words) as usize];
+            x = k_codes[((rows.code_row0 + t) * words + (j + key_word_turn(lane, words)) % words) as usize];
         }
         keys[j as usize] = x;
     }
@@ -356,9 +356,8 @@ fn load_codes(
 
 /// A coded slot's scores `s[g] = Σ_s T[s, code_s]` from the staged table (one entry of every
 /// query head per lookup, two heads per word), added in f16 over a code word's subspaces, then in
-/// f32; see step 1 of the module documentation for the walk (lane `l` takes its words from word
-/// [`key_word_turn`], already so loaded, and an odd lane a word's codes from its second half: the
-/// word's halves are swapped).
+/// f32. The lane holds its words from word [`key_word_turn`] on (so loaded); code `i` of word `w`
+/// with centroid `c` is entry [`key_entry`] of the table.
 #[cube]
 fn lookup_scores<E: Float, T: Size>(
     lookup: &SharedMemory<Vector<E, T>>,
@@ -367,35 +366,28 @@ fn lookup_scores<E: Float, T: Size>(
     #[comptime] geo: MmaGeometry,
 ) {
     let shape = geo.tables.shape;
-    let per_word = comptime!(geo.per_word());
-    let exact = comptime!(shape.pq.words * per_word == shape.pq.subspaces);
+    let (words, per_word) = (shape.pq.words, geo.per_word());
+    let exact = comptime!(words * per_word == shape.pq.subspaces);
     let mask = comptime!((1u32 << shape.pq.nbits) - 1);
-    let lane = UNIT_POS % WARP;
+    let turn = key_word_turn(UNIT_POS % WARP, words);
     // Sums start at −0: `−0 + x = x` for every `x`, so the compiler drops the first addition. From
     // +0 it may not (`+0 + −0 = +0` is not `−0`).
     #[unroll]
     for g in 0..shape.group {
         s[g as usize] = -0.0;
     }
-    let first_code = (lane % 2) * comptime!(per_word / 2);
     #[unroll]
-    for j in 0..shape.pq.words {
-        let w = (j + key_word_turn(lane)) % shape.pq.words;
-        let word = swap_halves(key_words[j as usize], lane % 2 == 1);
-        // Code `i` of `word` is the word's code `i ^ first_code`, at `base + c · 32 + i +
-        // first_code` in the first half of the codes and `base + c · 32 + i − first_code` in the
-        // second: two bases per word, and per code its centroid and a constant (`base −
-        // first_code` may wrap; the sum does not).
-        let base = word_base(w, per_word, geo.tables);
-        let (low, high) = (base + first_code, base - first_code);
-        let mut acc = Vector::<E, T>::new(E::cast_from(-0.0f32));
+    for j in 0..words {
+        let w = (j + turn) % words;
+        let word = key_words[j as usize];
+        // A word's first code is always a subspace's (`words = ⌈subspaces / per_word⌉`); the f16
+        // sum starts from its entry.
+        let mut acc = lookup[key_entry(w, word & mask, 0u32, geo.tables) as usize];
         #[unroll]
-        for i in 0..per_word {
-            let code_index = i ^ first_code;
-            if exact || w * per_word + code_index < shape.pq.subspaces {
+        for i in 1..per_word {
+            if exact || w * per_word + i < shape.pq.subspaces {
                 let c = (word >> (i * shape.pq.nbits)) & mask;
-                let at = (select(i < comptime!(per_word / 2), low, high) + i) + c * PLANE_COLUMNS;
-                acc += lookup[at as usize];
+                acc += lookup[key_entry(w, c, i, geo.tables) as usize];
             }
         }
         #[unroll]
@@ -405,22 +397,12 @@ fn lookup_scores<E: Float, T: Size>(
     }
 }
 
-/// Where the key walk of lane `lane` starts among its slot's code words: its pair `lane / 2`
-/// with bits 2 and 3 swapped. With 16 words of 8-bit codes, the 8 pairs of a half warp then
-/// start on words `j, j + 1, j + 2, j + 3` and the same plus 8 (the other row of 32 subspaces),
-/// so that 8-byte entries (two planes) fall on 16 distinct pairs of banks per half warp.
+/// Where the key walk of lane `lane` starts among its slot's `words` code words: `lane % words`.
+/// With 16 words (or a multiple) a half warp's 16 lanes then hold 16 distinct words at every
+/// step, whose entries the table's layout puts on distinct pairs of banks.
 #[cube]
-fn key_word_turn(lane: u32) -> u32 {
-    let pair = lane / 2;
-    (pair & 3) | ((pair & 4) << 1) | ((pair & 8) >> 1)
-}
-
-/// `word` with its 16-bit halves swapped where `swap` holds: its code `i` is then code `i ^
-/// (codes / 2)` of the original, and the codes' shifts stay compile-time constants.
-#[allow(clippy::manual_rotate)] // CubeCL has no rotation; the CUDA compiler makes this one funnel shift.
-#[cube]
-fn swap_halves(word: u32, swap: bool) -> u32 {
-    select(swap, (word >> 16) | (word << 16), word)
+fn key_word_turn(lane: u32, #[comptime] words: u32) -> u32 {
+    lane % words
 }
 
 /// `word` with its codes rotated so that its code `i` is code `(i + first_code) % codes` of the
@@ -564,7 +546,7 @@ fn rebuild_recent_values<E: Float, N: Size>(
 #[cfg(test)]
 mod tests {
     use super::{
-        super::half_table::tests::{benchmark_tables, lane_word_host, lanes_per_bank},
+        super::half_table::tests::{benchmark_tables, lanes_per_bank},
         *,
     };
 
@@ -613,19 +595,19 @@ mod tests {
 
     #[test]
     fn the_key_walk_spreads_over_the_banks() {
-        // 64 subspaces of 8 bits, 16 words per slot. Keys: lane `l` reads word `(j +
-        // key_word_turn(l)) % 16` of its slot and code `i ^ 2 (l % 2)` of it.
-        let subspace = |j: u32, i: u32, l: u32| 4 * ((j + key_word_turn(l)) % 16) + (i ^ (2 * (l % 2)));
-        for j in 0..16 {
-            for i in 0..4 {
-                // Entries of one word (one query head pair): one lane per bank.
-                assert_eq!(lanes_per_bank(|l| subspace(j, i, l)), 1, "keys: word {j}, code {i}");
-                // Entries of two words (two pairs, one 8-byte load): a half warp's 16 lanes on 16
-                // distinct pairs of banks.
+        // 64 subspaces of 8 bits, 16 words per slot: lane `l` reads word `(j + key_word_turn(l)) %
+        // 16` of its slot at step `j`, and its code `i`, with an arbitrary centroid.
+        let tables = benchmark_tables();
+        let words = tables.shape.pq.words;
+        for j in 0..words {
+            for i in 0..tables.per_word() {
+                // Entries of two words (two pairs of query heads, one 8-byte load): a half warp's
+                // 16 lanes on 16 distinct pairs of banks.
                 for half in 0..2 {
                     let mut pairs = [0u32; 16];
                     for l in 16 * half..16 * (half + 1) {
-                        pairs[(lane_word_host(subspace(j, i, l), (l * 37 + 11) % 256) % 16) as usize] += 1;
+                        let w = (j + key_word_turn(l, words)) % words;
+                        pairs[(key_entry(w, (l * 37 + 11) % 256, i, tables) % 16) as usize] += 1;
                     }
                     assert_eq!(pairs, [1; 16], "8-byte keys: word {j}, code {i}, half warp {half}");
                 }
@@ -633,9 +615,9 @@ mod tests {
         }
         // Each lane visits every word once.
         for l in 0..32 {
-            let mut words: Vec<u32> = (0..16).map(|j| (j + key_word_turn(l)) % 16).collect();
-            words.sort_unstable();
-            assert_eq!(words, (0..16).collect::<Vec<_>>());
+            let mut seen: Vec<u32> = (0..words).map(|j| (j + key_word_turn(l, words)) % words).collect();
+            seen.sort_unstable();
+            assert_eq!(seen, (0..words).collect::<Vec<_>>());
         }
     }
 }

@@ -93,12 +93,12 @@ pub fn mma_decode_launch<R: CubeRuntime, BT: BoolElement>(
     let (key_books, value_groups) = (view.key_books.dims()[0], view.value_books.dims()[0]);
     let table = dense_output::<R, f16>(&q, streams * (geo.tables.table_words() * WORD_ELEMENTS) as usize);
     let books = dense_output::<R, f16>(&q, value_groups * (geo.tables.book_words() * WORD_ELEMENTS) as usize);
-    // SAFETY: one cube per (word `p` of an entry, row, tile of 32 centroids) of each stream's
-    // table, writing word `p` of its entries (guard `c < centroids`), reading query head `2p + h
-    // < group` (a padding word `p` reads none and holds zeros) of
-    // the stream (`q` holds `streams · group · head_dim` floats, the caller's shape check) at the
-    // channels of subspace `s < subspaces`, and codebook row `s, c` of the stream's group
-    // (`groups` is 1 or `kv_heads`); `table` holds `streams` tables.
+    // SAFETY: one cube per (word `p` of an entry, tile of 32 columns, tile of 32 centroids) of
+    // each stream's table, writing word `p` of its entries (guards `c < centroids`, `column <
+    // key_columns`), reading query head `2p + h < group` (a padding word `p` reads none and holds
+    // zeros) of the stream (`q` holds `streams · group · head_dim` floats, the caller's shape
+    // check) at the channels of subspace `s < subspaces`, and codebook row `s, c` of the stream's
+    // group (`groups` is 1 or `kv_heads`); `table` holds `streams` tables.
     // Bounds validated on CUDA: `burn_kvcompress::kernels`.
     unsafe {
         half_table_kernel::launch_unchecked::<f16, R>(
@@ -137,9 +137,10 @@ pub fn mma_decode_launch<R: CubeRuntime, BT: BoolElement>(
     // SAFETY: each warp's slots `split · warp_chunk ..` are clamped to `len`; code rows are read
     // for slots `< coded` of the stream (`coded` rows each), recent rows for slots in `coded ..
     // len` within the warp's split (`len − coded` rows each); every code, masked to `nbits`, is
-    // `< centroids`, so table and codebook words stay within a plane; tile words stay within the
-    // warp's `16 × stride / 2` (subspace `· sub_dim / 2 + pair < head_dim / 2`); the prologue
-    // copies the stream's table (`plane_words` entries of `table_entry_words` words) and
+    // `< centroids`, so table entries (`c · key_columns + column`) stay within the table and
+    // codebook words within a plane; tile words stay within the warp's `16 × stride / 2`
+    // (subspace `· sub_dim / 2 + pair < head_dim / 2`); the prologue copies the stream's table
+    // (`table_entries` entries of `table_entry_words` words) and
     // `book_words` of its group's codebooks
     // (`per_head_books` 1 only with `kv_heads` groups); the partials hold `heads · cubes ·
     // warps` entries. Bounds validated on CUDA: `burn_kvcompress::kernels`.
