@@ -33,6 +33,7 @@
 //! one) and plots of the job completion time against the link rate and the request rate.
 
 mod base;
+mod measurements;
 mod serve;
 mod spawn;
 mod worker;

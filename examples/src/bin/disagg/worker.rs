@@ -16,7 +16,7 @@ use burn_kvcompress::{
     tokenizer::{chatml_prompt, ChatMessage, Role, TokenStream, Tokenizer},
 };
 use burn_kvtransfer::{
-    decode::{fetch, fetch_states, Arrivals, Received, ReceivedStates},
+    decode::{fetch, fetch_states, Received, ReceivedStates},
     protocol::{ClientConfig, PrefillClient, PrefillPool},
     state_codec::encode_state,
     transport::tcp::TcpConnector,
@@ -24,15 +24,15 @@ use burn_kvtransfer::{
     ModelFingerprint, SchemeDescriptor,
 };
 use examples::{
-    backend_choice::KernelBackend,
-    e2e_report::{describe_rate, RequestRecord},
-    random_model::random_prompt,
-    scheme_arg::Scheme,
+    backend_choice::KernelBackend, e2e_report::RequestRecord, random_model::random_prompt, scheme_arg::Scheme,
     with_scheme,
 };
 use sha2::{Digest, Sha256};
 
-use crate::{runtime, BaseModel, ModeArg, RunArgs};
+use crate::{
+    measurements::{print_table, Row},
+    runtime, BaseModel, ModeArg, RunArgs,
+};
 
 /// One decode run: a (scheme, link rate) pair, the requests' options and the servers of the pair.
 pub struct Job<'a> {
@@ -68,44 +68,6 @@ pub fn run_job<B: KernelBackend>(
     with_scheme!(scheme.clone(), decode_scheme::<B, _>, (job, model, base.tokenizer(), base.fingerprint, device))
 }
 
-/// One request's measurements.
-struct Row {
-    prompt_tokens: usize,
-    server: usize,
-    attempts: usize,
-    kv_bytes: usize,
-    wire_bytes: u64,
-    arrivals: Arrivals,
-    queue: Duration,
-    ttft: Duration,
-    tbt: Duration,
-    jct: Duration,
-    tokens: Vec<u32>,
-    check: Option<(bool, bool)>,
-}
-
-impl Row {
-    /// The row as a record of `job`'s scheme and link.
-    fn record(&self, job: &Job) -> RequestRecord {
-        RequestRecord {
-            scheme: job.kv.to_string(),
-            link_gbps: job.link_gbps,
-            request_rate: job.request_rate,
-            prompt_tokens: self.prompt_tokens,
-            new_tokens: self.tokens.len(),
-            kv_bytes: self.kv_bytes,
-            wire_bytes: self.wire_bytes,
-            first_layer_ms: ms(self.arrivals.first_layer),
-            last_layer_ms: ms(self.arrivals.last_layer),
-            logits_ms: ms(self.arrivals.logits),
-            ttft_ms: ms(self.ttft),
-            tbt_ms: ms(self.tbt),
-            jct_ms: ms(self.jct),
-            queue_ms: ms(self.queue),
-        }
-    }
-}
-
 /// The prefill servers of a job and the runtime their connections run on: what the fetching
 /// thread of a job at a request rate borrows (it does no work on the device).
 #[derive(Clone, Copy)]
@@ -134,33 +96,6 @@ struct Fetched<R> {
     submitted: Instant,
     /// When its caches (or states) and logits were in.
     ready: Instant,
-}
-
-/// What a fetched request holds: its caches, or the states they are imported from.
-trait IntoReceived<B: Backend, S: TransferableScheme<B>>
-where
-    S::Cache: TransferableCache<B>,
-{
-    /// The request's caches on `device`, imported on this thread if they are not yet.
-    fn into_received(self, scheme: &S, device: &B::Device) -> anyhow::Result<Received<S::Cache>>;
-}
-
-impl<B: Backend, S: TransferableScheme<B>> IntoReceived<B, S> for Received<S::Cache>
-where
-    S::Cache: TransferableCache<B>,
-{
-    fn into_received(self, _: &S, _: &B::Device) -> anyhow::Result<Received<S::Cache>> {
-        Ok(self)
-    }
-}
-
-impl<B: Backend, S: TransferableScheme<B>> IntoReceived<B, S> for ReceivedStates
-where
-    S::Cache: TransferableCache<B>,
-{
-    fn into_received(self, scheme: &S, device: &B::Device) -> anyhow::Result<Received<S::Cache>> {
-        Ok(self.import::<B, S>(scheme, device)?)
-    }
 }
 
 impl<B: Backend, S> Fetcher<'_, B, S>
@@ -256,7 +191,7 @@ where
     }
     for tokens in (0..job.warmup).flat_map(|_| &one_per_length) {
         let fetcher = &context.fetcher;
-        context.decode(fetcher.puller.timed(tokens, Instant::now(), |t| fetcher.fetch(t))?, None)?;
+        context.decode(fetcher.puller.timed(tokens, Instant::now(), |t| fetcher.fetch(t))?, Ok, None)?;
     }
     let checks = match job.run.check {
         true => requests.iter().map(|(_, tokens)| check_request(&context, tokens).map(Some)).collect(),
@@ -295,7 +230,7 @@ where
         }
         let fetcher = &cx.fetcher;
         let fetched = fetcher.puller.timed(tokens, Instant::now(), |t| fetcher.fetch(t))?;
-        rows.push(cx.decode(fetched, stream.as_mut())?);
+        rows.push(cx.decode(fetched, Ok, stream.as_mut())?);
         if let Some(mut stream) = stream {
             println!("{}\n", stream.finish()?);
         }
@@ -335,7 +270,12 @@ where
                 }
             }
         });
-        requests.iter().map(|_| cx.decode(receiver.recv().context("the fetching thread stopped")??, None)).collect()
+        let Fetcher { scheme, device, .. } = cx.fetcher;
+        let import = |states: ReceivedStates| Ok(states.import::<B, S>(scheme, device)?);
+        requests
+            .iter()
+            .map(|_| cx.decode(receiver.recv().context("the fetching thread stopped")??, import, None))
+            .collect()
     })
 }
 
@@ -344,17 +284,17 @@ where
     S: TransferableScheme<B>,
     S::Cache: TransferableCache<B>,
 {
-    /// Decodes a fetched request (importing its caches first if they are states) and measures it
-    /// (printing its text to `stream`).
-    fn decode<R: IntoReceived<B, S>>(
+    /// Decodes a fetched request, its caches first made by `import` (on this thread, timed as
+    /// decoding), and measures it (printing its text to `stream`).
+    fn decode<R>(
         &self,
         fetched: Fetched<R>,
+        import: impl FnOnce(R) -> anyhow::Result<Received<S::Cache>>,
         mut stream: Option<&mut TokenStream<'_>>,
     ) -> anyhow::Result<Row> {
         let Fetched { received, prompt_tokens, wire_bytes, arrived, submitted, ready } = fetched;
         let decode_start = Instant::now();
-        let fetcher = &self.fetcher;
-        let mut received = received.into_received(fetcher.scheme, fetcher.device)?;
+        let mut received = import(received)?;
         let kv_bytes = received.caches.layers.iter().map(KvCache::memory_bytes).sum();
         let mut times = Vec::new();
         let decoded =
@@ -432,64 +372,4 @@ fn kv_hash<B: Backend, C: TransferableCache<B>>(caches: &LayerCaches<C>) -> [u8;
         hasher.update(encode_state(&layer.export_state()));
     }
     hasher.finalize().into()
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-fn print_table(scheme: &str, job: &Job, rows: &[Row]) {
-    let link = job.link_gbps.map_or("unpaced".into(), |g| format!("{g} Gbit/s"));
-    let arrivals = describe_rate(job.request_rate);
-    println!("scheme {scheme}, {:?} mode, link {link}, {arrivals}, {} server(s)", job.run.mode, job.servers.len());
-    println!(
-        "{:>3} {:>6} {:>6} {:>4} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9} {:>6} {:>5} {:>6}",
-        "req",
-        "prompt",
-        "server",
-        "try",
-        "KV bytes",
-        "wire B",
-        "layer0 ms",
-        "layerN ms",
-        "queue ms",
-        "TTFT ms",
-        "TBT ms",
-        "JCT ms",
-        "tokens",
-        "KV=",
-        "tok="
-    );
-    let mark = |c: Option<bool>| c.map_or("-", |ok| if ok { "yes" } else { "NO" });
-    for (i, r) in rows.iter().enumerate() {
-        println!(
-            "{:>3} {:>6} {:>6} {:>4} {:>10} {:>10} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>8.1} {:>9.1} {:>6} {:>5} {:>6}",
-            i,
-            r.prompt_tokens,
-            r.server,
-            r.attempts,
-            r.kv_bytes,
-            r.wire_bytes,
-            ms(r.arrivals.first_layer),
-            ms(r.arrivals.last_layer),
-            ms(r.queue),
-            ms(r.ttft),
-            ms(r.tbt),
-            ms(r.jct),
-            r.tokens.len(),
-            mark(r.check.map(|c| c.0)),
-            mark(r.check.map(|c| c.1)),
-        );
-    }
-    let n = rows.len().max(1) as f64;
-    let mean = |f: fn(&Row) -> Duration| rows.iter().map(|r| ms(f(r))).sum::<f64>() / n;
-    println!(
-        "mean queue {:.1} ms, TTFT {:.1} ms, TBT {:.1} ms, JCT {:.1} ms; wire bytes {} (--check and warm-up fetches \
-         not counted)",
-        mean(|r| r.queue),
-        mean(|r| r.ttft),
-        mean(|r| r.tbt),
-        mean(|r| r.jct),
-        rows.iter().map(|r| r.wire_bytes).sum::<u64>()
-    );
 }
