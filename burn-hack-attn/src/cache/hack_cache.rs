@@ -131,8 +131,9 @@ impl<B: HackBackend> KvCache<B> for HackCache<B> {
 
     /// Bytes of the storage format: packed codes, fp16 min/scale and sums at their storage width
     /// (u8 or u16) for keys and closed value blocks, plus the tail at f32: what
-    /// [`export_state`](TransferableCache::export_state) sends (tested). The device keeps min/scale
-    /// as f32 values and sums as 32-bit integers, so its resident footprint is larger.
+    /// [`export_state`](burn_kvcompress::cache::TransferableCache::export_state) sends (tested).
+    /// The device keeps min/scale as f32 values and sums as 32-bit integers, so its resident
+    /// footprint is larger.
     fn memory_bytes(&self) -> usize {
         let (g, bits, pi) = (self.geometry, self.config.bits, self.config.partition);
         let per_stream = self.len * key_bytes_per_slot(g.head_dim, bits, pi)

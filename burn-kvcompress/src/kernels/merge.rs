@@ -195,7 +195,7 @@ impl<R: CubeRuntime> SplitPartials<R> {
     }
 }
 
-/// Merges `partials` with [`merge_kernel`]; returns the flat `[heads, head_dim]` output.
+/// Merges `partials` with `merge_kernel`; returns the flat `[heads, head_dim]` output.
 #[allow(unsafe_code)] // Unchecked kernel launches; each states why it is in bounds.
 pub fn merge_partials<R: CubeRuntime>(partials: SplitPartials<R>) -> CubeTensor<R> {
     let SplitPartials { output, max, sum, heads, splits, head_dim } = partials;

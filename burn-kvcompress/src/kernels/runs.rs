@@ -25,7 +25,7 @@ pub fn min_max_runs(lo: &mut SharedMemory<f32>, hi: &mut SharedMemory<f32>, runs
 }
 
 /// Reduces each run of `a` and of `b` to its sum, in place: afterwards `a[r · len]` and
-/// `b[r · len]` hold run `r`'s sums. Same calling rules as [`min_max_runs`].
+/// `b[r · len]` hold run `r`'s sums. Same calling rules as [`min_max_runs()`].
 #[cube]
 pub fn sum_runs(a: &mut SharedMemory<f32>, b: &mut SharedMemory<f32>, runs: u32, #[comptime] len: u32) {
     reduce_runs(a, b, runs, len, false);

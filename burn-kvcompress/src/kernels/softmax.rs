@@ -8,7 +8,7 @@ use super::masked_score;
 const LANES: u32 = 16;
 
 /// Turns the scores `p[g * chunk + t]` of `group` query heads × the first `count ≤ chunk` slots
-/// (masked slots hold [`masked_score`]) into `exp(s − m_g)` in place (0 where masked), with each
+/// (masked slots hold [`masked_score()`]) into `exp(s − m_g)` in place (0 where masked), with each
 /// head's max score `m_g` written to `head_max[g]`; slots from `count` on are neither read nor
 /// written. The max runs on 16 units per head, then one. Every unit of the
 /// cube must call it (it synchronizes the cube), and the cube needs at least `16 · group` units.
@@ -37,7 +37,7 @@ pub fn split_softmax(
 }
 
 /// Each head's mass `l_g = Σ_t p[g * chunk + t]` over the first `count` slots (the numerators
-/// [`split_softmax`] left) into `head_sum[g]`. Every unit of the cube must call it (it
+/// [`split_softmax()`] left) into `head_sum[g]`. Every unit of the cube must call it (it
 /// synchronizes the cube), and the cube needs at least `16 · group` units.
 #[cube]
 pub fn split_masses(

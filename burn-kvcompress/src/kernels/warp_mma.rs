@@ -46,7 +46,7 @@ pub struct WarpSoftmax {
     pub mass: Array<f32>,
 }
 
-/// A warp's softmax state before its first round: reference [`masked_score`], no mass.
+/// A warp's softmax state before its first round: reference [`masked_score()`], no mass.
 #[cube]
 pub fn warp_softmax(#[comptime] group: u32) -> WarpSoftmax {
     let mut softmax = WarpSoftmax { max: Array::<f32>::new(group as usize), mass: Array::<f32>::new(group as usize) };
@@ -102,10 +102,10 @@ pub fn clear_weights<E: Float>(weights: &mut SharedMemory<E>) {
 }
 
 /// One round's softmax for the calling warp: lane `t`'s scores `s[g]` of its slot (visible or
-/// not) move the heads' references ([`move_references`]; `sums` of `value_rank` channels
+/// not) move the heads' references ([`move_references()`]; `sums` of `value_rank` channels
 /// rescaled with the masses), then the weights `exp(s − m)` (0 for a hidden slot) are added to
 /// the masses and stored, rounded to f16, in the warp's weights tile at slot `t`
-/// ([`store_weights`]).
+/// ([`store_weights()`]).
 #[allow(clippy::too_many_arguments)]
 #[cube]
 pub fn weigh_round<E: Float>(

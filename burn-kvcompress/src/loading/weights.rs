@@ -28,7 +28,7 @@ impl HostTensor {
     }
 
     /// The transpose of a 2-D tensor (`[rows, cols]` to `[cols, rows]`), in tiles of
-    /// [`TRANSPOSE_TILE`]² values (so that reads and writes stay within a few cache lines), the
+    /// `TRANSPOSE_TILE`² values (so that reads and writes stay within a few cache lines), the
     /// output's rows shared out over the machine's cores. (Element by element on one core, a
     /// 14336 × 4096 projection took 0.58 s: Llama-3-8B's weights would take about 80 s.)
     pub fn transposed(&self) -> Self {

@@ -2,7 +2,7 @@
 //! for the query/key pair and one for the value/output-projection pair, with the singular values
 //! that rank its directions.
 //!
-//! - [`gram`]: what calibration accumulates (Gram matrices of post-RoPE Q, K and of V).
+//! - `gram`: what calibration accumulates (Gram matrices of post-RoPE Q, K and of V).
 //! - [`file`]: rotations as safetensors tagged with the model's fingerprint.
 
 mod calibrate;

@@ -49,7 +49,7 @@ impl MmaGeometry {
     }
 
     /// Groups of warps that wait for their staged blocks together, one pair of copy barriers
-    /// each (`copy_barriers`): [`COPY_GROUPS`], or fewer where the warps do not divide.
+    /// each (`copy_barriers`): `COPY_GROUPS`, or fewer where the warps do not divide.
     pub fn copy_groups(&self) -> u32 {
         [COPY_GROUPS, 2, 1].into_iter().find(|&groups| self.warps.is_multiple_of(groups)).unwrap_or(1)
     }
@@ -230,7 +230,7 @@ impl MmaGeometry {
         words + params + 4 * (self.staged_key_sums() + self.staged_value_sums())
     }
 
-    /// Bytes of shared memory of a warp's [`STAGES`] regions.
+    /// Bytes of shared memory of a warp's `STAGES` regions.
     pub fn warp_shared_bytes(&self) -> u32 {
         STAGES * self.block_stage_bytes()
     }

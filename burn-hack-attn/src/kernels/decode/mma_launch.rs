@@ -45,10 +45,10 @@ const MAX_GROUP: u32 = 16;
 /// The tensor-core kernel's compile-time shapes for the scalar kernel's `decode` shapes on a
 /// device with `properties`. `None` where it does not apply: no `u8 × u8 → i32` `16 × 8 × 32`
 /// warp products with registers managed by the kernel, no asynchronous copies, or planes of
-/// other than 32 lanes; more than [`MAX_GROUP`] query heads per KV head; a head dimension above
-/// [`MAX_HEAD_DIM`] or not a multiple of 64 (whole 16-byte key copies); Π not a multiple of 32;
+/// other than 32 lanes; more than `MAX_GROUP` query heads per KV head; a head dimension above
+/// `MAX_HEAD_DIM` or not a multiple of 64 (whole 16-byte key copies); Π not a multiple of 32;
 /// codes of other than 2 bits; or no room in shared memory for one warp's stage beside the cube's
-/// barriers and queries. The cube takes as many warps as their stages fit, up to [`WARPS`]; the
+/// barriers and queries. The cube takes as many warps as their stages fit, up to `WARPS`; the
 /// launch sets the key metadata's copy width (`meta_vector`) from the cache's metadata pitch.
 pub fn mma_geometry(decode: &DecodeGeometry, properties: &DeviceProperties) -> Option<MmaGeometry> {
     let u8_codes = ElemType::UInt(UIntKind::U8).into();

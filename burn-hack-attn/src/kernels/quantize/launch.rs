@@ -11,7 +11,7 @@ use burn_cubecl::{cubecl::prelude::*, kernel::into_contiguous, tensor::CubeTenso
 
 use burn_kvcompress::kernels::{dense_output, CubeF32 as Backend};
 
-/// Quantizes `x: [batch, kv_heads, rows, z]` per `spec` with [`quantize_kernel`].
+/// Quantizes `x: [batch, kv_heads, rows, z]` per `spec` with `quantize_kernel`.
 #[allow(unsafe_code)] // Unchecked kernel launches; each states why it is in bounds.
 pub fn quantize_launch<R: CubeRuntime, BT: BoolElement>(
     x: Tensor<Backend<R, BT>, 4>,

@@ -54,7 +54,7 @@ impl HalfTables {
         self.shape.pq.centroids * self.key_columns()
     }
 
-    /// Tiles of [`TILE_COLUMNS`] columns of the lookup table.
+    /// Tiles of `TILE_COLUMNS` columns of the lookup table.
     pub fn column_tiles(&self) -> u32 {
         self.key_columns().div_ceil(TILE_COLUMNS)
     }
@@ -74,12 +74,12 @@ impl HalfTables {
         self.rows() * self.row_words()
     }
 
-    /// Tiles of 32 centroids ([`TILE_CENTROIDS`]) of a row.
+    /// Tiles of 32 centroids (`TILE_CENTROIDS`) of a row.
     pub fn centroid_tiles(&self) -> u32 {
         self.shape.pq.centroids.div_ceil(TILE_CENTROIDS)
     }
 
-    /// Cubes of [`half_table_kernel`] per stream: one per (plane of an entry, tile of 32
+    /// Cubes of `half_table_kernel` per stream: one per (plane of an entry, tile of 32
     /// columns, tile of 32 centroids).
     pub fn table_cubes(&self) -> u32 {
         self.table_entry_words() * self.column_tiles() * self.centroid_tiles()

@@ -46,11 +46,11 @@ pub fn pq_shape(config: &PqConfig, group: usize, head_dim: usize) -> DecodeShape
 }
 
 /// The decode kernel's geometry for `shape` and splits of `chunk` slots, all blocks within
-/// [`SCRATCH_FLOATS`]:
-/// - as many subspaces per table block as fit (at most [`MAX_BLOCK_SUBSPACES`], whole code words
+/// `SCRATCH_FLOATS`:
+/// - as many subspaces per table block as fit (at most `MAX_BLOCK_SUBSPACES`, whole code words
 ///   or a divisor of one; 0 when one subspace's table entries do not fit);
 /// - value spans of the subspaces of a code word (fewer where their accumulators would pass
-///   [`SPAN_REGISTERS`]), as many whole spans per value block as their codebooks fit (0 when one
+///   `SPAN_REGISTERS`), as many whole spans per value block as their codebooks fit (0 when one
 ///   codebook does not fit), and as many parts per span as the units allow and the parts' sums
 ///   fit.
 pub fn decode_geometry(shape: DecodeShape, chunk: u32) -> DecodeGeometry {
@@ -88,7 +88,7 @@ pub fn decode_geometry(shape: DecodeShape, chunk: u32) -> DecodeGeometry {
 
 /// Whether the decode kernel handles `shape`: a subspace's table entries and its value codebook
 /// each fit the scratch, the softmax's reductions run on 16 units per head, a value unit's
-/// accumulators fit [`MAX_VALUE_REGISTERS`], and the shortest split fits [`SHARED_BYTES`].
+/// accumulators fit `MAX_VALUE_REGISTERS`, and the shortest split fits `SHARED_BYTES`.
 pub fn supports(shape: DecodeShape) -> bool {
     let geo = decode_geometry(shape, UNITS);
     geo.block_subspaces >= 1
@@ -100,8 +100,8 @@ pub fn supports(shape: DecodeShape) -> bool {
 
 /// Slots per split for `batch` sequences of `len` slots and `kv_heads` heads on a device whose
 /// cubes may use `shared_limit` bytes of shared memory: a power of two near `batch · kv_heads ·
-/// len / TARGET_CUBES`, from [`UNITS`] to the longest whose cube fits `shared_limit` (capped at
-/// [`SHARED_CAP`]) and [`MAX_CHUNK`].
+/// len / TARGET_CUBES`, from `UNITS` to the longest whose cube fits `shared_limit` (capped at
+/// `SHARED_CAP`) and `MAX_CHUNK`.
 pub fn split_chunk(shape: DecodeShape, batch: usize, kv_heads: usize, len: usize, shared_limit: usize) -> u32 {
     let limit = (shared_limit as u32).clamp(SHARED_BYTES, SHARED_CAP);
     let mut longest = UNITS;

@@ -34,7 +34,7 @@ const MAX_GROUP: u32 = 8;
 const PREP_UNITS: u32 = 256;
 
 /// The tensor-core kernel's compile-time shapes for `shape` on a device with `properties`: as
-/// many warps per cube (at most [`MAX_WARPS`]) as the shared memory holds beside the tables.
+/// many warps per cube (at most `MAX_WARPS`) as the shared memory holds beside the tables.
 /// `None` where it does not apply: no f16 `32 × 8 × 16` warp products into f32, no asynchronous
 /// copies or planes of other than 32 lanes; more than 8 query heads per KV head or 128 channels,
 /// a head dimension not a multiple of 4, or past 32 channels not a multiple of 32; an odd number

@@ -8,7 +8,7 @@ use super::kernel::encode_kernel;
 use crate::{kernels::PqShape, PqConfig};
 
 /// Encodes `x: [batch, kv_heads, n, head_dim]` with `books: [groups, subspaces, centroids,
-/// sub_dim]` into packed words `[batch, kv_heads, n, words_per_vector]` with [`encode_kernel`].
+/// sub_dim]` into packed words `[batch, kv_heads, n, words_per_vector]` with `encode_kernel`.
 #[allow(unsafe_code)] // Unchecked kernel launches; each states why it is in bounds.
 pub fn encode_launch<R: CubeRuntime, BT: BoolElement>(
     x: Tensor<CubeF32<R, BT>, 4>,

@@ -116,7 +116,7 @@ pub fn load_vector(layout: &HeadLayout, geo: &DecodeGeometry, widest: usize) -> 
 
 /// Whether the decode kernel handles `group` query heads per KV head of `head_dim` channels: a
 /// head's channels fit one cube, the softmax's max runs on 16 units per head, the scratch buffer
-/// holds the kernel's partial sums, and the cube's shared memory fits [`SHARED_BYTES`].
+/// holds the kernel's partial sums, and the cube's shared memory fits `SHARED_BYTES`.
 pub fn supports(group: usize, head_dim: usize) -> bool {
     let geo = decode_geometry(group, head_dim);
     head_dim <= UNITS as usize

@@ -41,7 +41,7 @@ pub fn value_stride(rank: usize) -> usize {
 /// `key_tiles` (the widest group's key tiles).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StagedTiles {
-    /// [`TILE_WORDS`] words per KV head.
+    /// `TILE_WORDS` words per KV head.
     pub table: Vec<u32>,
     /// Elements of a buffer's key tiles.
     pub key_tiles: usize,

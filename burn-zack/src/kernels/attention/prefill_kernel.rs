@@ -34,7 +34,7 @@ pub struct PrefillGeometry {
     pub head_dim: u32,
     /// Key slots per block.
     pub block: u32,
-    /// Rows each unit accumulates outputs for (a power of two dividing [`ROWS`]).
+    /// Rows each unit accumulates outputs for (a power of two dividing `ROWS`).
     pub output_rows: u32,
 }
 

@@ -23,7 +23,7 @@ const BLOCKS: [u32; 3] = [32, 16, 8];
 const ROTATE_ROWS: usize = 65535;
 
 /// The prefill kernel's geometry for `group` query heads per KV head of `head_dim` channels, or
-/// None where it does not apply (more than [`ROWS`] heads per KV head, a cube over 256 units, or
+/// None where it does not apply (more than `ROWS` heads per KV head, a cube over 256 units, or
 /// shared memory over 32 KiB even with the shortest blocks); the rotation's constraints are the
 /// decode kernel's.
 pub fn prefill_geometry(group: usize, head_dim: usize) -> Option<PrefillGeometry> {
@@ -42,7 +42,7 @@ pub fn prefill_geometry(group: usize, head_dim: usize) -> Option<PrefillGeometry
 /// longest tasks start first and the short ones fill the last wave.
 ///
 /// The paper equalises tasks instead, with taller row blocks for cheaper heads. A cube here holds
-/// at most [`ROWS`] rows in shared memory and registers, so a cheap head cannot take a taller
+/// at most `ROWS` rows in shared memory and registers, so a cheap head cannot take a taller
 /// tile, and shrinking an expensive head's tile leaves rows of its cube idle (measured: rank 0.5
 /// took longer than full rank that way); the ordering is what balances the uneven heads.
 pub fn prefill_tasks(layout: &HeadLayout, q_len: usize, max_queries: usize) -> Vec<[u32; 3]> {
