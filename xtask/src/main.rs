@@ -22,12 +22,16 @@ enum Command {
     FetchModel,
     /// Fetch the model, then run every test of the workspace in release mode.
     Test,
-    /// What CI runs: formatting check, clippy with warnings as errors, then `test`.
+    /// What CI runs: formatting check, clippy with warnings as errors (without and with the GPU
+    /// features), the API documentation with warnings as errors, then `test`.
     Ci,
     /// Run the decode-perplexity protocol for the given KV schemes on the evaluation texts and
     /// write the table to `results/perplexity.md` (and JSON beside it).
     Eval(eval::EvalArgs),
 }
+
+/// The features that compile the CubeCL kernels (on wgpu) in every crate that has them.
+const GPU_FEATURES: &str = "burn-hack-attn/wgpu,burn-million-pq/wgpu,burn-zack/wgpu,examples/wgpu";
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
@@ -38,19 +42,12 @@ fn main() -> anyhow::Result<()> {
             let clippy = ["clippy", "--workspace", "--all-targets", "--release"];
             shell::run("cargo", &[&clippy[..], &["--", "-D", "warnings"]].concat())?;
             // Again with the wgpu feature, which compiles the CubeCL kernels and their tests.
-            shell::run(
+            shell::run("cargo", &[&clippy[..], &["--features", GPU_FEATURES, "--", "-D", "warnings"]].concat())?;
+            // The API documentation, kernels included: no broken or private links.
+            shell::run_with_env(
                 "cargo",
-                &[
-                    &clippy[..],
-                    &[
-                        "--features",
-                        "burn-hack-attn/wgpu,burn-million-pq/wgpu,burn-zack/wgpu,examples/wgpu",
-                        "--",
-                        "-D",
-                        "warnings",
-                    ],
-                ]
-                .concat(),
+                &["doc", "--workspace", "--no-deps", "--features", GPU_FEATURES],
+                &[("RUSTDOCFLAGS", "-D warnings")],
             )?;
             test()
         }
