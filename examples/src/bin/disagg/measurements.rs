@@ -22,8 +22,8 @@ pub struct Row {
     pub wire_bytes: u64,
     /// When its first and last layers and its logits arrived, from its submission.
     pub arrivals: Arrivals,
-    /// Time waiting: before its submission to a prefill server and between its arrival and its
-    /// decoding.
+    /// Time waiting: from its arrival to its submission to a prefill server, and from its caches
+    /// (or states) being in to the start of its decoding.
     pub queue: Duration,
     /// From its arrival to its first new token.
     pub ttft: Duration,
@@ -61,7 +61,7 @@ impl Row {
 }
 
 /// `d` in milliseconds.
-pub fn ms(d: Duration) -> f64 {
+fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
