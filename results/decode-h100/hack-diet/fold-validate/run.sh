@@ -1,4 +1,0 @@
-#!/usr/bin/env bash
-# Call 5 (the command line of the call, same machine right after call 4): the negative control and the
-# HACK decode tests of call 4's build under CubeCL's bounds validation.
-T=/tmp/kvt; mkdir -p $T; for n in hack_kernels_gpu merge_gpu; do xz -dc .gpu/p4/$n.xz > $T/$n; chmod +x $T/$n; done; V=$(mktemp -d); printf '[compilation]\ncheck_mode = "validate"\n' > $V/cubecl.toml; cd $V; timeout 30 $T/merge_gpu --ignored --exact bounds_validation_reports_a_merge_reading_past_its_buffers --nocapture > $OUT/control.log 2>&1; echo "control reports: $(grep -c VALIDATION $OUT/control.log)"; timeout 220 $T/hack_kernels_gpu --test-threads 1 --nocapture decode > $OUT/hack-validate.log 2>&1; echo "hack validate: exit $? $(grep -c VALIDATION $OUT/hack-validate.log) reports; $(grep -E 'test result' $OUT/hack-validate.log | cut -c1-60)"; grep -c "^case" $OUT/hack-validate.log
