@@ -5,6 +5,10 @@
 /// The CPU reference backend (`ndarray`, f32).
 pub type NdArray = burn::backend::NdArray<f32>;
 
+#[cfg(feature = "flex")]
+/// The fast CPU backend (`burn-flex`: gemm matrix products, SIMD, threads), f32.
+pub type Flex = burn::backend::Flex<f32, i32>;
+
 #[cfg(feature = "wgpu")]
 /// The wgpu backend (any GPU, or the CPU through Mesa's lavapipe), f32.
 pub type Wgpu = burn::backend::Wgpu<f32, i32>;

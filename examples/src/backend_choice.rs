@@ -20,6 +20,8 @@ impl<B: HackBackend + PqBackend + ZackBackend + ModelOpsBackend> KernelBackend f
 pub enum BackendChoice {
     /// CPU, ndarray (f32): the reference.
     Ndarray,
+    /// CPU, burn-flex (f32): gemm matrix products, SIMD, threads.
+    Flex,
     /// wgpu: Vulkan/Metal/DX12 GPUs, or the CPU through Mesa's lavapipe.
     Wgpu,
     /// CUDA (NVIDIA GPUs).
@@ -36,6 +38,7 @@ macro_rules! with_backend {
             BackendChoice::Ndarray => {
                 $run::<burn_kvcompress::backend::NdArray>(Default::default(), $($arg),*)
             }
+            BackendChoice::Flex => $run::<burn_kvcompress::backend::Flex>(Default::default(), $($arg),*),
             #[cfg(feature = "wgpu")]
             BackendChoice::Wgpu => $run::<burn_kvcompress::backend::Wgpu>(Default::default(), $($arg),*),
             #[cfg(feature = "cuda")]

@@ -50,6 +50,9 @@ pub trait HackBackend: Backend {
 #[cfg(feature = "ndarray")]
 impl HackBackend for burn::backend::NdArray<f32> {}
 
+#[cfg(feature = "flex")]
+impl HackBackend for burn::backend::Flex<f32, i32> {}
+
 /// The kernels run on CubeCL backends computing in f32 with i32 integers (the crate's `Wgpu` and
 /// `Cuda` aliases).
 #[cfg(any(feature = "wgpu", feature = "cuda"))]

@@ -126,6 +126,9 @@ pub trait ModelOpsBackend: Backend {
 #[cfg(feature = "ndarray")]
 impl ModelOpsBackend for burn::backend::NdArray<f32> {}
 
+#[cfg(feature = "flex")]
+impl ModelOpsBackend for burn::backend::Flex<f32, i32> {}
+
 impl<B: Backend> CausalLm<B> {
     /// This model with every weight product (the layers' projections and the output head), every
     /// norm and the rotary embedding through `ops`.

@@ -43,6 +43,9 @@ pub trait PqBackend: Backend {
 #[cfg(feature = "ndarray")]
 impl PqBackend for burn::backend::NdArray<f32> {}
 
+#[cfg(feature = "flex")]
+impl PqBackend for burn::backend::Flex<f32, i32> {}
+
 /// The kernels run on CubeCL backends computing in f32 with i32 integers (the `Wgpu` and `Cuda`
 /// backends).
 #[cfg(any(feature = "wgpu", feature = "cuda"))]

@@ -37,6 +37,9 @@ pub trait ZackBackend: Backend {
 #[cfg(feature = "ndarray")]
 impl ZackBackend for burn::backend::NdArray<f32> {}
 
+#[cfg(feature = "flex")]
+impl ZackBackend for burn::backend::Flex<f32, i32> {}
+
 /// The kernel runs on CubeCL backends computing in f32 with i32 integers (the `Wgpu` and `Cuda`
 /// backends).
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
