@@ -1,7 +1,7 @@
 //! # burn-hack-attn
 //!
-//! HACK (homomorphic quantization for attention over a 2-bit KV cache), after the paper and
-//! `shared/specs/hack.md`.
+//! HACK (homomorphic quantization for attention over a 2-bit KV cache), after the paper
+//! (design choices and measurements: `docs/hack.md` in the repository).
 //!
 //! - [`HackConfig`]: bits (2 or 4 for K/V; Q and P use 8), partition size Π, rounding; it is the
 //!   [`KvScheme`](burn_kvcompress::cache::KvScheme) that builds one [`cache::HackCache`] per layer

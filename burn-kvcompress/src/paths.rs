@@ -1,4 +1,4 @@
-//! Where models and shared reference data live on disk.
+//! Where downloaded models live on disk.
 
 use std::path::PathBuf;
 
@@ -22,20 +22,5 @@ pub fn default_model_path() -> PathBuf {
     match std::env::var_os("KVC_MODEL") {
         Some(path) => PathBuf::from(path),
         None => model_cache_dir().join(DEFAULT_MODEL_FILE),
-    }
-}
-
-/// The shared reference directory (`shared/` beside the repository, or `$KVC_SHARED`), which
-/// holds peers' reference outputs and evaluation texts.
-pub fn shared_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("KVC_SHARED") {
-        return PathBuf::from(dir);
-    }
-    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let inside = workspace.join("shared");
-    if inside.is_dir() {
-        inside
-    } else {
-        workspace.join("..").join("shared")
     }
 }

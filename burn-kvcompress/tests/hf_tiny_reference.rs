@@ -1,5 +1,5 @@
 //! Tiny random Llama and Mistral (sliding window 24) checkpoints against transformers' own
-//! logits and greedy generation (`shared/reference/hf-tiny`).
+//! logits and greedy generation (`fixtures/hf-tiny`).
 
 mod common;
 
@@ -18,7 +18,7 @@ const LOGIT_TOLERANCE: f32 = 1e-4;
 fn check_logits(name: &str) {
     let device = Default::default();
     let model = load_hf_model::<Cpu>(&hf_tiny_dir(name), &device).expect("load").model;
-    let reference = shared_json(&format!("reference/hf-tiny/{name}/reference.json"));
+    let reference = fixture_json(&format!("hf-tiny/{name}/reference.json"));
     let rows: Vec<Vec<u32>> = reference["input_ids"].as_array().unwrap().iter().map(u32s).collect();
     assert_eq!((rows.len(), rows[0].len()), (2, 80));
     let mut caches = model.new_cache(&DenseScheme, 2, &device);
@@ -37,7 +37,7 @@ fn check_logits(name: &str) {
 fn check_greedy(name: &str) {
     let device = Default::default();
     let model = load_hf_model::<Cpu>(&hf_tiny_dir(name), &device).expect("load").model;
-    let reference = shared_json(&format!("reference/hf-tiny/{name}/reference.json"));
+    let reference = fixture_json(&format!("hf-tiny/{name}/reference.json"));
     let prompt_len = reference["greedy_prompt_len"].as_u64().unwrap() as usize;
     let prompt = u32s(&reference["input_ids"][0])[..prompt_len].to_vec();
     let expected = u32s(&reference["greedy_new_tokens"]);

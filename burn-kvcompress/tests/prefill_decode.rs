@@ -11,7 +11,7 @@ use common::*;
 const TOLERANCE: f32 = 1e-5;
 
 fn tokens(name: &str) -> Vec<u32> {
-    u32s(&shared_json(&format!("reference/hf-tiny/{name}/reference.json"))["input_ids"][1])
+    u32s(&fixture_json(&format!("hf-tiny/{name}/reference.json"))["input_ids"][1])
 }
 
 fn full_vs_incremental(name: &str) {

@@ -6,7 +6,6 @@ use burn_kvcompress::{
     cache::DenseScheme,
     eval::{decode_perplexity, PerplexityConfig},
     loading::load_gguf_model,
-    paths::shared_dir,
 };
 use common::*;
 
@@ -14,9 +13,9 @@ use common::*;
 fn dense_perplexity_on_tempest_matches_llama_cpp_f32() {
     let device = Default::default();
     let loaded = load_gguf_model::<Cpu>(&model_path(), &device).expect("load");
-    let text = std::fs::read_to_string(shared_dir().join("data/tempest.txt")).unwrap();
+    let text = std::fs::read_to_string(workspace_dir().join("data/tempest.txt")).unwrap();
     let tokens = loaded.tokenizer.as_ref().unwrap().encode(&text, false).unwrap();
-    let reference = shared_json("reference/llamacpp-smollm2.json");
+    let reference = fixture_json("llamacpp-smollm2.json");
     let expected = reference["ppl"]
         .as_array()
         .unwrap()

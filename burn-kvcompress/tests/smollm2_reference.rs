@@ -1,5 +1,5 @@
 //! SmolLM2-135M-Instruct (Q4_1 GGUF, dequantized to f32, on ndarray) against llama.cpp computing
-//! in f32 on the same dequantized weights (`shared/reference/llamacpp-smollm2.json`).
+//! in f32 on the same dequantized weights (`fixtures/llamacpp-smollm2.json`).
 
 mod common;
 
@@ -34,7 +34,7 @@ fn model() -> &'static LoadedModel<Cpu> {
 }
 
 fn prompts() -> Vec<Value> {
-    shared_json("reference/llamacpp-smollm2.json")["prompts"].as_array().unwrap().clone()
+    fixture_json("llamacpp-smollm2.json")["prompts"].as_array().unwrap().clone()
 }
 
 #[test]

@@ -1,13 +1,13 @@
-//! Token ids against llama.cpp's (shared/reference/llamacpp-smollm2.json, produced by
+//! Token ids against llama.cpp's (fixtures/llamacpp-smollm2.json, produced by
 //! llama-cpp-python from the same GGUF vocabulary): the four reference prompts (special tokens
-//! parsed, no BOS) and the full texts shared/data/tempest.txt and gpl-3.txt (special=false,
+//! parsed, no BOS) and the full texts data/tempest.txt and gpl-3.txt (special=false,
 //! no BOS), plus decode round trips.
 
 mod common;
 
 use burn_kvcompress::gguf::GgufFile;
 use burn_kvcompress::tokenizer::Tokenizer;
-use common::{model_path, shared_dir};
+use common::{model_path, workspace_dir};
 use serde_json::Value;
 
 fn tokenizer() -> Tokenizer {
@@ -16,7 +16,7 @@ fn tokenizer() -> Tokenizer {
 }
 
 fn reference() -> Value {
-    let path = shared_dir().join("reference/llamacpp-smollm2.json");
+    let path = workspace_dir().join("fixtures/llamacpp-smollm2.json");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap()
 }
@@ -26,7 +26,7 @@ fn ids(v: &Value) -> Vec<u32> {
 }
 
 fn text(name: &str) -> String {
-    let path = shared_dir().join("data").join(name);
+    let path = workspace_dir().join("data").join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 

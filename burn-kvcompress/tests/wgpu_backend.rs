@@ -21,7 +21,7 @@ const SMOLLM2_TOLERANCE: f32 = 1e-3;
 #[test]
 fn tiny_models_on_wgpu_match_ndarray() {
     for name in ["tiny-llama", "tiny-mistral-swa"] {
-        let ids = u32s(&shared_json(&format!("reference/hf-tiny/{name}/reference.json"))["input_ids"][0]);
+        let ids = u32s(&fixture_json(&format!("hf-tiny/{name}/reference.json"))["input_ids"][0]);
         let cpu = load_hf_model::<Cpu>(&hf_tiny_dir(name), &Default::default()).unwrap().model;
         let gpu = load_hf_model::<Wgpu>(&hf_tiny_dir(name), &Default::default()).unwrap().model;
         let mut cpu_cache = cpu.new_cache(&DenseScheme, 1, &Default::default());
@@ -43,7 +43,7 @@ fn tiny_models_on_wgpu_match_ndarray() {
 
 #[test]
 fn smollm2_on_wgpu_matches_ndarray() {
-    let prompt = u32s(&shared_json("reference/llamacpp-smollm2.json")["prompts"][0]["tokens"]);
+    let prompt = u32s(&fixture_json("llamacpp-smollm2.json")["prompts"][0]["tokens"]);
     let cpu = load_gguf_model::<Cpu>(&model_path(), &Default::default()).unwrap().model;
     let mut cache = cpu.new_cache(&DenseScheme, 1, &Default::default());
     let expected = to_vec(cpu.forward(std::slice::from_ref(&prompt), &mut cache, Logits::Last).unwrap());

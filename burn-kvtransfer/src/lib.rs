@@ -1,7 +1,7 @@
 //! # burn-kvtransfer
 //!
 //! KVDirect-style pull-based transfer of compressed KV caches from a prefill process to a decode
-//! process (`shared/specs/kvdirect.md`), for any scheme whose caches export a
+//! process (after the KVDirect paper; `docs/transfer.md` in the repository), for any scheme whose caches export a
 //! [`LayerState`](burn_kvcompress::cache::LayerState).
 //!
 //! - [`wire`]: frames (versioned header with its own CRC-32, size cap checked before allocation,

@@ -13,7 +13,6 @@ use burn_kvcompress::{
     finetune::{AttentionSamples, FinetuneConfig, FinetuneData, LayerBatch, OutputProjections},
     fingerprint::ModelFingerprint,
     loading::load_hf_model,
-    paths::shared_dir,
 };
 use burn_million_pq::{
     cache::PqCache,
@@ -87,10 +86,13 @@ fn windows(count: usize, tokens: usize, vocab: usize, seed: u64) -> Vec<Vec<u32>
     (0..count).map(|_| (0..tokens).map(|_| rng.random_range(0..vocab as u32)).collect()).collect()
 }
 
+/// The tiny random Llama checkpoint of the workspace's fixtures.
+const TINY_LLAMA_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/hf-tiny/tiny-llama");
+
 #[test]
 fn a_short_run_on_the_tiny_llama_lowers_the_held_out_loss() {
     let device = Default::default();
-    let model = load_hf_model::<B>(&shared_dir().join("reference/hf-tiny/tiny-llama"), &device).unwrap().model;
+    let model = load_hf_model::<B>(TINY_LLAMA_DIR.as_ref(), &device).unwrap().model;
     let (layers, vocab, tokens) = (model.layers.len(), model.config().vocab_size, 48);
     let mut train = AttentionSamples::new(layers, tokens, 16).unwrap();
     let recordings = train.record(&model, &windows(4, tokens, vocab, 1), &device).unwrap();

@@ -8,7 +8,7 @@ mod common;
 use std::sync::Arc;
 
 use burn::tensor::{DType, FloatDType};
-use burn_kvcompress::{loading::load_hf_model, model::CausalLm, paths::shared_dir};
+use burn_kvcompress::{loading::load_hf_model, model::CausalLm};
 use burn_zack::{cache::ZackScheme, rotation::RotationConfig, Ranks};
 use common::*;
 
@@ -35,8 +35,11 @@ fn folding_f16_weights_rounds_the_f32_fold_once() {
     ranks.value_output[1] = vec![16, 5];
     let scheme = ZackScheme::new(rotations, ranks).unwrap();
 
-    let dir = shared_dir().join("reference/hf-tiny/tiny-llama");
-    let half = load_hf_model::<Gpu>(&dir, &Default::default()).unwrap().model.with_weights_as(FloatDType::F16).unwrap();
+    let half = load_hf_model::<Gpu>(TINY_LLAMA_DIR.as_ref(), &Default::default())
+        .unwrap()
+        .model
+        .with_weights_as(FloatDType::F16)
+        .unwrap();
     let widened = half.clone().with_weights_as(FloatDType::F32).unwrap();
     let folded_half = scheme.fold(half).unwrap();
     let rounded = scheme.fold(widened).unwrap().with_weights_as(FloatDType::F16).unwrap();

@@ -1,9 +1,31 @@
 //! llama.cpp's decode-perplexity figures for the same model and texts
-//! (`shared/reference/llamacpp-smollm2.json`), printed beside ours.
+//! (`fixtures/llamacpp-smollm2.json`), printed beside ours, and where the repository's texts and
+//! fixtures are.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+
+/// A file of the repository (`data/tempest.txt`, `fixtures/llamacpp-smollm2.json`): relative to
+/// the working directory when the program runs from the repository root (e.g. a copy of the tree
+/// on another machine), else under the workspace this binary was built from.
+pub fn repo_file(relative: &str) -> PathBuf {
+    let here = PathBuf::from(relative);
+    match here.exists() {
+        true => here,
+        false => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(relative),
+    }
+}
+
+/// The evaluation texts of the repository: `data/tempest.txt` and `data/gpl-3.txt`.
+pub fn default_texts() -> Vec<PathBuf> {
+    vec![repo_file("data/tempest.txt"), repo_file("data/gpl-3.txt")]
+}
+
+/// llama.cpp's reference outputs for SmolLM2 (`fixtures/llamacpp-smollm2.json`).
+pub fn llamacpp_reference_file() -> PathBuf {
+    repo_file("fixtures/llamacpp-smollm2.json")
+}
 
 /// One llama.cpp perplexity row.
 #[derive(Debug, Clone, Deserialize)]

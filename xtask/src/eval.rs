@@ -11,7 +11,7 @@ pub struct EvalArgs {
     #[arg(long = "kv", default_value = "dense")]
     schemes: Vec<String>,
     /// Evaluation texts (repeatable).
-    #[arg(long = "text", default_values = ["../shared/data/tempest.txt", "../shared/data/gpl-3.txt"])]
+    #[arg(long = "text", default_values = ["data/tempest.txt", "data/gpl-3.txt"])]
     texts: Vec<String>,
     /// Output path without extension: `<out>.md` (table), `<out>.json` (raw reports) and
     /// `<out>.svg` (perplexity against bits per element; with several texts `<out>-<text>.svg`).
@@ -103,7 +103,7 @@ fn example(bin: &str, backend: &str) -> Vec<String> {
     cmd
 }
 
-/// The file stem of a path (`../shared/data/gpl-3.txt` -> `gpl-3`).
+/// The file stem of a path (`data/gpl-3.txt` -> `gpl-3`).
 fn stem(path: &str) -> String {
     std::path::Path::new(path).file_stem().map_or_else(|| path.to_string(), |s| s.to_string_lossy().into_owned())
 }

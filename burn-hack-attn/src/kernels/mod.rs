@@ -1,5 +1,5 @@
 //! The HACK operations behind one backend-extension trait, each as a kernel/launch/reference triad
-//! (DESIGN.md): `quantize` (quantize + pack on append), `decode` (the fused decode attention
+//! (`docs/design.md`): `quantize` (quantize + pack on append), `decode` (the fused decode attention
 //! kernel, one query slot), `prefill` (the fused attention kernel for many query slots) and
 //! `attention` (the tensor-op reference of both).
 

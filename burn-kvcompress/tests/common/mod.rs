@@ -9,18 +9,21 @@ use serde_json::Value;
 
 pub type Cpu = burn_kvcompress::backend::NdArray;
 
-/// A shared reference file, parsed.
-pub fn shared_json(relative: &str) -> Value {
-    let path = shared_dir().join(relative);
+/// The workspace root: the tests read the repository's `fixtures/` and `data/` only.
+pub fn workspace_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// A peer's reference output under the workspace's `fixtures/`, parsed.
+pub fn fixture_json(relative: &str) -> Value {
+    let path = workspace_dir().join("fixtures").join(relative);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     serde_json::from_str(&text).expect("reference JSON")
 }
 
 pub fn hf_tiny_dir(name: &str) -> PathBuf {
-    shared_dir().join("reference/hf-tiny").join(name)
+    workspace_dir().join("fixtures/hf-tiny").join(name)
 }
-
-pub use burn_kvcompress::paths::shared_dir;
 
 /// The real model (`$KVC_MODEL` or the model cache); fails (never skips) when it has not been
 /// fetched.

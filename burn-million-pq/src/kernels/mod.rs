@@ -1,5 +1,5 @@
 //! The PQ operations behind one backend-extension trait, as kernel/launch/reference triads
-//! (DESIGN.md): `encode` (nearest centroid + pack on append) and `attention` (lookup-table
+//! (`docs/design.md`): `encode` (nearest centroid + pack on append) and `attention` (lookup-table
 //! attention over the codes and the recent window; `decode` is its fused kernel for one query).
 
 pub mod attention;

@@ -1,5 +1,5 @@
 //! ZACK's attention behind one backend-extension trait, as a kernel/launch/reference triad
-//! (DESIGN.md), and the load-balancing schedule of the decode kernel.
+//! (`docs/design.md`), and the load-balancing schedule of the decode kernel.
 
 pub mod attention;
 mod schedule;

@@ -7,7 +7,6 @@ use burn_kvcompress::{
     fingerprint::ModelFingerprint,
     loading::load_hf_model,
     model::{CausalLm, Logits},
-    paths::shared_dir,
 };
 use burn_zack::rotation::{calibrate_rotations, GramAccumulator, RotationConfig, RotationGeometry, Rotations};
 use rand::{rngs::StdRng, Rng, SeedableRng};
@@ -21,10 +20,12 @@ pub type Gpu = burn::backend::Cuda<f32, i32>;
 #[cfg(all(feature = "wgpu", not(feature = "cuda")))]
 pub type Gpu = burn::backend::Wgpu<f32, i32>;
 
-/// The tiny Llama of the shared references (3 layers, 4 query / 2 KV heads, head_dim 16).
+/// The tiny random Llama checkpoint of the workspace's fixtures (transformers' reference model).
+pub const TINY_LLAMA_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/hf-tiny/tiny-llama");
+
+/// The tiny Llama of the fixtures (3 layers, 4 query / 2 KV heads, head_dim 16).
 pub fn tiny_llama() -> CausalLm<Cpu> {
-    let dir = shared_dir().join("reference/hf-tiny/tiny-llama");
-    load_hf_model::<Cpu>(&dir, &Default::default()).expect("tiny llama").model
+    load_hf_model::<Cpu>(TINY_LLAMA_DIR.as_ref(), &Default::default()).expect("tiny llama").model
 }
 
 /// Seeded values uniform in [-1, 1).

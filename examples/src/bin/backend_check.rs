@@ -16,7 +16,7 @@ use burn_kvcompress::{
     generation::{generate, GenerateOptions, SamplingConfig},
     loading::load_model,
     model::{logits_to_host, CausalLm, Logits},
-    paths::{default_model_path, shared_dir},
+    paths::default_model_path,
 };
 use clap::Parser;
 use examples::{backend_choice::BackendChoice, with_backend};
@@ -129,7 +129,7 @@ fn run<B: Backend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
         all_identical &= same;
         println!("| {:?} | {diff:.3e} | {same} |", prompt.chars().take(40).collect::<String>());
     }
-    let text_path = args.text.clone().unwrap_or_else(|| shared_dir().join("data/tempest.txt"));
+    let text_path = args.text.clone().unwrap_or_else(|| examples::reference::repo_file("data/tempest.txt"));
     let text = std::fs::read_to_string(&text_path).with_context(|| format!("reading {}", text_path.display()))?;
     let tokens = tokenizer.encode(&text, false)?;
     ensure!(tokens.len() > args.prefill_tokens, "the text is shorter than --prefill-tokens");

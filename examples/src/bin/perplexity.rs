@@ -1,7 +1,7 @@
 //! Decode-perplexity of KV cache schemes on text files, printed as a table beside llama.cpp's own
 //! KV cache types on the same model and texts.
 //!
-//! Protocol (DESIGN.md): windows of 1024 tokens from the start (no BOS); prefill 512, then feed
+//! Protocol (`docs/design.md`): windows of 1024 tokens from the start (no BOS); prefill 512, then feed
 //! 512 one at a time through the cache, scoring each with the logits produced before it is fed.
 
 use std::{fmt::Write as _, path::PathBuf};
@@ -12,12 +12,12 @@ use burn_kvcompress::{
     eval::{decode_perplexity, PerplexityConfig, PerplexityReport},
     fingerprint::ModelFingerprint,
     loading::load_model,
-    paths::{default_model_path, shared_dir},
+    paths::default_model_path,
 };
 use clap::Parser;
 use examples::{
     backend_choice::{BackendChoice, KernelBackend},
-    reference::{llamacpp_bits_per_element, load_reference_ppl, ReferencePpl},
+    reference::{default_texts, llamacpp_bits_per_element, llamacpp_reference_file, load_reference_ppl, ReferencePpl},
     report::create_parent,
     scheme_arg::SchemeArg,
     tradeoff::{plot_tradeoff, scheme_family, TradeoffPoint},
@@ -32,7 +32,7 @@ struct Args {
     /// Model: a `.gguf` file or a Hugging Face directory. Default: SmolLM2-135M-Instruct.
     #[arg(long)]
     model: Option<PathBuf>,
-    /// Text files to evaluate (repeatable). Default: the shared tempest.txt and gpl-3.txt.
+    /// Text files to evaluate (repeatable). Default: the repository's data/tempest.txt and data/gpl-3.txt.
     #[arg(long)]
     text: Vec<PathBuf>,
     /// KV cache schemes (repeatable): `dense`, `hack:bits=2,pi=64,round=stochastic`,
@@ -53,7 +53,8 @@ struct Args {
     /// Backend to run on.
     #[arg(long, value_enum, default_value_t = BackendChoice::Ndarray)]
     backend: BackendChoice,
-    /// llama.cpp reference file (rows printed beside ours; skipped for texts it lacks).
+    /// llama.cpp reference file (rows printed beside ours; skipped for texts it lacks). Default:
+    /// fixtures/llamacpp-smollm2.json.
     #[arg(long)]
     reference: Option<PathBuf>,
     /// Write the table to `<out>.md` and the raw reports to `<out>.json`.
@@ -108,7 +109,7 @@ fn run<B: KernelBackend>(device: B::Device, args: &Args) -> anyhow::Result<Vec<R
     let elements_per_token = elements_per_token(&c);
     let config = PerplexityConfig { max_windows: args.windows, batch: args.batch, ..Default::default() };
     let texts = match args.text.is_empty() {
-        true => vec![shared_dir().join("data/tempest.txt"), shared_dir().join("data/gpl-3.txt")],
+        true => default_texts(),
         false => args.text.clone(),
     };
     let mut rows = Vec::new();
@@ -127,9 +128,9 @@ fn run<B: KernelBackend>(device: B::Device, args: &Args) -> anyhow::Result<Vec<R
     Ok(rows)
 }
 
-/// llama.cpp's rows from `--reference` (default: the shared file), none where the file is absent.
+/// llama.cpp's rows from `--reference` (default: fixtures/llamacpp-smollm2.json), none where the file is absent.
 fn reference_rows(args: &Args) -> anyhow::Result<Vec<ReferencePpl>> {
-    let reference_path = args.reference.clone().unwrap_or_else(|| shared_dir().join("reference/llamacpp-smollm2.json"));
+    let reference_path = args.reference.clone().unwrap_or_else(llamacpp_reference_file);
     match reference_path.exists() {
         true => load_reference_ppl(&reference_path)
             .with_context(|| format!("malformed reference file {}", reference_path.display())),
