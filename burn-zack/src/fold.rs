@@ -14,7 +14,7 @@ use burn::{
     module::Param,
     tensor::{backend::Backend, DType, Tensor, TensorData},
 };
-use burn_kvcompress::model::CausalLm;
+use burn_kvcompress::model::{fold_value_rotation, CausalLm};
 
 use crate::rotation::{Pair, RotationGeometry, Rotations};
 use crate::{Ranks, ZackError};
@@ -44,29 +44,15 @@ pub fn fold_value_rotations<B: Backend>(
         // [kv, d, d]: R_g for each KV head.
         let r = Tensor::<B, 3>::from_data(TensorData::new(basis, [kv, d, d]), &device);
 
-        let dtype = attention.v_proj.weight.val().dtype();
-        let w_v = attention.v_proj.weight.val().cast(DType::F32);
-        let hidden = w_v.dims()[0];
-        // [hidden, kv·d] -> [kv, hidden, d] · R_g -> back.
-        let folded =
-            w_v.reshape([hidden, kv, d]).swap_dims(0, 1).matmul(r.clone()).swap_dims(0, 1).reshape([hidden, kv * d]);
-        attention.v_proj.weight = Param::from_tensor(folded.cast(dtype));
-        if let Some(bias) = attention.v_proj.bias.take() {
-            let folded = bias.val().cast(DType::F32).reshape([kv, 1, d]).matmul(r.clone()).reshape([kv * d]);
-            attention.v_proj.bias = Some(Param::from_tensor(folded.cast(dtype)));
-        }
-
-        let w_o = attention.o_proj.weight.val().cast(DType::F32);
-        let out = w_o.dims()[1];
-        // Rows of head h = g·group + j: [kv, group, d, out]; R_gᵀ · W_O^h.
-        let r_t = r.swap_dims(1, 2).reshape([kv, 1, d, d]).expand([kv, group, d, d]);
-        let folded = r_t.matmul(w_o.reshape([kv, group, d, out])).reshape([kv * group * d, out]);
+        let folded = fold_value_rotation(attention, r);
+        let dtype = attention.o_proj.weight.val().dtype();
+        let out = folded.dims()[1];
         let dropped = dropped_mean(rotations, ranks, layer);
         if dropped.iter().any(|&x| x != 0.0) {
             // Per query head h of KV head g, the rotated mean μ_g R_g past rank k_g: [1, heads·d].
             let per_head: Vec<f32> = dropped.chunks_exact(d).flat_map(|m| m.repeat(group)).collect();
             let restored = Tensor::<B, 2>::from_data(TensorData::new(per_head, [1, kv * group * d]), &device)
-                .matmul(folded.clone())
+                .matmul(folded)
                 .reshape([out]);
             let bias = match attention.o_proj.bias.take() {
                 Some(bias) => bias.val().cast(DType::F32) + restored,
@@ -74,7 +60,6 @@ pub fn fold_value_rotations<B: Backend>(
             };
             attention.o_proj.bias = Some(Param::from_tensor(bias.cast(dtype)));
         }
-        attention.o_proj.weight = Param::from_tensor(folded.cast(dtype));
     }
     Ok(model)
 }

@@ -10,6 +10,7 @@ use std::time::Instant;
 use burn::tensor::backend::Backend;
 use serde::{Deserialize, Serialize};
 
+use super::{kl_divergence, log_softmax, NextTokenLogProbs, Reference};
 use crate::{
     cache::{KvScheme, LayerCaches},
     error::RunError,
@@ -56,6 +57,10 @@ pub struct PerplexityReport {
     pub prefill_tokens_per_second: f64,
     /// Decode throughput, tokens per second (all sequences of the batch counted).
     pub decode_tokens_per_second: f64,
+    /// Mean KL divergence (nats) of the scored positions' next-token distributions from a
+    /// reference run's (see [`Reference::Compare`]); None without one.
+    #[serde(default)]
+    pub mean_kl: Option<f64>,
 }
 
 /// `-log softmax(logits)[target]`, computed in f64.
@@ -73,8 +78,23 @@ pub fn decode_perplexity<B: Backend, S: KvScheme<B>>(
     tokens: &[u32],
     config: PerplexityConfig,
     device: &B::Device,
-    mut progress: impl FnMut(usize, usize),
+    progress: impl FnMut(usize, usize),
 ) -> Result<PerplexityReport, RunError> {
+    decode_perplexity_with(model, scheme, tokens, config, device, Reference::None, progress).map(|(report, _)| report)
+}
+
+/// [`decode_perplexity`] that also records the next-token distributions ([`Reference::Record`],
+/// returned beside the report) or measures their KL divergence from a recorded run's
+/// ([`Reference::Compare`], in [`PerplexityReport::mean_kl`]).
+pub fn decode_perplexity_with<B: Backend, S: KvScheme<B>>(
+    model: &CausalLm<B>,
+    scheme: &S,
+    tokens: &[u32],
+    config: PerplexityConfig,
+    device: &B::Device,
+    reference: Reference<'_>,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<(PerplexityReport, Option<NextTokenLogProbs>), RunError> {
     if config.prefill == 0 || config.prefill >= config.window || config.batch == 0 {
         return Err(RunError::Input(format!("invalid protocol {config:?}")));
     }
@@ -87,6 +107,12 @@ pub fn decode_perplexity<B: Backend, S: KvScheme<B>>(
         )));
     }
     let total = windows.len() * (config.window - config.prefill);
+    let vocab = model.config().vocab_size;
+    if let Reference::Compare(record) = reference {
+        record.check(config, vocab)?;
+    }
+    let mut recorded = matches!(reference, Reference::Record).then(|| NextTokenLogProbs::new(config, vocab));
+    let mut kl = 0.0;
     let (mut nll, mut scored, mut peak, mut per_token) = (0.0, 0, 0, 0.0);
     let (mut prefill_time, mut decode_time, mut decoded) = (0.0, 0.0, 0);
     for group in windows.chunks(config.batch) {
@@ -99,6 +125,13 @@ pub fn decode_perplexity<B: Backend, S: KvScheme<B>>(
         for i in config.prefill..config.window {
             for (row, window) in group.iter().enumerate() {
                 nll += log_softmax_nll(&logits[row], window[i]);
+                match (reference, recorded.as_mut()) {
+                    (Reference::Compare(record), _) => {
+                        kl += kl_divergence(record.row(scored), &log_softmax(&logits[row]))
+                    }
+                    (_, Some(record)) => record.rows.extend(log_softmax(&logits[row]).into_iter().map(|x| x as f32)),
+                    _ => {}
+                }
                 scored += 1;
             }
             progress(scored, total);
@@ -114,7 +147,8 @@ pub fn decode_perplexity<B: Backend, S: KvScheme<B>>(
         per_token = caches.memory_bytes() as f64 / (caches.len() * group.len()) as f64;
     }
     let mean_nll = nll / scored as f64;
-    Ok(PerplexityReport {
+    let mean_kl = matches!(reference, Reference::Compare(_)).then(|| kl / scored as f64);
+    let report = PerplexityReport {
         scheme: scheme.name(),
         ppl: mean_nll.exp(),
         mean_nll,
@@ -124,5 +158,7 @@ pub fn decode_perplexity<B: Backend, S: KvScheme<B>>(
         kv_bytes_per_token: per_token,
         prefill_tokens_per_second: (windows.len() * config.prefill) as f64 / prefill_time,
         decode_tokens_per_second: decoded as f64 / decode_time,
-    })
+        mean_kl,
+    };
+    Ok((report, recorded))
 }

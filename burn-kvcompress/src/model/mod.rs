@@ -2,6 +2,7 @@
 
 mod causal_lm;
 mod config;
+mod fold;
 mod layer;
 mod ops;
 mod precision;
@@ -9,6 +10,7 @@ mod rope;
 
 pub use causal_lm::{logits_to_host, CausalLm, Logits};
 pub use config::{Architecture, ModelConfig};
+pub use fold::fold_value_rotation;
 pub use layer::{DecoderLayer, FeedForward, SelfAttention};
 pub use ops::{ModelOps, ModelOpsBackend, RmsNormOp, RotaryOp, RowProduct};
 pub use rope::RotaryEmbedding;
