@@ -23,5 +23,7 @@ mod config;
 pub mod homomorphic;
 pub mod kernels;
 pub mod quant;
+pub mod rotation;
 
-pub use config::{HackConfig, HackConfigError, Rounding};
+pub use cache::HackScheme;
+pub use config::{Axes, HackConfig, HackConfigError, Preset, RotationSpec, Rounding, PRESETS};

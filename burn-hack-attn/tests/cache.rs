@@ -7,7 +7,7 @@ use burn_hack_attn::{
     cache::{key_group, sum_bytes},
     kernels::{attention_reference, attention_reference_in_steps, unpack_words},
     quant::GroupParams,
-    HackConfig, Rounding,
+    HackConfig, HackScheme, Rounding,
 };
 use burn_kvcompress::{
     cache::{
@@ -77,7 +77,7 @@ fn expected_row(
     tail: &[f32],
     len: usize,
     head_dim: usize,
-    config: HackConfig,
+    config: &HackConfig,
     allowed: impl Fn(usize) -> bool,
     scale: f64,
 ) -> Vec<f64> {
@@ -121,7 +121,7 @@ fn check_against_dequantized(
 ) {
     let device = Default::default();
     let CacheGeometry { batch, kv_heads, heads, head_dim } = geometry;
-    let mut cache = KvScheme::<B>::new_cache(&config, 3, geometry, &device);
+    let mut cache = KvScheme::<B>::new_cache(&HackScheme::from(config.clone()), 3, geometry, &device);
     cache.append(random([batch, kv_heads, len, head_dim], 1), random([batch, kv_heads, len, head_dim], 2)).unwrap();
     let q = random([batch, heads, q_len, head_dim], 3);
     let key_start: Vec<usize> = (0..batch).map(|b| b.min(len - q_len)).collect();
@@ -129,8 +129,8 @@ fn check_against_dequantized(
     let got = host(cache.attend(q.clone(), &options).unwrap());
 
     let view = cache.view().unwrap();
-    let (keys, _) = dequantize(view.keys, config.bits);
-    let values = view.values.map(|v| dequantize(v, config.bits).0).unwrap_or_default();
+    let (keys, _) = dequantize(view.keys, config.key_bits);
+    let values = view.values.map(|v| dequantize(v, config.key_bits).0).unwrap_or_default();
     let tail = view.tail.map(|t| host(t.clone())).unwrap_or_default();
     let (q, blocks) = (host(q), cache.blocks());
     let tail_len = len - blocks * config.partition;
@@ -150,7 +150,8 @@ fn check_against_dequantized(
             for qi in 0..q_len {
                 let slot = len - q_len + qi;
                 let row = &q[((b * heads + h) * q_len + qi) * head_dim..][..head_dim];
-                let want = expected_row(row, k, v, t, len, head_dim, config, |key| options.allows(b, slot, key), 0.125);
+                let want =
+                    expected_row(row, k, v, t, len, head_dim, &config, |key| options.allows(b, slot, key), 0.125);
                 let have = &got[((b * heads + h) * q_len + qi) * head_dim..][..head_dim];
                 for (w, g) in want.iter().zip(have) {
                     worst = worst.max((w - *g as f64).abs());
@@ -185,16 +186,16 @@ fn appending_in_pieces_equals_appending_at_once() {
     let geometry = CacheGeometry { batch: 2, kv_heads: 2, heads: 4, head_dim: 64 };
     let config: HackConfig = "bits=2,pi=32,round=stochastic,seed=9".parse().unwrap();
     let (k, v) = (random([2, 2, 75, 64], 5), random([2, 2, 75, 64], 6));
-    let mut whole = KvScheme::<B>::new_cache(&config, 1, geometry, &device);
+    let mut whole = KvScheme::<B>::new_cache(&HackScheme::from(config.clone()), 1, geometry, &device);
     whole.append(k.clone(), v.clone()).unwrap();
-    let mut pieces = KvScheme::<B>::new_cache(&config, 1, geometry, &device);
+    let mut pieces = KvScheme::<B>::new_cache(&HackScheme::from(config.clone()), 1, geometry, &device);
     for (start, n) in [(0, 10), (10, 1), (11, 30), (41, 33), (74, 1)] {
         pieces.append(k.clone().narrow(2, start, n), v.clone().narrow(2, start, n)).unwrap();
     }
     assert_eq!((pieces.len(), pieces.blocks(), pieces.tail_len()), (75, 2, 11));
     assert_eq!(pieces.export_state(), whole.export_state());
     // Another layer draws other stochastic-rounding numbers.
-    let mut other_layer = KvScheme::<B>::new_cache(&config, 2, geometry, &device);
+    let mut other_layer = KvScheme::<B>::new_cache(&HackScheme::from(config.clone()), 2, geometry, &device);
     other_layer.append(k, v).unwrap();
     assert_ne!(other_layer.export_state(), whole.export_state());
 }
@@ -206,10 +207,12 @@ fn state_round_trips_and_bytes_match_the_format() {
     {
         let config: HackConfig = config.parse().unwrap();
         let geometry = CacheGeometry { batch: 2, kv_heads: 3, heads: 6, head_dim: 64 };
-        let mut cache = KvScheme::<B>::new_cache(&config, 0, geometry, &device);
+        let mut cache = KvScheme::<B>::new_cache(&HackScheme::from(config.clone()), 0, geometry, &device);
         cache.append(random([2, 3, len, 64], 7), random([2, 3, len, 64], 8)).unwrap();
         let state = cache.export_state();
-        let copy = TransferableScheme::<B>::import_state(&config, 0, geometry, &state, &device).unwrap();
+        let copy =
+            TransferableScheme::<B>::import_state(&HackScheme::from(config.clone()), 0, geometry, &state, &device)
+                .unwrap();
         assert_eq!(copy.export_state(), state);
         let q = random([2, 6, 1, 64], 9);
         let options = AttendOptions { scale: 0.125, key_start: vec![0, 0], window: None };
@@ -219,8 +222,8 @@ fn state_round_trips_and_bytes_match_the_format() {
         // (min, scale) pair as one word of two fp16, each sum at its storage width, the tail in f32. The
         // state's own bytes are that count, so the wire carries the format.
         let count = |name: &str| state.get(name).map_or(0, |t| t.elements());
-        let key_sum = sum_bytes(config.bits, key_group(64, config.partition));
-        let value_sum = sum_bytes(config.bits, config.partition);
+        let key_sum = sum_bytes(config.key_bits, key_group(64, config.partition));
+        let value_sum = sum_bytes(config.key_bits, config.partition);
         let format = 4 * (count("k_words") + count("v_words"))
             + 4 * (count("k_params") + count("v_params"))
             + key_sum * count("k_sums")
@@ -245,10 +248,12 @@ fn malformed_state_and_unsupported_geometry_are_rejected() {
     let device = Default::default();
     let config = HackConfig::new(2, 32, Rounding::Nearest).unwrap();
     let geometry = CacheGeometry { batch: 1, kv_heads: 1, heads: 1, head_dim: 64 };
-    let mut cache = KvScheme::<B>::new_cache(&config, 0, geometry, &device);
+    let mut cache = KvScheme::<B>::new_cache(&HackScheme::from(config.clone()), 0, geometry, &device);
     cache.append(random([1, 1, 40, 64], 1), random([1, 1, 40, 64], 2)).unwrap();
     let state = cache.export_state();
-    let import = |s: &LayerState| TransferableScheme::<B>::import_state(&config, 0, geometry, s, &device).map(|_| ());
+    let import = |s: &LayerState| {
+        TransferableScheme::<B>::import_state(&HackScheme::from(config.clone()), 0, geometry, s, &device).map(|_| ())
+    };
     let mut wrong_len = state.clone();
     wrong_len.tokens = 41;
     assert!(matches!(import(&wrong_len), Err(CacheError::State(_))));
@@ -257,7 +262,7 @@ fn malformed_state_and_unsupported_geometry_are_rejected() {
     assert!(matches!(import(&no_tail), Err(CacheError::State(m)) if m.contains("v_tail")));
 
     let odd = CacheGeometry { batch: 1, kv_heads: 1, heads: 1, head_dim: 40 };
-    let mut cache = KvScheme::<B>::new_cache(&config, 0, odd, &device);
+    let mut cache = KvScheme::<B>::new_cache(&HackScheme::from(config.clone()), 0, odd, &device);
     let err = cache.append(random([1, 1, 2, 40], 1), random([1, 1, 2, 40], 2)).unwrap_err();
     assert!(matches!(err, CacheError::Unsupported(_)), "{err}");
 }
@@ -267,7 +272,7 @@ fn prefill_in_query_steps_equals_one_step() {
     let device = Default::default();
     let geometry = CacheGeometry { batch: 2, kv_heads: 2, heads: 4, head_dim: 64 };
     let config: HackConfig = "bits=2,pi=32,round=nearest".parse().unwrap();
-    let mut cache = KvScheme::<B>::new_cache(&config, 0, geometry, &device);
+    let mut cache = KvScheme::<B>::new_cache(&HackScheme::from(config.clone()), 0, geometry, &device);
     cache.append(random([2, 2, 90, 64], 1), random([2, 2, 90, 64], 2)).unwrap();
     let q = random([2, 4, 90, 64], 3);
     let options = AttendOptions { scale: 0.125, key_start: vec![0, 11], window: Some(50) };
@@ -283,12 +288,12 @@ fn codes_dequantize_as_the_host_does() {
     let geometry = CacheGeometry { batch: 2, kv_heads: 2, heads: 4, head_dim: 64 };
     for config in ["bits=2,pi=32", "bits=4,pi=64,round=nearest"] {
         let config: HackConfig = config.parse().unwrap();
-        let mut cache = KvScheme::<B>::new_cache(&config, 0, geometry, &Default::default());
+        let mut cache = KvScheme::<B>::new_cache(&HackScheme::from(config.clone()), 0, geometry, &Default::default());
         cache.append(random([2, 2, 70, 64], 5), random([2, 2, 70, 64], 6)).unwrap();
         let view = cache.view().unwrap();
-        let keys = view.keys.dequantize(config.bits, key_group(64, config.partition));
-        assert_eq!(host(keys), dequantize(view.keys, config.bits).0, "{config}");
+        let keys = view.keys.dequantize(config.key_bits, key_group(64, config.partition));
+        assert_eq!(host(keys), dequantize(view.keys, config.key_bits).0, "{config}");
         let values = view.values.unwrap();
-        assert_eq!(host(values.dequantize(config.bits, config.partition)), dequantize(values, config.bits).0);
+        assert_eq!(host(values.dequantize(config.key_bits, config.partition)), dequantize(values, config.key_bits).0);
     }
 }

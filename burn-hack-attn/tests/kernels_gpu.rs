@@ -10,7 +10,7 @@ use burn_hack_attn::{
         QuantizeSpec, RowLayout,
     },
     quant::Rounder,
-    HackConfig, Rounding,
+    HackConfig, HackScheme, Rounding,
 };
 use burn_kvcompress::cache::{AttendOptions, CacheGeometry, KvCache, KvScheme, TransferableCache, TransferableScheme};
 use rand::{rngs::StdRng, Rng, SeedableRng};
@@ -56,8 +56,15 @@ fn quantize_kernel_equals_reference_bit_for_bit() {
             RowLayout::Keys { .. } => shape[3],
             RowLayout::ValueBlocks { .. } => 64,
         };
-        let spec =
-            QuantizeSpec { bits, group, head_dim, partition: 32, rounder: Rounder::new(rounding, i as u32), layout };
+        let spec = QuantizeSpec {
+            bits,
+            group,
+            head_dim,
+            partition: 32,
+            rounder: Rounder::new(rounding, i as u32),
+            clip: false,
+            layout,
+        };
         let data: Vec<f32> = values(shape, i as u64).into_iter().map(|x| x * magnitude).collect();
         let cpu = quantize_reference(
             Tensor::<Cpu, 4>::from_data(TensorData::new(data.clone(), shape), &Default::default()),
@@ -157,7 +164,7 @@ fn difference_from_reference(i: usize, c: &AttendCase) -> Difference {
     let config: HackConfig = c.config.parse().unwrap();
     let heads = c.kv_heads * c.group;
     let geometry = CacheGeometry { batch: c.batch, kv_heads: c.kv_heads, heads, head_dim: c.head_dim };
-    let mut cache = KvScheme::<Gpu>::new_cache(&config, i, geometry, &device);
+    let mut cache = KvScheme::<Gpu>::new_cache(&HackScheme::from(config.clone()), i, geometry, &device);
     let kv_shape = [c.batch, c.kv_heads, c.len, c.head_dim];
     let n: usize = kv_shape.iter().product();
     let tensor = |v: Vec<f32>, shape: [usize; 4]| Tensor::<Gpu, 4>::from_data(TensorData::new(v, shape), &device);
@@ -178,8 +185,14 @@ fn difference_from_reference(i: usize, c: &AttendCase) -> Difference {
     let got = cache.attend(q.clone(), &options).unwrap();
     // The reference runs on ndarray in f32 over the same codes (CUDA runs f32 matmuls in TF32).
     let state = TransferableCache::export_state(&cache);
-    let host_cache =
-        TransferableScheme::<Cpu>::import_state(&config, i, geometry, &state, &Default::default()).unwrap();
+    let host_cache = TransferableScheme::<Cpu>::import_state(
+        &HackScheme::from(config.clone()),
+        i,
+        geometry,
+        &state,
+        &Default::default(),
+    )
+    .unwrap();
     let q: Vec<f32> = q.into_data().into_vec().unwrap();
     let reference = |q: Vec<f32>| -> Vec<f32> {
         let q = Tensor::<Cpu, 4>::from_data(TensorData::new(q, q_shape), &Default::default());
@@ -571,14 +584,21 @@ fn prefill_reference_on_wgpu_equals_ndarray() {
     for (config, head_dim, len) in [("bits=4,pi=32,round=nearest", 64, 96), ("bits=2,pi=64,round=nearest", 128, 70)] {
         let config: HackConfig = config.parse().unwrap();
         let geometry = CacheGeometry { batch: 2, kv_heads: 3, heads: 9, head_dim };
-        let mut cpu_cache = KvScheme::<Cpu>::new_cache(&config, 0, geometry, &Default::default());
+        let mut cpu_cache =
+            KvScheme::<Cpu>::new_cache(&HackScheme::from(config.clone()), 0, geometry, &Default::default());
         let shape = [2, 3, len, head_dim];
         let n: usize = shape.iter().product();
         let cpu = |v: Vec<f32>, s: [usize; 4]| Tensor::<Cpu, 4>::from_data(TensorData::new(v, s), &Default::default());
         cpu_cache.append(cpu(normal(n, 1, 1.0), shape), cpu(normal(n, 2, 1.0), shape)).unwrap();
         let state = cpu_cache.export_state();
-        let gpu_cache =
-            TransferableScheme::<Gpu>::import_state(&config, 0, geometry, &state, &Default::default()).unwrap();
+        let gpu_cache = TransferableScheme::<Gpu>::import_state(
+            &HackScheme::from(config.clone()),
+            0,
+            geometry,
+            &state,
+            &Default::default(),
+        )
+        .unwrap();
         let q_shape = [2, 9, len, head_dim];
         let q = normal(2 * 9 * len * head_dim, 3, 1.0);
         let options = AttendOptions { scale: 0.125, key_start: vec![0, 5], window: None };
@@ -601,8 +621,8 @@ fn appended_key_metadata_stays_dense_and_equal() {
     // bytes when a tensor of such rows is allocated whole (as a concatenation's output is).
     let config: HackConfig = "bits=2,pi=64,round=nearest".parse().unwrap();
     let geometry = CacheGeometry { batch: 2, kv_heads: 2, heads: 4, head_dim: 128 };
-    let mut gpu_cache = KvScheme::<Gpu>::new_cache(&config, 0, geometry, &Default::default());
-    let mut cpu_cache = KvScheme::<Cpu>::new_cache(&config, 0, geometry, &Default::default());
+    let mut gpu_cache = KvScheme::<Gpu>::new_cache(&HackScheme::from(config.clone()), 0, geometry, &Default::default());
+    let mut cpu_cache = KvScheme::<Cpu>::new_cache(&HackScheme::from(config.clone()), 0, geometry, &Default::default());
     for (i, len) in [70, 1, 57].into_iter().enumerate() {
         let shape = [2, 2, len, 128];
         let n: usize = shape.iter().product();

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use burn_hack_attn::HackConfig;
+use burn_hack_attn::{HackConfig, HackScheme};
 use burn_kvcompress::{
     backend::NdArray,
     cache::{DenseScheme, KvScheme, TransferableCache, TransferableScheme},
@@ -79,8 +79,10 @@ async fn dense_disaggregated_matches_the_single_process_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hack_disaggregated_matches_the_single_process_run() {
-    disaggregated_run_matches_single_process(|_| "bits=2,pi=32,round=stochastic,seed=3".parse::<HackConfig>().unwrap())
-        .await;
+    disaggregated_run_matches_single_process(|_| {
+        HackScheme::from("bits=2,pi=32,round=stochastic,seed=3".parse::<HackConfig>().unwrap())
+    })
+    .await;
 }
 
 /// PQ with random codebooks for SmolLM2's geometry: the text is poor, but transfer must still

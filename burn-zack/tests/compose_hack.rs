@@ -51,7 +51,7 @@ fn zack_scheme(qk: [usize; 2]) -> ZackScheme {
 /// `scale + r` stochastic, `r = 2^-10 max|x|` for the fp16 metadata).
 fn partition_bound(values: &[f32], config: &HackConfig) -> f32 {
     let (lo, hi) = values.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(l, h), &x| (l.min(x), h.max(x)));
-    let step = (hi - lo) / ((1u32 << config.bits) - 1) as f32;
+    let step = (hi - lo) / ((1u32 << config.key_bits) - 1) as f32;
     let rounding = match config.rounding {
         burn_hack_attn::Rounding::Nearest => 0.5,
         burn_hack_attn::Rounding::Stochastic { .. } => 1.0,
@@ -67,7 +67,7 @@ fn attention_is_within_the_quantization_bound_of_unquantized_zack_attention() {
         [("bits=4,pi=64,round=nearest", 100), ("bits=2,pi=16,round=nearest", 70), ("bits=2,pi=64", 150)]
     {
         let config: HackConfig = config.parse().unwrap();
-        let composed = ZackHackScheme::new(zack.clone(), config).unwrap();
+        let composed = ZackHackScheme::new(zack.clone(), config.clone()).unwrap();
         let mut exact = KvScheme::<Cpu>::new_cache(&zack, 0, GEOMETRY, &Default::default());
         let mut quantized = KvScheme::<Cpu>::new_cache(&composed, 0, GEOMETRY, &Default::default());
         fill_both((&mut exact, &mut quantized), len, D, 11);
@@ -140,7 +140,7 @@ fn attention_is_within_the_quantization_bound_of_unquantized_zack_attention() {
 #[test]
 fn state_round_trips_the_format_is_counted_and_bad_compositions_are_refused() {
     let config: HackConfig = "bits=2,pi=64,round=stochastic,seed=3".parse().unwrap();
-    let composed = ZackHackScheme::new(zack_scheme([16, 48]), config).unwrap();
+    let composed = ZackHackScheme::new(zack_scheme([16, 48]), config.clone()).unwrap();
     let device = Default::default();
     let mut cache = KvScheme::<Cpu>::new_cache(&composed, 0, GEOMETRY, &device);
     let mut plain = KvScheme::<Cpu>::new_cache(composed.zack(), 0, GEOMETRY, &device);
@@ -167,7 +167,7 @@ fn state_round_trips_the_format_is_counted_and_bad_compositions_are_refused() {
     let name = KvScheme::<Cpu>::name(&composed);
     assert!(name.starts_with("zack:") && name.ends_with("+hack:bits=2,pi=64,round=stochastic,seed=3"), "{name}");
     // A key rank of 40 splits into no partitions of Π = 64; f16 storage has no meaning here.
-    let refused = ZackHackScheme::new(zack_scheme([40, 48]), config).unwrap_err();
+    let refused = ZackHackScheme::new(zack_scheme([40, 48]), config.clone()).unwrap_err();
     assert!(matches!(&refused, ZackError::Config(m) if m.contains("multiple: 16")), "{refused}");
     let f16 = zack_scheme([16, 48]).with_storage(ReducedStorage::F16);
     assert!(matches!(ZackHackScheme::new(f16, config), Err(ZackError::Config(_))));

@@ -19,7 +19,7 @@ use std::{path::Path, path::PathBuf, str::FromStr, sync::Arc};
 
 use anyhow::Context;
 use burn::tensor::backend::Backend;
-use burn_hack_attn::HackConfig;
+use burn_hack_attn::{HackConfig, HackScheme};
 use burn_kvcompress::{
     cache::{CacheGeometry, DenseScheme, HalfDenseScheme},
     fingerprint::ModelFingerprint,
@@ -97,6 +97,9 @@ impl FromStr for SchemeArg {
                 _ => Err(format!("`{s}`: the compositions supported are `zack:…+hack:…` and `zack:…+pq:…`")),
             };
         }
+        if let Some(preset) = HackConfig::preset(s) {
+            return Ok(Self::Hack(preset));
+        }
         let (name, params) = s.split_once(':').unwrap_or((s, ""));
         match name {
             "dense" => match params {
@@ -107,7 +110,7 @@ impl FromStr for SchemeArg {
             "hack" => params.parse().map(Self::Hack).map_err(|e| e.to_string()),
             "pq" => params.parse().map(Self::Pq),
             "zack" => params.parse().map(Self::Zack),
-            other => Err(format!("unknown KV scheme `{other}` (available: dense, hack, pq, zack)")),
+            other => Err(format!("unknown KV scheme `{other}` (available: dense, hack, hack2, hack4, pq, zack)")),
         }
     }
 }
@@ -119,8 +122,8 @@ pub enum Scheme {
     Dense(DenseScheme),
     /// Uncompressed K/V stored in f16.
     HalfDense(HalfDenseScheme),
-    /// HACK.
-    Hack(HackConfig),
+    /// HACK, with its learned rotations (if any) loaded and checked against the model.
+    Hack(HackScheme),
     /// MILLION, with its codebooks loaded and checked against the model.
     Pq(PqScheme),
     /// ZACK, with its rotations loaded and checked against the model and ranks chosen.
@@ -132,19 +135,33 @@ pub enum Scheme {
 }
 
 impl Scheme {
-    /// The model this scheme runs with: ZACK folds its value/output rotations into `W_V` and
-    /// `W_O`; every other scheme runs the model as loaded.
+    /// The model this scheme runs with: ZACK and HACK (with a rotation) fold their value/output
+    /// rotations into `W_V` and `W_O`; every other scheme runs the model as loaded.
     pub fn prepare<B: Backend>(&self, model: CausalLm<B>) -> anyhow::Result<CausalLm<B>> {
         match self {
             Self::Zack(scheme) => Ok(scheme.fold(model)?),
             Self::ZackHack(scheme) => Ok(scheme.zack().fold(model)?),
             Self::ZackPq(scheme) => Ok(scheme.zack().fold(model)?),
-            Self::Dense(_) | Self::HalfDense(_) | Self::Hack(_) | Self::Pq(_) => Ok(model),
+            Self::Hack(scheme) => Ok(scheme.fold(model)?),
+            Self::Dense(_) | Self::HalfDense(_) | Self::Pq(_) => Ok(model),
         }
     }
 }
 
 impl SchemeArg {
+    /// Mean bits per cached element at a context of `context` tokens for `config`'s model, every
+    /// piece of metadata and every float slot amortized, where the scheme's format gives it in
+    /// closed form (dense and HACK); None for the others (their tables give the bits measured at
+    /// the end of a window).
+    pub fn mean_bits_per_element(&self, config: &ModelConfig, context: usize) -> Option<f64> {
+        match self {
+            Self::Dense => Some(32.0),
+            Self::HalfDense => Some(16.0),
+            Self::Hack(hack) => Some(burn_hack_attn::cache::mean_bits_per_element(hack, config.head_dim, context)),
+            Self::Pq(_) | Self::Zack(_) | Self::ZackHack(..) | Self::ZackPq(..) => None,
+        }
+    }
+
     /// The concrete scheme for the model at `model_path` with hyper-parameters `config`.
     ///
     /// `pq` loads its codebook file and checks that it was calibrated on this model file (by
@@ -160,7 +177,18 @@ impl SchemeArg {
         Ok(match self {
             Self::Dense => Scheme::Dense(DenseScheme),
             Self::HalfDense => Scheme::HalfDense(HalfDenseScheme),
-            Self::Hack(config) => Scheme::Hack(*config),
+            Self::Hack(config) => {
+                let scheme = HackScheme::new(config.clone())?;
+                if let Some(trained_on) = scheme.rotations_model() {
+                    let fingerprint = fingerprint_of(model_path, fingerprint)?;
+                    anyhow::ensure!(
+                        trained_on == fingerprint,
+                        "the HACK rotations of `{config}` were trained on model {trained_on}, not on {} ({fingerprint})",
+                        model_path.display()
+                    );
+                }
+                Scheme::Hack(scheme)
+            }
             Self::Zack(arg) => {
                 let fingerprint = fingerprint_of(model_path, fingerprint)?;
                 Scheme::Zack(
@@ -177,7 +205,7 @@ impl SchemeArg {
                 let zack = arg
                     .resolve(config, fingerprint)
                     .with_context(|| format!("for the model {}", model_path.display()))?;
-                Scheme::ZackHack(ZackHackScheme::new(zack, *hack)?)
+                Scheme::ZackHack(ZackHackScheme::new(zack, hack.clone())?)
             }
             Self::ZackPq(arg, pq) => {
                 let path = &pq.codebooks;

@@ -67,7 +67,7 @@ impl<B: Backend> Codes<B> {
 /// (`[x, y, rows · width, 1]`): a backend that pads narrow rows in its allocations (CUDA's pads
 /// two 4-byte values to 16 bytes) keeps the result dense, so the kernels read no padding between
 /// two key groups' metadata.
-fn cat_dense_rows<B: Backend, K>(a: Tensor<B, 4, K>, b: Tensor<B, 4, K>) -> Tensor<B, 4, K>
+pub(super) fn cat_dense_rows<B: Backend, K>(a: Tensor<B, 4, K>, b: Tensor<B, 4, K>) -> Tensor<B, 4, K>
 where
     K: burn::tensor::BasicOps<B>,
 {

@@ -1,41 +1,60 @@
-//! One layer's HACK cache.
+//! One layer's HACK cache: the rotation of its queries and keys, and the store of its
+//! [axes](crate::Axes).
 
 use burn::tensor::Tensor;
 use burn_kvcompress::{
-    cache::{append_slots, AttendOptions, CacheGeometry, KvCache},
+    cache::{AttendOptions, CacheGeometry, KvCache},
     error::CacheError,
 };
 
-use super::{append_codes, key_bytes_per_slot, key_group, key_partitions_fit, value_block_bytes, Codes};
+use super::{key_partitions_fit, ChannelStore, PaperStore};
 use crate::{
-    kernels::{CacheView, HackBackend, QuantizeSpec, RowLayout},
-    quant::Rounder,
-    HackConfig,
+    kernels::{CacheView, ChannelView, HackBackend},
+    rotation::rotate_heads,
+    Axes, HackConfig,
 };
 
-/// One layer's compressed K/V for a batch: key codes per slot, value codes per closed block of Π
-/// slots, and the newest `< Π` values in f32 (the tail).
+/// Where a HACK cache keeps its K/V: the paper's layout or the channel layout.
+#[derive(Debug, Clone)]
+pub enum Store<B: HackBackend> {
+    /// [`Axes::Paper`].
+    Paper(PaperStore<B>),
+    /// [`Axes::Channel`].
+    Channel(ChannelStore<B>),
+}
+
+/// One layer's compressed K/V for a batch.
 #[derive(Debug, Clone)]
 pub struct HackCache<B: HackBackend> {
     pub(super) config: HackConfig,
     pub(super) layer: usize,
     pub(super) geometry: CacheGeometry,
-    pub(super) keys: Option<Codes<B>>,
-    pub(super) values: Option<Codes<B>>,
-    /// `[batch, kv_heads, tail_len, head_dim]`, `tail_len < Π`.
-    pub(super) tail: Option<Tensor<B, 4>>,
-    pub(super) len: usize,
+    /// `[kv_heads, head_dim, head_dim]`: the rotation of queries and keys (None without one), or
+    /// why the scheme could not build it.
+    pub(super) rotation: Result<Option<Tensor<B, 3>>, String>,
+    pub(super) store: Store<B>,
 }
 
 impl<B: HackBackend> HackCache<B> {
-    /// An empty cache for layer `layer` (which seeds its stochastic rounding). A configuration or
-    /// geometry HACK cannot run (see [`HackCache::check_supported`]) fails at the first append.
-    pub fn new(config: HackConfig, layer: usize, geometry: CacheGeometry) -> Self {
-        Self { config, layer, geometry, keys: None, values: None, tail: None, len: 0 }
+    /// An empty cache for layer `layer` (which seeds its stochastic rounding) with the query/key
+    /// rotation `rotation: [kv_heads, head_dim, head_dim]`, if any (or why it could not be built).
+    /// A configuration, geometry or rotation HACK cannot run (see [`HackCache::check_supported`])
+    /// fails at the first append.
+    pub fn new(
+        config: HackConfig,
+        layer: usize,
+        geometry: CacheGeometry,
+        rotation: Result<Option<Tensor<B, 3>>, String>,
+    ) -> Self {
+        let store = match config.axes {
+            Axes::Paper => Store::Paper(PaperStore::new()),
+            Axes::Channel => Store::Channel(ChannelStore::default()),
+        };
+        Self { config, layer, geometry, rotation, store }
     }
 
-    /// Checks the configuration, and that the head dimension is a multiple of 16 and of Π (or
-    /// smaller than Π).
+    /// Checks the configuration, that the head dimension is a multiple of 16 and of Π (or
+    /// smaller than Π), and that the rotation has the cache's shape.
     pub fn check_supported(&self) -> Result<(), CacheError> {
         self.config.validate().map_err(|e| CacheError::Unsupported(e.to_string()))?;
         let d = self.geometry.head_dim;
@@ -45,6 +64,16 @@ impl<B: HackBackend> HackCache<B> {
                 self.config.partition
             )));
         }
+        let rotation = self.rotation.as_ref().map_err(|e| CacheError::Unsupported(e.clone()))?;
+        if let Some(r) = rotation {
+            if r.dims() != [self.geometry.kv_heads, d, d] {
+                return Err(CacheError::Unsupported(format!(
+                    "rotations of shape {:?} for {} KV heads of {d} channels",
+                    r.dims(),
+                    self.geometry.kv_heads
+                )));
+            }
+        }
         Ok(())
     }
 
@@ -53,55 +82,59 @@ impl<B: HackBackend> HackCache<B> {
         &self.config
     }
 
-    /// Closed (quantized) V blocks.
+    /// The store.
+    pub fn store(&self) -> &Store<B> {
+        &self.store
+    }
+
+    /// Closed (quantized) blocks.
     pub fn blocks(&self) -> usize {
-        self.values.as_ref().map_or(0, |v| v.rows() / self.geometry.head_dim)
+        match &self.store {
+            Store::Paper(s) => s.blocks(self.geometry.head_dim),
+            Store::Channel(s) => s.blocks(self.geometry.head_dim),
+        }
     }
 
-    /// Slots whose values are still in the f32 tail.
+    /// Slots in float at the end (values only on the paper's axes, keys and values on the
+    /// channel axes).
     pub fn tail_len(&self) -> usize {
-        self.len - self.blocks() * self.config.partition
+        match &self.store {
+            Store::Paper(s) => s.len - self.blocks() * self.config.partition,
+            Store::Channel(s) => s.tail_len(),
+        }
     }
 
-    /// What attention reads (None while empty).
+    /// What attention reads on the paper's axes (None while empty or on the channel axes).
     pub fn view(&self) -> Option<CacheView<'_, B>> {
-        Some(CacheView {
-            bits: self.config.bits,
-            partition: self.config.partition,
-            head_dim: self.geometry.head_dim,
-            keys: self.keys.as_ref()?,
-            values: self.values.as_ref(),
-            tail: self.tail.as_ref(),
-        })
-    }
-
-    fn spec(&self, group: usize, tensor: u32, layout: RowLayout) -> QuantizeSpec {
-        QuantizeSpec {
-            bits: self.config.bits,
-            group,
-            head_dim: self.geometry.head_dim,
-            partition: self.config.partition,
-            rounder: Rounder::new(self.config.rounding, 2 * self.layer as u32 + tensor),
-            layout,
+        match &self.store {
+            Store::Paper(s) => s.view(&self.config, self.geometry.head_dim),
+            Store::Channel(_) => None,
         }
     }
 
-    /// Quantizes every full block at the front of the tail and keeps the rest as the tail.
-    fn close_blocks(&mut self, tail: Tensor<B, 4>) -> Result<(), CacheError> {
-        let [batch, kv_heads, tail_len, d] = tail.dims();
-        let pi = self.config.partition;
-        let full = tail_len / pi;
-        if full > 0 {
-            let first_slot = self.blocks() * pi;
-            let blocks = tail.clone().narrow(2, 0, full * pi).reshape([batch, kv_heads, full, pi, d]);
-            let rows = blocks.swap_dims(3, 4).reshape([batch, kv_heads, full * d, pi]);
-            let spec = self.spec(pi, 1, RowLayout::ValueBlocks { first_slot });
-            let codes = B::hack_quantize(rows, &spec).map_err(|e| CacheError::Request(e.to_string()))?;
-            self.values = Some(append_codes(self.values.take(), codes));
+    /// What attention reads on the channel axes (None on the paper's axes).
+    pub fn channel_view(&self) -> Option<ChannelView<'_, B>> {
+        match &self.store {
+            Store::Paper(_) => None,
+            Store::Channel(s) => Some(s.view(&self.config, self.geometry)),
         }
-        let rest = tail_len - full * pi;
-        self.tail = (rest > 0).then(|| tail.narrow(2, full * pi, rest));
-        Ok(())
+    }
+
+    /// Quantizes the blocks the channel layout holds in float only because no append has come
+    /// since they left the window (a prefill's), as the next append would; the state a prefill
+    /// side exports is the one its decode steps would attend.
+    pub fn close_blocks(&mut self) -> Result<(), CacheError> {
+        match &mut self.store {
+            Store::Paper(_) => Ok(()),
+            Store::Channel(s) => s.close_blocks(&self.config, self.layer, self.geometry),
+        }
+    }
+
+    fn rotated(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+        match &self.rotation {
+            Ok(Some(r)) => rotate_heads(x, r),
+            _ => x,
+        }
     }
 }
 
@@ -109,36 +142,38 @@ impl<B: HackBackend> KvCache<B> for HackCache<B> {
     fn append(&mut self, k: Tensor<B, 4>, v: Tensor<B, 4>) -> Result<(), CacheError> {
         self.check_supported()?;
         self.geometry.check_append(k.dims(), v.dims())?;
-        let new = k.dims()[2];
-        let group = key_group(self.geometry.head_dim, self.config.partition);
-        let spec = self.spec(group, 0, RowLayout::Keys { first_slot: self.len });
-        let keys = B::hack_quantize(k, &spec).map_err(|e| CacheError::Request(e.to_string()))?;
-        let tail = append_slots(self.tail.take(), v);
-        self.close_blocks(tail)?;
-        self.keys = Some(append_codes(self.keys.take(), keys));
-        self.len += new;
-        Ok(())
+        let k = self.rotated(k);
+        let (config, layer, geometry) = (&self.config, self.layer, self.geometry);
+        match &mut self.store {
+            Store::Paper(s) => s.append(config, layer, geometry, k, v),
+            Store::Channel(s) => s.append(config, layer, geometry, k, v),
+        }
     }
 
     fn attend(&self, q: Tensor<B, 4>, options: &AttendOptions) -> Result<Tensor<B, 4>, CacheError> {
-        let view = self.view().ok_or_else(|| CacheError::Request("attention over an empty cache".into()))?;
-        B::hack_attention(q, &view, options)
+        let q = self.rotated(q);
+        match &self.store {
+            Store::Paper(s) => s.attend(&self.config, self.geometry.head_dim, q, options),
+            Store::Channel(s) => s.attend(&self.config, self.geometry, q, options),
+        }
     }
 
     fn len(&self) -> usize {
-        self.len
+        match &self.store {
+            Store::Paper(s) => s.len,
+            Store::Channel(s) => s.len,
+        }
     }
 
-    /// Bytes of the storage format: packed codes, fp16 min/scale and sums at their storage width
-    /// (u8 or u16) for keys and closed value blocks, plus the tail at f32: what
+    /// Bytes of the storage format, what
     /// [`export_state`](burn_kvcompress::cache::TransferableCache::export_state) sends (tested).
-    /// The device keeps min/scale as f32 values and sums as 32-bit integers, so its resident
-    /// footprint is larger.
+    /// Paper's axes: packed codes, fp16 min/scale and sums at their storage width (u8 or u16) for
+    /// keys and closed value blocks, plus the tail at f32; the device keeps sums as 32-bit
+    /// integers. Channel axes: packed codes and fp16 min/scale, float slots at f16.
     fn memory_bytes(&self) -> usize {
-        let (g, bits, pi) = (self.geometry, self.config.bits, self.config.partition);
-        let per_stream = self.len * key_bytes_per_slot(g.head_dim, bits, pi)
-            + self.blocks() * value_block_bytes(g.head_dim, bits, pi)
-            + self.tail_len() * g.head_dim * 4;
-        g.batch * g.kv_heads * per_stream
+        match &self.store {
+            Store::Paper(s) => s.memory_bytes(&self.config, self.geometry),
+            Store::Channel(s) => s.memory_bytes(&self.config, self.geometry),
+        }
     }
 }

@@ -1,16 +1,22 @@
-//! The HACK KV cache and scheme: keys quantized per slot on append, values in closed blocks of Π
-//! slots plus a float tail (requantization elimination), attention on the codes.
+//! The HACK KV cache and scheme: the paper's layout (keys quantized per slot on append, values in
+//! closed blocks of Π slots plus a float tail) or the channel layout (float sinks, closed blocks
+//! of keys per channel and values per slot, a float tail), attention on the codes.
 
 mod bytes;
+mod channel;
 mod codes;
 mod hack_cache;
+mod paper;
 mod scheme;
 mod state;
 
 pub use bytes::{
-    bits_per_element, bytes_per_token, key_bytes_per_slot, key_group, key_partitions_fit, sum_bytes, value_block_bytes,
-    PARAMS_BYTES,
+    bits_per_element, bytes_per_token, key_bytes_per_slot, key_group, key_partitions_fit, mean_bits_per_element,
+    sum_bytes, value_block_bytes, PARAMS_BYTES,
 };
+pub use channel::{channel_bytes, value_group, ChannelStore, FloatSlots, PackedRows};
 pub use codes::{append_codes, Codes};
-pub use hack_cache::HackCache;
+pub use hack_cache::{HackCache, Store};
+pub use paper::PaperStore;
+pub use scheme::HackScheme;
 pub use state::{export_codes, import_codes};

@@ -1,19 +1,29 @@
-//! A HACK cache as a [`LayerState`] and back: the codes, metadata, sums and tail exactly as held,
-//! so a cache rebuilt on the decode side attends exactly as the prefill side's.
+//! A HACK cache as a [`LayerState`] and back: the codes, metadata, sums and float slots exactly as
+//! held, so a cache rebuilt on the decode side attends exactly as the prefill side's.
 //!
-//! Tensors: `k_words`, `k_params`, `k_sums` (keys, one row per slot); `v_words`, `v_params`,
-//! `v_sums` (closed blocks, present once a block has closed); `v_tail` (present while the tail is
-//! not empty). Shapes as in [`Codes`]. The state holds the format's widths, which [`HackCache`]'s
-//! `memory_bytes` counts: packed words and each partition's fp16 (min, scale) word as 32-bit
-//! integers, code sums as `u8` or `u16` ([`sum_bytes`]; the device holds them as 32-bit
+//! The paper's axes: `k_words`, `k_params`, `k_sums` (keys, one row per slot); `v_words`,
+//! `v_params`, `v_sums` (closed blocks, present once a block has closed); `v_tail` (present while
+//! the tail is not empty). Shapes as in [`Codes`]. The state holds the format's widths, which
+//! [`HackCache`]'s `memory_bytes` counts: packed words and each partition's fp16 (min, scale) word
+//! as 32-bit integers, code sums as `u8` or `u16` ([`sum_bytes`]; the device holds them as 32-bit
 //! integers), the tail in f32.
+//!
+//! The channel axes: `sinks_k`, `sinks_v`, `tail_k`, `tail_v` (f16, `[batch, kv_heads, slots,
+//! head_dim]`, present when not empty); `k_words`, `k_params` (one row per block and channel),
+//! `v_words`, `v_params` (one row per closed slot), present once a block has closed. The format's
+//! settings travel in the scheme's name, which both sides compare before anything is sent.
 
 use burn_kvcompress::{
-    cache::{CacheGeometry, LayerState, StateDType, StateTensor, TransferableCache, TransferableScheme},
+    cache::{
+        CacheGeometry, KvCache, KvScheme, LayerState, StateDType, StateTensor, TransferableCache, TransferableScheme,
+    },
     error::CacheError,
 };
 
-use super::{sum_bytes, Codes, HackCache};
+use super::{
+    channel::value_group, sum_bytes, ChannelStore, Codes, FloatSlots, HackCache, HackScheme, PackedRows, PaperStore,
+    Store,
+};
 use crate::{kernels::HackBackend, HackConfig};
 
 /// Appends `codes` of `bits`-bit codes to `out` as `{prefix}_words`, `{prefix}_params` and
@@ -63,22 +73,52 @@ pub fn import_codes<B: HackBackend>(
 }
 
 impl<B: HackBackend> TransferableCache<B> for HackCache<B> {
+    /// The state as [`memory_bytes`](burn_kvcompress::cache::KvCache::memory_bytes) counts it. On
+    /// the channel axes, blocks that the next append would close are exported closed (what the
+    /// decode side will attend); should quantizing them fail (a non-finite value), they are sent
+    /// in float, for the receiver's next append to report.
     fn export_state(&self) -> LayerState {
         let mut tensors = Vec::new();
-        if let Some(keys) = &self.keys {
-            export_codes("k", keys, self.config.bits, &mut tensors);
+        match &self.store {
+            Store::Paper(s) => {
+                let bits = self.config.key_bits;
+                if let Some(keys) = &s.keys {
+                    export_codes("k", keys, bits, &mut tensors);
+                }
+                if let Some(values) = &s.values {
+                    export_codes("v", values, bits, &mut tensors);
+                }
+                if let Some(tail) = &s.tail {
+                    tensors.push(StateTensor::from_float("v_tail", tail));
+                }
+            }
+            Store::Channel(s) => {
+                let mut sealed = s.clone();
+                let s = match sealed.close_blocks(&self.config, self.layer, self.geometry) {
+                    Ok(()) => &sealed,
+                    Err(_) => s,
+                };
+                for (name, slots) in [("sinks", &s.sinks), ("tail", &s.tail)] {
+                    if let Some(slots) = slots {
+                        for (x, t) in [("k", &slots.k), ("v", &slots.v)] {
+                            let exact = StateTensor::from_float_as_f16(&format!("{name}_{x}"), t);
+                            tensors.push(exact.expect("float slots hold f16 values (rounded on append)"));
+                        }
+                    }
+                }
+                for (x, rows) in [("k", &s.keys), ("v", &s.values)] {
+                    if let Some(rows) = rows {
+                        tensors.push(StateTensor::from_int(&format!("{x}_words"), &rows.words));
+                        tensors.push(StateTensor::from_int(&format!("{x}_params"), &rows.params));
+                    }
+                }
+            }
         }
-        if let Some(values) = &self.values {
-            export_codes("v", values, self.config.bits, &mut tensors);
-        }
-        if let Some(tail) = &self.tail {
-            tensors.push(StateTensor::from_float("v_tail", tail));
-        }
-        LayerState { tokens: self.len, tensors }
+        LayerState { tokens: self.len(), tensors }
     }
 }
 
-impl<B: HackBackend> TransferableScheme<B> for HackConfig {
+impl<B: HackBackend> TransferableScheme<B> for HackScheme {
     fn import_state(
         &self,
         layer: usize,
@@ -86,28 +126,103 @@ impl<B: HackBackend> TransferableScheme<B> for HackConfig {
         state: &LayerState,
         device: &B::Device,
     ) -> Result<HackCache<B>, CacheError> {
-        let mut cache = HackCache::new(*self, layer, geometry);
+        let mut cache: HackCache<B> = self.new_cache(layer, geometry, device);
         cache.check_supported()?;
-        let len = state.tokens;
-        if len == 0 {
-            return Ok(cache);
+        let config = self.config();
+        match &mut cache.store {
+            Store::Paper(s) => import_paper(s, config, geometry, state, device)?,
+            Store::Channel(s) => import_channel(s, config, geometry, state, device)?,
         }
-        let (d, bits, pi) = (geometry.head_dim, self.bits as usize, self.partition);
-        let group = super::key_group(d, pi);
-        cache.keys = Some(import_codes("k", state, len, d * bits / 32, d / group, geometry, device)?);
-        let blocks = len / pi;
-        if blocks > 0 {
-            cache.values = Some(import_codes("v", state, blocks * d, pi * bits / 32, 1, geometry, device)?);
-        }
-        let tail_len = len - blocks * pi;
-        if tail_len > 0 {
-            let tail = state.get("v_tail")?.to_float::<B, 4>(device)?;
-            if tail.dims() != [geometry.batch, geometry.kv_heads, tail_len, d] {
-                return Err(CacheError::State(format!("`v_tail` has shape {:?}", tail.dims())));
-            }
-            cache.tail = Some(tail);
-        }
-        cache.len = len;
         Ok(cache)
     }
+}
+
+fn import_paper<B: HackBackend>(
+    s: &mut PaperStore<B>,
+    config: &HackConfig,
+    geometry: CacheGeometry,
+    state: &LayerState,
+    device: &B::Device,
+) -> Result<(), CacheError> {
+    let len = state.tokens;
+    if len == 0 {
+        return Ok(());
+    }
+    let (d, bits, pi) = (geometry.head_dim, config.key_bits as usize, config.partition);
+    let group = super::key_group(d, pi);
+    s.keys = Some(import_codes("k", state, len, d * bits / 32, d / group, geometry, device)?);
+    let blocks = len / pi;
+    if blocks > 0 {
+        s.values = Some(import_codes("v", state, blocks * d, pi * bits / 32, 1, geometry, device)?);
+    }
+    let tail_len = len - blocks * pi;
+    if tail_len > 0 {
+        let tail = state.get("v_tail")?.to_float::<B, 4>(device)?;
+        if tail.dims() != [geometry.batch, geometry.kv_heads, tail_len, d] {
+            return Err(CacheError::State(format!("`v_tail` has shape {:?}", tail.dims())));
+        }
+        s.tail = Some(tail);
+    }
+    s.len = len;
+    Ok(())
+}
+
+/// Reads the channel layout's tensors: their shapes must add up to `state.tokens` slots.
+fn import_channel<B: HackBackend>(
+    s: &mut ChannelStore<B>,
+    config: &HackConfig,
+    geometry: CacheGeometry,
+    state: &LayerState,
+    device: &B::Device,
+) -> Result<(), CacheError> {
+    let (b, h, d, pi) = (geometry.batch, geometry.kv_heads, geometry.head_dim, config.partition);
+    let len = state.tokens;
+    let present = |name: &str| state.tensors.iter().any(|t| t.name == name);
+    let slots = |name: &str| -> Result<Option<FloatSlots<B>>, CacheError> {
+        if !present(&format!("{name}_k")) {
+            return Ok(None);
+        }
+        let k = state.get(&format!("{name}_k"))?.to_float::<B, 4>(device)?;
+        let v = state.get(&format!("{name}_v"))?.to_float::<B, 4>(device)?;
+        let n = k.dims()[2];
+        if k.dims() != [b, h, n, d] || v.dims() != k.dims() || n == 0 {
+            return Err(CacheError::State(format!("`{name}` slots have shapes {:?} / {:?}", k.dims(), v.dims())));
+        }
+        Ok(Some(FloatSlots { k, v }))
+    };
+    s.sinks = slots("sinks")?;
+    s.tail = slots("tail")?;
+    let blocks = match present("k_words") {
+        true => state.get("k_words")?.shape.get(2).copied().unwrap_or(0) / d,
+        false => 0,
+    };
+    if blocks > 0 {
+        let rows = |prefix: &str, rows: usize, words: usize, parts: usize| -> Result<PackedRows<B>, CacheError> {
+            let words_t = state.get(&format!("{prefix}_words"))?.to_int::<B, 4>(device)?;
+            let params = state.get(&format!("{prefix}_params"))?.to_int::<B, 4>(device)?;
+            if words_t.dims() != [b, h, rows, words] || params.dims() != [b, h, rows, parts] {
+                return Err(CacheError::State(format!(
+                    "`{prefix}` codes have shapes {:?} / {:?}, expected {:?} / {:?}",
+                    words_t.dims(),
+                    params.dims(),
+                    [b, h, rows, words],
+                    [b, h, rows, parts]
+                )));
+            }
+            Ok(PackedRows { words: words_t, params })
+        };
+        let (kb, vb) = (config.key_bits as usize, config.value_bits as usize);
+        s.keys = Some(rows("k", blocks * d, pi * kb / 32, 1)?);
+        s.values = Some(rows("v", blocks * pi, d * vb / 32, d / value_group(d, pi))?);
+    }
+    let (sinks, tail) = (s.sinks_len(), s.tail_len());
+    let sinks_expected = config.sinks.min(len);
+    if sinks != sinks_expected || sinks + blocks * pi + tail != len || (tail > 0 && sinks < config.sinks) {
+        return Err(CacheError::State(format!(
+            "{sinks} sink slots, {blocks} blocks of {pi} and {tail} tail slots do not make {len} slots with {} sinks",
+            config.sinks
+        )));
+    }
+    s.len = len;
+    Ok(())
 }

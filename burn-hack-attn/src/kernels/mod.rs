@@ -6,6 +6,7 @@
 pub mod attention;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod cache_args;
+pub mod channel;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub mod decode;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -23,6 +24,7 @@ use burn::tensor::{backend::Backend, Tensor};
 use burn_kvcompress::{cache::AttendOptions, error::CacheError};
 
 pub use attention::{attention_reference, attention_reference_in_steps, CacheView};
+pub use channel::{channel_attention_reference, ChannelView};
 pub use quantize::{quantize_reference, unpack_words};
 pub use spec::{QuantizeSpec, RowLayout};
 
@@ -45,6 +47,16 @@ pub trait HackBackend: Backend {
     ) -> Result<Tensor<Self, 4>, CacheError> {
         attention_reference(q, cache, options)
     }
+
+    /// HACK attention of `q: [batch, heads, q_len, head_dim]` (rotated) over a channel-layout
+    /// cache, `[batch, heads, q_len, head_dim]`.
+    fn hack_channel_attention(
+        q: Tensor<Self, 4>,
+        cache: &ChannelView<'_, Self>,
+        options: &AttendOptions,
+    ) -> Result<Tensor<Self, 4>, CacheError> {
+        channel_attention_reference(q, cache, options)
+    }
 }
 
 #[cfg(feature = "ndarray")]
@@ -61,8 +73,12 @@ where
     R: burn_cubecl::CubeRuntime,
     BT: burn_cubecl::BoolElement,
 {
+    /// The quantize kernel; clipped partitions run the reference for now (on the host).
     fn hack_quantize(x: Tensor<Self, 4>, spec: &QuantizeSpec) -> Result<Codes<Self>, QuantError> {
-        Ok(quantize::quantize_launch(x, spec))
+        match spec.clip {
+            true => quantize_reference(x, spec),
+            false => Ok(quantize::quantize_launch(x, spec)),
+        }
     }
 
     /// The fused decode kernel for one query slot (on tensor cores where CUDA has them,

@@ -34,6 +34,9 @@ pub struct QuantizeSpec {
     pub partition: usize,
     /// Rounding of the codes.
     pub rounder: Rounder,
+    /// Each partition's range clipped to the reconstruction's best
+    /// ([`quantize_group_clipped`](crate::quant::quantize_group_clipped)), else its min/max.
+    pub clip: bool,
     /// Where the rows sit in the cache.
     pub layout: RowLayout,
 }

@@ -84,8 +84,40 @@ pub fn quantize_group(
     rounder: &Rounder,
     index: impl Fn(usize) -> u32,
 ) -> Result<(GroupParams, Vec<u8>), QuantError> {
-    debug_assert!(!values.is_empty() && (1..=8).contains(&bits));
-    let levels = ((1u32 << bits) - 1) as f32;
+    let (lo, hi) = extent(values)?;
+    Ok(quantize_range(values, lo, hi, bits, rounder, &index))
+}
+
+/// The ratios of the partition's range that [`quantize_group_clipped`] tries, widest first.
+pub const CLIP_RATIOS: [f32; 6] = [1.0, 0.9, 0.8, 0.7, 0.6, 0.5];
+
+/// [`quantize_group`] over the range that reconstructs `values` best: the partition's range
+/// shrunk about its midpoint by each of [`CLIP_RATIOS`], keeping the one with the least squared
+/// error (the widest on ties). Values outside the range clamp to the end levels; at 2 bits the
+/// four levels then sit where most values are rather than where the extremes are.
+pub fn quantize_group_clipped(
+    values: &[f32],
+    bits: u8,
+    rounder: &Rounder,
+    index: impl Fn(usize) -> u32,
+) -> Result<(GroupParams, Vec<u8>), QuantError> {
+    let (lo, hi) = extent(values)?;
+    let (mid, half) = (0.5 * (lo + hi), 0.5 * (hi - lo));
+    let mut best: Option<(f32, (GroupParams, Vec<u8>))> = None;
+    for ratio in CLIP_RATIOS {
+        let quantized = quantize_range(values, mid - ratio * half, mid + ratio * half, bits, rounder, &index);
+        let (m, s) = (quantized.0.min.to_f32(), quantized.0.scale.to_f32());
+        let error: f32 = values.iter().zip(&quantized.1).map(|(&x, &c)| (s * c as f32 + m - x).powi(2)).sum();
+        if best.as_ref().is_none_or(|(e, _)| error < *e) {
+            best = Some((error, quantized));
+        }
+    }
+    Ok(best.expect("CLIP_RATIOS is not empty").1)
+}
+
+/// The partition's (min, max), or why fp16 metadata cannot hold it.
+fn extent(values: &[f32]) -> Result<(f32, f32), QuantError> {
+    debug_assert!(!values.is_empty());
     let (mut lo, mut hi) = (f32::INFINITY, f32::NEG_INFINITY);
     for &x in values {
         if !x.is_finite() || x.abs() > f16::MAX.to_f32() {
@@ -94,6 +126,20 @@ pub fn quantize_group(
         lo = lo.min(x);
         hi = hi.max(x);
     }
+    Ok((lo, hi))
+}
+
+/// Codes of `values` on the levels of `[lo, hi]` (min and scale rounded to fp16 first).
+fn quantize_range(
+    values: &[f32],
+    lo: f32,
+    hi: f32,
+    bits: u8,
+    rounder: &Rounder,
+    index: &impl Fn(usize) -> u32,
+) -> (GroupParams, Vec<u8>) {
+    debug_assert!((1..=8).contains(&bits));
+    let levels = ((1u32 << bits) - 1) as f32;
     let min = f16::from_f32(lo);
     let raw_scale = f16::from_f32((hi - min.to_f32()) / levels);
     let scale = if raw_scale.to_f32() > 0.0 && raw_scale.is_finite() { raw_scale } else { f16::ONE };
@@ -103,7 +149,7 @@ pub fn quantize_group(
         .enumerate()
         .map(|(i, &x)| ((x - m) / s + rounder.offset(index(i))).floor().clamp(0.0, levels) as u8)
         .collect();
-    Ok((GroupParams { min, scale }, codes))
+    (GroupParams { min, scale }, codes)
 }
 
 /// `scale * code + min` for every code.

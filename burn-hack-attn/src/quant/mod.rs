@@ -7,7 +7,9 @@ mod noise;
 mod pack;
 mod params_word;
 
-pub use group::{dequantize_group, quantize_group, GroupParams, QuantError, Rounder};
+pub use group::{
+    dequantize_group, quantize_group, quantize_group_clipped, GroupParams, QuantError, Rounder, CLIP_RATIOS,
+};
 pub(crate) use groups::GroupTable;
 pub use matrix::PartitionedMatrix;
 pub use noise::{mix32, uniform};

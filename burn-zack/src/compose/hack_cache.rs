@@ -84,8 +84,16 @@ impl<B: ZackBackend + HackBackend> ZackHackCache<B> {
     }
 
     fn spec(&self, group: usize, head_dim: usize, stream: u32, layout: RowLayout) -> QuantizeSpec {
-        let (bits, partition) = (self.config.bits, self.config.partition);
-        QuantizeSpec { bits, group, head_dim, partition, rounder: Rounder::new(self.config.rounding, stream), layout }
+        let (bits, partition) = (self.config.key_bits, self.config.partition);
+        QuantizeSpec {
+            bits,
+            group,
+            head_dim,
+            partition,
+            rounder: Rounder::new(self.config.rounding, stream),
+            clip: self.config.clip,
+            layout,
+        }
     }
 
     /// Quantizes every full block at the front of `tail` (`[batch, n, Σ k_vo]`) and keeps the rest.
@@ -108,7 +116,7 @@ impl<B: ZackBackend + HackBackend> ZackHackCache<B> {
 
     /// The dequantized reduced keys `[batch, slots, Σ k_qk]` and values `[batch, slots, Σ k_vo]`.
     pub fn dequantized(&self) -> Option<(Tensor<B, 3>, Tensor<B, 3>)> {
-        let (batch, bits, width) = (self.geometry.batch, self.config.bits, self.layout.value_width());
+        let (batch, bits, width) = (self.geometry.batch, self.config.key_bits, self.layout.value_width());
         let keys: Vec<Tensor<B, 3>> = (self.keys.iter().enumerate())
             .map(|(h, codes)| {
                 codes.dequantize(bits, self.key_group(h)).reshape([batch, self.len, self.layout.qk_ranks[h]])
@@ -163,7 +171,7 @@ impl<B: ZackBackend + HackBackend> KvCache<B> for ZackHackCache<B> {
     /// sums at their storage width for every head's keys and the closed value blocks, plus the
     /// tail at f32. The basis is per-layer model state, like the weights, and is not counted.
     fn memory_bytes(&self) -> usize {
-        let (bits, pi) = (self.config.bits, self.config.partition);
+        let (bits, pi) = (self.config.key_bits, self.config.partition);
         let width = self.layout.value_width();
         let keys: usize = self.layout.qk_ranks.iter().map(|&r| self.len * key_bytes_per_slot(r, bits, pi)).sum();
         let values = self.blocks() * value_block_bytes(width, bits, pi) + self.tail_len() * width * 4;

@@ -1,6 +1,6 @@
 //! [`ZackHackScheme`]: ZACK's rotations and ranks followed by HACK quantization.
 
-use burn_hack_attn::{cache::key_partitions_fit, kernels::HackBackend, HackConfig};
+use burn_hack_attn::{cache::key_partitions_fit, kernels::HackBackend, Axes, HackConfig, RotationSpec};
 use burn_kvcompress::cache::{CacheGeometry, KvScheme};
 
 use super::ZackHackCache;
@@ -28,6 +28,11 @@ impl ZackHackScheme {
     /// every key rank fits HACK's key partitions.
     pub fn new(zack: ZackScheme, hack: HackConfig) -> Result<Self, ZackError> {
         hack.validate().map_err(|e| ZackError::Config(e.to_string()))?;
+        if hack.axes != Axes::Paper || hack.rotation != RotationSpec::None {
+            return Err(ZackError::Config(format!(
+                "{hack}: ZACK composes with HACK's paper axes without rotation (ZACK's own rotations come first)"
+            )));
+        }
         if zack.storage() != ReducedStorage::F32 {
             return Err(ZackError::Config(format!(
                 "ZACK storage {} cannot be composed with HACK: the codes replace the stored elements",
@@ -75,7 +80,7 @@ impl<B: ZackBackend + HackBackend> KvScheme<B> for ZackHackScheme {
 
     fn new_cache(&self, layer: usize, geometry: CacheGeometry, device: &B::Device) -> ZackHackCache<B> {
         let parts = self.zack.layer_parts(layer, geometry, device);
-        ZackHackCache::new(self.hack, layer, geometry, parts, device)
+        ZackHackCache::new(self.hack.clone(), layer, geometry, parts, device)
     }
 
     /// The two names joined by `+`: `zack:rate=…,rot=…,ranks=…+hack:bits=2,pi=64,…`.

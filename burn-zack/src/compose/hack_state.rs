@@ -20,10 +20,10 @@ impl<B: ZackBackend + HackBackend> TransferableCache<B> for ZackHackCache<B> {
     fn export_state(&self) -> LayerState {
         let mut tensors = Vec::new();
         for (h, codes) in self.keys.iter().enumerate() {
-            export_codes(&format!("k{h}"), codes, self.config.bits, &mut tensors);
+            export_codes(&format!("k{h}"), codes, self.config.key_bits, &mut tensors);
         }
         if let Some(values) = &self.values {
-            export_codes("v", values, self.config.bits, &mut tensors);
+            export_codes("v", values, self.config.key_bits, &mut tensors);
         }
         if let Some(tail) = &self.tail {
             tensors.push(StateTensor::from_float("v_tail", tail));
@@ -46,7 +46,7 @@ impl<B: ZackBackend + HackBackend> TransferableScheme<B> for ZackHackScheme {
         if len == 0 {
             return Ok(cache);
         }
-        let (bits, pi) = (self.hack().bits as usize, self.hack().partition);
+        let (bits, pi) = (self.hack().key_bits as usize, self.hack().partition);
         let one_head = CacheGeometry { kv_heads: 1, ..geometry };
         for (h, &rank) in cache.layout.qk_ranks.iter().enumerate() {
             let (words, parts) = (rank * bits / 32, rank / cache.key_group(h));

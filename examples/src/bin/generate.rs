@@ -61,7 +61,7 @@ struct Args {
     #[arg(long, default_value = "dense")]
     kv: SchemeArg,
     /// Backend to run on.
-    #[arg(long, value_enum, default_value_t = BackendChoice::Ndarray)]
+    #[arg(long, value_enum, default_value_t = BackendChoice::Flex)]
     backend: BackendChoice,
 }
 

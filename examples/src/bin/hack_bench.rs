@@ -9,7 +9,7 @@ use burn::tensor::{Distribution, Tensor};
 use burn_hack_attn::{
     cache::{key_group, PARAMS_BYTES},
     kernels::{attention_reference, HackBackend},
-    HackConfig, Rounding,
+    HackConfig, HackScheme, Rounding,
 };
 use burn_kvcompress::{
     backend::NdArray,
@@ -42,8 +42,8 @@ fn filled_cache<B: HackBackend>(
     batch: usize,
     len: usize,
     device: &B::Device,
-) -> anyhow::Result<<HackConfig as KvScheme<B>>::Cache> {
-    Ok(bench::filled_cache(&args.config, args.grid.geometry(batch), len, device)?)
+) -> anyhow::Result<<HackScheme as KvScheme<B>>::Cache> {
+    Ok(bench::filled_cache(&HackScheme::from(args.config.clone()), args.grid.geometry(batch), len, device)?)
 }
 
 /// The kernels and the prefill path on this backend against the ndarray reference, on SmolLM2's
@@ -62,9 +62,10 @@ fn check_against_cpu<B: HackBackend>(device: &B::Device) -> anyhow::Result<()> {
     for bits in [2, 4] {
         for pi in [32, 64, 128] {
             let config = HackConfig::new(bits, pi, Rounding::Stochastic { seed: 1 })?;
-            let mut cpu_cache = KvScheme::<NdArray>::new_cache(&config, 0, geometry, &cpu_device);
+            let scheme = HackScheme::from(config.clone());
+            let mut cpu_cache = KvScheme::<NdArray>::new_cache(&scheme, 0, geometry, &cpu_device);
             cpu_cache.append(k.clone(), v.clone())?;
-            let mut cache = KvScheme::<B>::new_cache(&config, 0, geometry, device);
+            let mut cache = KvScheme::<B>::new_cache(&scheme, 0, geometry, device);
             cache.append(to_backend(&k), to_backend(&v))?;
             let same_state = cache.export_state() == cpu_cache.export_state();
             let prefill =
@@ -85,7 +86,7 @@ fn check_against_cpu<B: HackBackend>(device: &B::Device) -> anyhow::Result<()> {
 /// Bytes the decode kernel reads from device memory: every resident code word and fp16 (min,
 /// scale) word, the code sums it reads (4 bytes each on the device), the tail and the queries.
 fn device_bytes(args: &Args, batch: usize, len: usize) -> f64 {
-    let (d, bits, pi) = (args.grid.head_dim, args.config.bits as usize, args.config.partition);
+    let (d, bits, pi) = (args.grid.head_dim, args.config.key_bits as usize, args.config.partition);
     let parts = d / key_group(d, pi);
     let blocks = len / pi;
     let tail = len - blocks * pi;
@@ -110,7 +111,7 @@ fn reads_code_sums(args: &Args) -> (bool, bool) {
         warps: 1,
         meta_vector: 1,
     };
-    match (args.backend, args.config.bits) {
+    match (args.backend, args.config.key_bits) {
         (BackendChoice::Cuda, 2) => (!geo.key_sums_from_products(), !geo.value_sums_from_products()),
         _ => (true, true),
     }

@@ -8,8 +8,9 @@ use std::{fmt::Write as _, path::PathBuf};
 
 use anyhow::Context;
 use burn_kvcompress::{
+    cache::DenseScheme,
     cache::KvScheme,
-    eval::{decode_perplexity, PerplexityConfig, PerplexityReport},
+    eval::{decode_perplexity_with, NextTokenLogProbs, PerplexityConfig, PerplexityReport, Reference},
     fingerprint::ModelFingerprint,
     loading::load_model,
     paths::default_model_path,
@@ -19,7 +20,7 @@ use examples::{
     backend_choice::{BackendChoice, KernelBackend},
     reference::{default_texts, llamacpp_bits_per_element, llamacpp_reference_file, load_reference_ppl, ReferencePpl},
     report::create_parent,
-    scheme_arg::SchemeArg,
+    scheme_arg::{Scheme, SchemeArg},
     tradeoff::{plot_tradeoff, scheme_family, TradeoffPoint},
     with_backend, with_scheme,
 };
@@ -51,7 +52,7 @@ struct Args {
     #[arg(long, default_value_t = 4)]
     batch: usize,
     /// Backend to run on.
-    #[arg(long, value_enum, default_value_t = BackendChoice::Ndarray)]
+    #[arg(long, value_enum, default_value_t = BackendChoice::Flex)]
     backend: BackendChoice,
     /// llama.cpp reference file (rows printed beside ours; skipped for texts it lacks). Default:
     /// fixtures/llamacpp-smollm2.json.
@@ -75,7 +76,13 @@ struct Row {
     text: String,
     report: PerplexityReport,
     bits_per_element: f64,
+    /// Mean bits per element at [`STEADY_CONTEXT`] tokens, where the scheme gives it.
+    steady_bits: Option<f64>,
 }
+
+/// The context at which the table states each format's steady cost (metadata and float slots
+/// amortized).
+const STEADY_CONTEXT: usize = 8192;
 
 fn evaluate<B: KernelBackend, S: KvScheme<B>>(
     scheme: S,
@@ -83,11 +90,12 @@ fn evaluate<B: KernelBackend, S: KvScheme<B>>(
     tokens: &[u32],
     config: PerplexityConfig,
     device: &B::Device,
-) -> anyhow::Result<PerplexityReport> {
+    reference: Reference<'_>,
+) -> anyhow::Result<(PerplexityReport, Option<NextTokenLogProbs>)> {
     let bar = ProgressBar::new(0)
         .with_style(ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} tokens, eta {eta}").expect("template"));
     bar.set_message(scheme.name());
-    let report = decode_perplexity(model, &scheme, tokens, config, device, |done, total| {
+    let report = decode_perplexity_with(model, &scheme, tokens, config, device, reference, |done, total| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
     })?;
@@ -112,17 +120,29 @@ fn run<B: KernelBackend>(device: B::Device, args: &Args) -> anyhow::Result<Vec<R
         true => default_texts(),
         false => args.text.clone(),
     };
+    // Dense first: its next-token distributions are the reference of every other row's KL.
+    let dense = Scheme::Dense(DenseScheme);
+    let schemes: Vec<&Scheme> =
+        std::iter::once(&dense).chain(schemes.iter().filter(|s| !matches!(s, Scheme::Dense(_)))).collect();
     let mut rows = Vec::new();
     for text_path in &texts {
         let text = std::fs::read_to_string(text_path).with_context(|| format!("reading {}", text_path.display()))?;
         let tokens = tokenizer.encode(&text, false)?;
+        let mut dense_record = None;
         for scheme in &schemes {
             let model = scheme.prepare(loaded.model.clone())?;
-            let report = with_scheme!(scheme.clone(), evaluate::<B, _>, (&model, &tokens, config, &device))?;
+            let reference = match &dense_record {
+                None => Reference::Record,
+                Some(record) => Reference::Compare(record),
+            };
+            let (report, record) =
+                with_scheme!((*scheme).clone(), evaluate::<B, _>, (&model, &tokens, config, &device, reference))?;
+            dense_record = dense_record.or(record);
             let name = text_path.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-            eprintln!("{name} {}: ppl {:.4}", report.scheme, report.ppl);
+            eprintln!("{name} {}: ppl {:.4}, KL {:?}", report.scheme, report.ppl, report.mean_kl);
             let bits_per_element = report.kv_bytes_per_token * 8.0 / elements_per_token;
-            rows.push(Row { text: name, report, bits_per_element });
+            let steady_bits = steady_bits(&report.scheme, &c);
+            rows.push(Row { text: name, report, bits_per_element, steady_bits });
         }
     }
     Ok(rows)
@@ -163,9 +183,16 @@ fn rows_from_json(json: &std::path::Path, args: &Args) -> anyhow::Result<Vec<Row
         .map(|(text, report)| Row {
             text,
             bits_per_element: report.kv_bytes_per_token * 8.0 / elements_per_token,
+            steady_bits: steady_bits(&report.scheme, loaded.model.config()),
             report,
         })
         .collect())
+}
+
+/// The mean bits per element at [`STEADY_CONTEXT`] of the scheme named `name` (its `--kv`
+/// spelling), where its format gives it.
+fn steady_bits(name: &str, c: &burn_kvcompress::model::ModelConfig) -> Option<f64> {
+    name.parse::<SchemeArg>().ok()?.mean_bits_per_element(c, STEADY_CONTEXT)
 }
 
 /// Cached K and V elements per token, all layers.
@@ -177,34 +204,42 @@ fn table(rows: &[Row], reference: &[ReferencePpl]) -> anyhow::Result<String> {
     let mut out = String::new();
     writeln!(
         out,
-        "| text | KV cache | bits/elem | ppl | vs llama.cpp f32 | scored tokens | prefill tok/s | decode tok/s |"
+        "| text | KV cache | bits/elem at window end | bits/elem at 8K | ppl | vs dense | vs llama.cpp f32 | mean KL vs dense | \
+         scored tokens | prefill tok/s | decode tok/s |"
     )?;
-    writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|")?;
+    writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")?;
+    let bits = |b: Option<f64>| b.map_or(String::new(), |b| format!("{b:.2}"));
     for text in texts(rows) {
         let f32_ref = reference.iter().find(|r| r.text == text && r.kv_type == "f32").map(|r| r.ppl);
-        let delta = |ppl: f64| f32_ref.map_or("n/a".to_string(), |f| format!("{:+.2}%", 100.0 * (ppl / f - 1.0)));
+        let dense = rows.iter().find(|r| r.text == text && r.report.scheme == "dense").map(|r| r.report.ppl);
+        let delta =
+            |ppl: f64, to: Option<f64>| to.map_or(String::new(), |f| format!("{:+.2}%", 100.0 * (ppl / f - 1.0)));
         for row in rows.iter().filter(|r| r.text == text) {
             let r = &row.report;
             writeln!(
                 out,
-                "| {text} | {} (ours) | {:.2} | {:.4} | {} | {} | {:.1} | {:.1} |",
+                "| {text} | {} (ours) | {:.2} | {} | {:.4} | {} | {} | {} | {} | {:.1} | {:.1} |",
                 r.scheme,
                 row.bits_per_element,
+                bits(row.steady_bits),
                 r.ppl,
-                delta(r.ppl),
+                delta(r.ppl, dense),
+                delta(r.ppl, f32_ref),
+                r.mean_kl.map_or(String::new(), |kl| format!("{kl:.5}")),
                 r.scored_tokens,
                 r.prefill_tokens_per_second,
                 r.decode_tokens_per_second
             )?;
         }
         for r in reference.iter().filter(|r| r.text == text) {
-            let bits = llamacpp_bits_per_element(&r.kv_type).map_or("?".into(), |b| format!("{b:.2}"));
+            let b = bits(llamacpp_bits_per_element(&r.kv_type));
             writeln!(
                 out,
-                "| {text} | llama.cpp {} | {bits} | {:.4} | {} | {} | | |",
+                "| {text} | llama.cpp {} | {b} | {b} | {:.4} | {} | {} | | {} | | |",
                 r.kv_type,
                 r.ppl,
-                delta(r.ppl),
+                delta(r.ppl, dense),
+                delta(r.ppl, f32_ref),
                 r.scored_tokens
             )?;
         }
@@ -219,7 +254,7 @@ fn plot(rows: &[Row], reference: &[ReferencePpl], path: &std::path::Path) -> any
     for text in &texts {
         let ours = rows.iter().filter(|r| r.text == *text).map(|r| TradeoffPoint {
             family: scheme_family(&r.report.scheme),
-            bits_per_element: r.bits_per_element,
+            bits_per_element: r.steady_bits.unwrap_or(r.bits_per_element),
             ppl: r.report.ppl,
         });
         let theirs = reference.iter().filter(|r| r.text == *text).filter_map(|r| {
@@ -263,7 +298,10 @@ fn main() -> anyhow::Result<()> {
         create_parent(out)?;
         let header = format!(
             "Decode-perplexity (1024-token windows, prefill 512, 512 scored one at a time), backend {:?}.\n\
-             Produced by `cargo xtask eval`.\n\n",
+             Produced by `cargo xtask eval`. Bits per element: at the window's end, what the caches hold \
+             after 1023 tokens (all metadata and float slots, measured); at 8K, the format's mean cost at \
+             an 8192-token context (metadata and float slots amortized; dense and HACK only). Mean KL: \
+             of each scored position's next-token distribution from the dense (f32) run's, in nats.\n\n",
             args.backend
         );
         std::fs::write(out.with_extension("md"), header + &table)?;

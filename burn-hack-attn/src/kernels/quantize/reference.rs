@@ -6,7 +6,7 @@ use burn::tensor::{backend::Backend, ElementConversion, Int, Tensor, TensorData}
 use crate::{
     cache::Codes,
     kernels::QuantizeSpec,
-    quant::{pack_codes, quantize_group, QuantError},
+    quant::{pack_codes, quantize_group, quantize_group_clipped, QuantError},
 };
 
 /// Quantizes `x: [batch, kv_heads, rows, z]` per `spec` into [`Codes`] on `x`'s device.
@@ -24,7 +24,10 @@ pub fn quantize_reference<B: Backend>(x: Tensor<B, 4>, spec: &QuantizeSpec) -> R
                 for p in 0..parts {
                     let part = &values[start + p * spec.group..start + (p + 1) * spec.group];
                     let index = |i: usize| spec.index(batch, kv_heads, b, h, row, p * spec.group + i);
-                    let (params, codes) = quantize_group(part, spec.bits, &spec.rounder, index)?;
+                    let (params, codes) = match spec.clip {
+                        true => quantize_group_clipped(part, spec.bits, &spec.rounder, index)?,
+                        false => quantize_group(part, spec.bits, &spec.rounder, index)?,
+                    };
                     let packed = pack_codes(&codes, spec.bits);
                     words.extend(packed.chunks_exact(4).map(|w| i32::from_le_bytes(w.try_into().unwrap())));
                     params_words.push(params.word());

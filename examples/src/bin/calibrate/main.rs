@@ -90,7 +90,7 @@ pub struct Args {
     #[arg(long)]
     model: Option<PathBuf>,
     /// Backend the model runs on to record K/V (k-means and the SVD run on the CPU).
-    #[arg(long, value_enum, default_value_t = BackendChoice::Ndarray)]
+    #[arg(long, value_enum, default_value_t = BackendChoice::Flex)]
     backend: BackendChoice,
     /// k-means: mini-batch iterations.
     #[arg(long, default_value_t = KmeansConfig::default().iterations)]

@@ -1,0 +1,257 @@
+//! The channel layout ([`Axes::Channel`](crate::Axes::Channel)): float sinks, closed blocks of Π
+//! slots with keys quantized per channel and values per token, and a float tail.
+//!
+//! Slots `0 .. sinks` stay in float for good (attention sinks). The slots after them form blocks
+//! of Π; a block is quantized when all its slots are older than the newest `window` — checked
+//! *before* an append adds its tokens, so the tokens of an append are always attended in float
+//! by the call that appended them. A prompt's prefill therefore attends exactly (it quantizes
+//! nothing), and its blocks close at the next append (or when the state is exported). Float slots
+//! hold f16 values (rounded on append), the format's width for them.
+
+use burn::tensor::{backend::Backend, DType, Int, Tensor, TensorData};
+use burn_kvcompress::{
+    cache::{attention_reference, AttendOptions, CacheGeometry},
+    error::CacheError,
+};
+
+use super::{codes::cat_dense_rows, paper::spec, PARAMS_BYTES};
+use crate::{
+    kernels::{ChannelView, HackBackend, RowLayout},
+    HackConfig,
+};
+
+/// Packed codes and their (min, scale) words, `[batch, kv_heads, rows, ·]` (see
+/// [`Codes`](super::Codes); no code sums: the channel layout's products do not need them).
+#[derive(Debug, Clone)]
+pub struct PackedRows<B: Backend> {
+    /// Packed codes, `32 / bits` per word, the first in the lowest bits.
+    pub words: Tensor<B, 4, Int>,
+    /// Per partition, its fp16 minimum and scale in one word.
+    pub params: Tensor<B, 4, Int>,
+}
+
+impl<B: Backend> PackedRows<B> {
+    /// Rows held.
+    pub fn rows(&self) -> usize {
+        self.words.dims()[2]
+    }
+
+    fn append(this: Option<Self>, more: Self) -> Self {
+        match this {
+            None => more,
+            Some(this) => Self {
+                words: Tensor::cat(vec![this.words, more.words], 2),
+                params: cat_dense_rows(this.params, more.params),
+            },
+        }
+    }
+}
+
+/// Keys and values of the same slots in float, `[batch, kv_heads, slots, head_dim]` each.
+#[derive(Debug, Clone)]
+pub struct FloatSlots<B: Backend> {
+    /// Keys (post-RoPE, rotated).
+    pub k: Tensor<B, 4>,
+    /// Values.
+    pub v: Tensor<B, 4>,
+}
+
+impl<B: Backend> FloatSlots<B> {
+    /// Slots held.
+    pub fn len(&self) -> usize {
+        self.k.dims()[2]
+    }
+
+    /// Whether no slot is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn append(this: Option<Self>, more: Self) -> Self {
+        match this {
+            None => more,
+            Some(this) => Self { k: Tensor::cat(vec![this.k, more.k], 2), v: Tensor::cat(vec![this.v, more.v], 2) },
+        }
+    }
+
+    fn narrow(&self, start: usize, len: usize) -> Self {
+        Self { k: self.k.clone().narrow(2, start, len), v: self.v.clone().narrow(2, start, len) }
+    }
+}
+
+/// One layer's K/V in the channel layout.
+#[derive(Debug, Clone)]
+pub struct ChannelStore<B: HackBackend> {
+    pub(super) sinks: Option<FloatSlots<B>>,
+    /// Closed blocks' keys: one row per (block, channel) of Π codes.
+    pub(super) keys: Option<PackedRows<B>>,
+    /// Closed blocks' values: one row per slot of `head_dim` codes in groups of
+    /// [`value_group`](ChannelView::value_group) channels.
+    pub(super) values: Option<PackedRows<B>>,
+    pub(super) tail: Option<FloatSlots<B>>,
+    pub(super) len: usize,
+}
+
+impl<B: HackBackend> Default for ChannelStore<B> {
+    fn default() -> Self {
+        Self { sinks: None, keys: None, values: None, tail: None, len: 0 }
+    }
+}
+
+/// Channels per value group: Π, or the whole head when Π exceeds it.
+pub fn value_group(head_dim: usize, partition: usize) -> usize {
+    partition.min(head_dim)
+}
+
+/// `x` rounded to the nearest f16 (ties to even), kept in `x`'s type: on the device where the
+/// backend holds f16, through the host elsewhere.
+fn round_to_half<B: Backend>(x: Tensor<B, 4>) -> Tensor<B, 4> {
+    let device = x.device();
+    if B::supports_dtype(&device, DType::F16) {
+        let dtype = x.dtype();
+        return x.cast(DType::F16).cast(dtype);
+    }
+    let shape = x.dims();
+    let values: Vec<f32> = x.into_data().convert::<f32>().into_vec().expect("f32 data");
+    let rounded: Vec<f32> = values.into_iter().map(|v| half::f16::from_f32(v).to_f32()).collect();
+    Tensor::from_data(TensorData::new(rounded, shape), &device)
+}
+
+impl<B: HackBackend> ChannelStore<B> {
+    /// Closed blocks.
+    pub fn blocks(&self, head_dim: usize) -> usize {
+        self.keys.as_ref().map_or(0, |k| k.rows() / head_dim)
+    }
+
+    /// Slots in the float tail.
+    pub fn tail_len(&self) -> usize {
+        self.tail.as_ref().map_or(0, FloatSlots::len)
+    }
+
+    /// Slots in the float sinks.
+    pub fn sinks_len(&self) -> usize {
+        self.sinks.as_ref().map_or(0, FloatSlots::len)
+    }
+
+    /// What attention reads.
+    pub fn view(&self, config: &HackConfig, geometry: CacheGeometry) -> ChannelView<'_, B> {
+        ChannelView {
+            key_bits: config.key_bits,
+            value_bits: config.value_bits,
+            partition: config.partition,
+            batch: geometry.batch,
+            kv_heads: geometry.kv_heads,
+            head_dim: geometry.head_dim,
+            len: self.len,
+            sinks: self.sinks.as_ref(),
+            keys: self.keys.as_ref(),
+            values: self.values.as_ref(),
+            tail: self.tail.as_ref(),
+        }
+    }
+
+    /// Closes the blocks that the window has left, then appends `k`, `v: [batch, kv_heads, new,
+    /// head_dim]` (post-RoPE, keys rotated) to the sinks while they are not full and to the tail.
+    pub fn append(
+        &mut self,
+        config: &HackConfig,
+        layer: usize,
+        geometry: CacheGeometry,
+        k: Tensor<B, 4>,
+        v: Tensor<B, 4>,
+    ) -> Result<(), CacheError> {
+        self.close_blocks(config, layer, geometry)?;
+        let new = k.dims()[2];
+        let slots = FloatSlots { k: round_to_half(k), v: round_to_half(v) };
+        let to_sinks = config.sinks.saturating_sub(self.len).min(new);
+        if to_sinks > 0 {
+            self.sinks = Some(FloatSlots::append(self.sinks.take(), slots.narrow(0, to_sinks)));
+        }
+        if new > to_sinks {
+            self.tail = Some(FloatSlots::append(self.tail.take(), slots.narrow(to_sinks, new - to_sinks)));
+        }
+        self.len += new;
+        Ok(())
+    }
+
+    /// Blocks at the front of the tail whose slots are all older than the newest `window`.
+    pub fn closable_blocks(&self, config: &HackConfig) -> usize {
+        self.tail_len().saturating_sub(config.window) / config.partition
+    }
+
+    /// Quantizes the blocks that [`Self::closable_blocks`] counts: keys per channel over the
+    /// block's Π slots, values per slot in channel groups.
+    pub fn close_blocks(
+        &mut self,
+        config: &HackConfig,
+        layer: usize,
+        geometry: CacheGeometry,
+    ) -> Result<(), CacheError> {
+        let full = self.closable_blocks(config);
+        if full == 0 {
+            return Ok(());
+        }
+        let Some(tail) = self.tail.take() else {
+            return Ok(());
+        };
+        let [batch, kv_heads, tail_len, d] = tail.k.dims();
+        let pi = config.partition;
+        let first_slot = self.sinks_len() + self.blocks(d) * pi;
+        let closing = tail.narrow(0, full * pi);
+        let key_rows =
+            closing.k.reshape([batch, kv_heads, full, pi, d]).swap_dims(3, 4).reshape([batch, kv_heads, full * d, pi]);
+        let key_spec = spec(config, layer, geometry, pi, 0, RowLayout::ValueBlocks { first_slot });
+        let value_spec = spec(config, layer, geometry, value_group(d, pi), 1, RowLayout::Keys { first_slot });
+        let quantize = |x, spec| {
+            B::hack_quantize(x, spec)
+                .map(|c| PackedRows { words: c.words, params: c.params })
+                .map_err(|e| CacheError::Request(e.to_string()))
+        };
+        let keys = quantize(key_rows, &key_spec)?;
+        let values = quantize(closing.v, &value_spec)?;
+        self.keys = Some(PackedRows::append(self.keys.take(), keys));
+        self.values = Some(PackedRows::append(self.values.take(), values));
+        let rest = tail_len - full * pi;
+        self.tail = (rest > 0).then(|| tail.narrow(full * pi, rest));
+        Ok(())
+    }
+
+    /// HACK attention of `q` (rotated) over the store.
+    pub fn attend(
+        &self,
+        config: &HackConfig,
+        geometry: CacheGeometry,
+        q: Tensor<B, 4>,
+        options: &AttendOptions,
+    ) -> Result<Tensor<B, 4>, CacheError> {
+        if self.len == 0 {
+            return Err(CacheError::Request("attention over an empty cache".into()));
+        }
+        if self.blocks(geometry.head_dim) == 0 {
+            // Every slot is in float (a prompt's prefill): plain attention on them.
+            let slots =
+                [&self.sinks, &self.tail].into_iter().flatten().cloned().reduce(|a, b| FloatSlots::append(Some(a), b));
+            let slots = slots.expect("a non-empty store holds float slots when no block is closed");
+            return attention_reference(q, slots.k, slots.v, options);
+        }
+        B::hack_channel_attention(q, &self.view(config, geometry), options)
+    }
+
+    /// Bytes of the format: packed codes, one (min, scale) word per key channel of a block and per
+    /// value group of a slot, and the float slots at 2 bytes an element. The device keeps the float
+    /// slots in f32 where the backend lacks f16.
+    pub fn memory_bytes(&self, config: &HackConfig, geometry: CacheGeometry) -> usize {
+        let d = geometry.head_dim;
+        let per_stream = channel_bytes(config, d, self.sinks_len() + self.tail_len(), self.blocks(d));
+        geometry.batch * geometry.kv_heads * per_stream
+    }
+}
+
+/// Bytes per KV head of `float_slots` float slots and `blocks` closed blocks of `config`'s channel
+/// layout at head dimension `d`.
+pub fn channel_bytes(config: &HackConfig, d: usize, float_slots: usize, blocks: usize) -> usize {
+    let pi = config.partition;
+    let key_block = d * (pi * config.key_bits as usize / 8 + PARAMS_BYTES);
+    let value_block = pi * (d * config.value_bits as usize / 8 + d / value_group(d, pi) * PARAMS_BYTES);
+    float_slots * 2 * d * 2 + blocks * (key_block + value_block)
+}
