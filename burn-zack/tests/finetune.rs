@@ -8,11 +8,11 @@ use std::sync::Arc;
 use burn::{backend::Autodiff, tensor::Tensor};
 use burn_kvcompress::{
     cache::{AttendOptions, CacheGeometry, KvCache, KvScheme},
-    finetune::{AttentionSamples, FinetuneConfig, FinetuneData, OutputProjections},
+    finetune::{orthogonality_error, AttentionSamples, FinetuneConfig, FinetuneData, OutputProjections},
 };
 use burn_zack::{
     cache::{ZackCache, ZackScheme},
-    finetune::{finetune_rotations, orthogonality_error, zack_attention_output, HeadBases},
+    finetune::{finetune_rotations, zack_attention_output, HeadBases},
     rotation::{Pair, RotationConfig, Rotations},
     RankRule, Ranks,
 };

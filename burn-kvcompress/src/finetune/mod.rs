@@ -15,7 +15,8 @@
 //! - [`AttentionSamples`]: per window and layer, the last query rows, all keys and values, the
 //!   exact outputs of those rows.
 //! - [`OutputProjections`] and [`relative_output_error`]: the loss.
-//! - [`Adam`]: Adam on host parameters (codebooks); [`run_finetune`]: the loop, with held-out
+//! - [`Adam`]: Adam on host parameters (codebooks); [`OrthogonalAdam`]: Riemannian Adam that
+//!   keeps a rotation orthogonal (ZACK's and HACK's); [`run_finetune`]: the loop, with held-out
 //!   evaluation, early stopping and a [`FinetuneReport`].
 
 mod adam;
@@ -23,12 +24,14 @@ mod data;
 mod driver;
 mod objective;
 mod samples;
+mod stiefel;
 
 pub use adam::Adam;
 pub use data::FinetuneData;
 pub use driver::{run_finetune, FinetuneConfig, FinetuneProgress, FinetuneReport, Objective};
 pub use objective::{causal_forbidden, loss_value, relative_output_error, OutputProjections};
 pub use samples::{AttentionSamples, LayerBatch, SampleShape};
+pub use stiefel::{orthogonality_error, OrthogonalAdam};
 
 /// Why fine-tuning cannot run.
 #[derive(Debug, thiserror::Error)]

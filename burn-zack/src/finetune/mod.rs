@@ -10,12 +10,10 @@
 //! plus the calibration mean of the dropped coordinates.
 //!
 //! The bases stay orthogonal: each step is a Riemannian Adam step with a QR retraction
-//! ([`OrthogonalAdam`]). Only the span of a basis' first `k` columns matters to the loss; the
+//! ([`OrthogonalAdam`](burn_kvcompress::finetune::OrthogonalAdam)). Only the span of a basis' first `k` columns matters to the loss; the
 //! singular values and means of the file are kept, so the same rate gives the same ranks the
 //! rotations were trained for.
 
 mod objective;
-mod stiefel;
 
 pub use objective::{finetune_rotations, zack_attention_output, HeadBases};
-pub use stiefel::{orthogonality_error, OrthogonalAdam};

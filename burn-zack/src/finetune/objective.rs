@@ -1,15 +1,13 @@
 //! The ZACK fine-tuning objective and [`finetune_rotations`].
 
-use burn::tensor::{activation::softmax, backend::AutodiffBackend, backend::Backend, Tensor, TensorData};
-use burn_kvcompress::finetune::{
-    causal_forbidden, loss_value, relative_output_error, run_finetune, FinetuneConfig, FinetuneData, FinetuneProgress,
-    FinetuneReport, LayerBatch, Objective,
-};
-
-use super::OrthogonalAdam;
 use crate::{
     rotation::{Pair, RotationGeometry, Rotations},
     Ranks, ZackError,
+};
+use burn::tensor::{activation::softmax, backend::AutodiffBackend, backend::Backend, Tensor, TensorData};
+use burn_kvcompress::finetune::{
+    causal_forbidden, loss_value, relative_output_error, run_finetune, FinetuneConfig, FinetuneData, FinetuneProgress,
+    FinetuneReport, LayerBatch, Objective, OrthogonalAdam,
 };
 
 /// One KV head's two bases and what truncation keeps of them.
