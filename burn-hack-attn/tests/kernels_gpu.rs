@@ -40,6 +40,7 @@ fn host<B: burn::tensor::backend::Backend>(c: Codes<B>) -> [Vec<u32>; 3] {
 
 #[test]
 fn quantize_kernel_equals_reference_bit_for_bit() {
+    // Each case with min/max ranges, then with clipped ranges.
     let cases = [
         // (shape [b, h, rows, z], bits, group, layout, rounding, magnitude of the values)
         ([2, 3, 5, 64], 2, 32, RowLayout::Keys { first_slot: 0 }, Rounding::Nearest, 1.0),
@@ -51,7 +52,10 @@ fn quantize_kernel_equals_reference_bit_for_bit() {
         // Minima and scales that are subnormal fp16 numbers (below 2^-14).
         ([1, 2, 4, 64], 2, 32, RowLayout::Keys { first_slot: 0 }, Rounding::Nearest, 1e-5),
     ];
-    for (i, (shape, bits, group, layout, rounding, magnitude)) in cases.into_iter().enumerate() {
+    let clipped = cases.iter().map(|&case| (case, true));
+    for (i, ((shape, bits, group, layout, rounding, magnitude), clip)) in
+        cases.iter().map(|&case| (case, false)).chain(clipped).enumerate()
+    {
         let head_dim = match layout {
             RowLayout::Keys { .. } => shape[3],
             RowLayout::ValueBlocks { .. } => 64,
@@ -62,7 +66,7 @@ fn quantize_kernel_equals_reference_bit_for_bit() {
             head_dim,
             partition: 32,
             rounder: Rounder::new(rounding, i as u32),
-            clip: false,
+            clip,
             layout,
         };
         let data: Vec<f32> = values(shape, i as u64).into_iter().map(|x| x * magnitude).collect();

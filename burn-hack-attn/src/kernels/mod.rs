@@ -73,12 +73,8 @@ where
     R: burn_cubecl::CubeRuntime,
     BT: burn_cubecl::BoolElement,
 {
-    /// The quantize kernel; clipped partitions run the reference for now (on the host).
     fn hack_quantize(x: Tensor<Self, 4>, spec: &QuantizeSpec) -> Result<Codes<Self>, QuantError> {
-        match spec.clip {
-            true => quantize_reference(x, spec),
-            false => Ok(quantize::quantize_launch(x, spec)),
-        }
+        Ok(quantize::quantize_launch(x, spec))
     }
 
     /// The fused decode kernel for one query slot (on tensor cores where CUDA has them,
@@ -110,5 +106,23 @@ where
             Some(geo) => Ok(prefill::prefill_launch(q, cache, geo, options)),
             None => attention_reference(q, cache, options),
         }
+    }
+
+    /// The decode kernel for one query slot over closed blocks where a cube fits the device; the
+    /// reference (on the host) otherwise.
+    fn hack_channel_attention(
+        q: Tensor<Self, 4>,
+        cache: &ChannelView<'_, Self>,
+        options: &AttendOptions,
+    ) -> Result<Tensor<Self, 4>, CacheError> {
+        let [batch, kv_heads, len, d] = [cache.batch, cache.kv_heads, cache.len, cache.head_dim];
+        let (_, heads, q_len, _) =
+            burn_kvcompress::cache::check_attend_shapes(q.dims(), [batch, kv_heads, len, d], options)?;
+        let geo = channel::channel_decode_geometry(heads / kv_heads, cache);
+        let device_shared = q.clone().into_primitive().tensor().client.properties().hardware.max_shared_memory_size;
+        if q_len == 1 && cache.blocks() > 0 && geo.fits(device_shared) {
+            return Ok(channel::channel_decode_launch(q, cache, geo, options));
+        }
+        channel_attention_reference(q, cache, options)
     }
 }

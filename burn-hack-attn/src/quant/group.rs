@@ -88,7 +88,8 @@ pub fn quantize_group(
     Ok(quantize_range(values, lo, hi, bits, rounder, &index))
 }
 
-/// The ratios of the partition's range that [`quantize_group_clipped`] tries, widest first.
+/// The ratios of the partition's range that [`quantize_group_clipped`] tries, widest first (the
+/// quantize kernel writes the same literals).
 pub const CLIP_RATIOS: [f32; 6] = [1.0, 0.9, 0.8, 0.7, 0.6, 0.5];
 
 /// [`quantize_group`] over the range that reconstructs `values` best: the partition's range

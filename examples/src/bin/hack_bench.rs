@@ -7,18 +7,18 @@
 use anyhow::ensure;
 use burn::tensor::{Distribution, Tensor};
 use burn_hack_attn::{
-    cache::{key_group, PARAMS_BYTES},
-    kernels::{attention_reference, HackBackend},
-    HackConfig, HackScheme, Rounding,
+    cache::{channel_bytes, key_group, PARAMS_BYTES},
+    kernels::HackBackend,
+    Axes, HackConfig, HackScheme, RotationSpec, Rounding, PRESETS,
 };
 use burn_kvcompress::{
     backend::NdArray,
-    cache::{AttendOptions, CacheGeometry, KvCache, KvScheme, TransferableCache},
+    cache::{AttendOptions, CacheGeometry, KvCache, KvScheme, TransferableCache, TransferableScheme},
 };
 use clap::Parser;
 use examples::{
     backend_choice::BackendChoice,
-    bench::{self, decode_cells, diffs, diffs_from_cpu, time, AttentionGrid, DECODE_COLUMNS},
+    bench::{self, decode_cells, diffs_from_cpu, time, AttentionGrid, DECODE_COLUMNS},
     with_backend,
 };
 
@@ -37,13 +37,18 @@ struct Args {
     grid: AttentionGrid,
 }
 
+/// A cache of `len` random slots as a decode step finds it: on the channel axes, the blocks the
+/// window has left are closed (as the first decode append closes them after a prefill).
 fn filled_cache<B: HackBackend>(
     args: &Args,
     batch: usize,
     len: usize,
     device: &B::Device,
 ) -> anyhow::Result<<HackScheme as KvScheme<B>>::Cache> {
-    Ok(bench::filled_cache(&HackScheme::from(args.config.clone()), args.grid.geometry(batch), len, device)?)
+    let mut cache =
+        bench::filled_cache(&HackScheme::new(args.config.clone())?, args.grid.geometry(batch), len, device)?;
+    cache.close_blocks()?;
+    Ok(cache)
 }
 
 /// The kernels and the prefill path on this backend against the ndarray reference, on SmolLM2's
@@ -59,33 +64,49 @@ fn check_against_cpu<B: HackBackend>(device: &B::Device) -> anyhow::Result<()> {
     let q = Tensor::<NdArray, 4>::random([2, 9, q_len, 64], Distribution::Normal(0.0, 1.0), &cpu_device);
     let to_backend = |t: &Tensor<NdArray, 4>| Tensor::<B, 4>::from_data(t.to_data(), device);
     let options = AttendOptions { scale: 0.125, key_start: vec![0, 40], window: None };
-    for bits in [2, 4] {
-        for pi in [32, 64, 128] {
-            let config = HackConfig::new(bits, pi, Rounding::Stochastic { seed: 1 })?;
-            let scheme = HackScheme::from(config.clone());
-            let mut cpu_cache = KvScheme::<NdArray>::new_cache(&scheme, 0, geometry, &cpu_device);
-            cpu_cache.append(k.clone(), v.clone())?;
-            let mut cache = KvScheme::<B>::new_cache(&scheme, 0, geometry, device);
-            cache.append(to_backend(&k), to_backend(&v))?;
-            let same_state = cache.export_state() == cpu_cache.export_state();
-            let prefill =
-                diffs_from_cpu(cache.attend(to_backend(&q), &options)?, cpu_cache.attend(q.clone(), &options)?);
-            let q1 = q.clone().narrow(2, q_len - 1, 1);
-            let decode = diffs_from_cpu(cache.attend(to_backend(&q1), &options)?, cpu_cache.attend(q1, &options)?);
-            println!(
-                "check vs ndarray, {config}: state bit-exact {same_state}; prefill max {:.2e} mean {:.2e}; decode max {:.2e} mean {:.2e}",
-                prefill.0, prefill.1, decode.0, decode.1
-            );
-            ensure!(same_state, "the quantized state differs from the ndarray reference");
-            ensure!(prefill.1 < 1e-3 && decode.1 < 1e-3, "attention differs from the ndarray reference");
-        }
+    let paper = [2, 4].into_iter().flat_map(|bits| [32, 64, 128].map(move |pi| (bits, pi)));
+    let paper = paper.map(|(bits, pi)| Ok(HackConfig::new(bits, pi, Rounding::Stochastic { seed: 1 })?));
+    // The presets without their rotation: it is a matrix product before the kernels (TF32 on
+    // CUDA, so its rounding differs from the host's by more than the kernels' tolerance), which
+    // `burn-hack-attn/tests/channel_gpu.rs` checks on its own.
+    let presets = PRESETS.iter().map(|p| Ok(HackConfig { rotation: RotationSpec::None, ..p.spelling.parse()? }));
+    for config in paper.chain(presets).collect::<anyhow::Result<Vec<_>>>()? {
+        let scheme = HackScheme::new(config.clone())?;
+        let mut cpu_cache = KvScheme::<NdArray>::new_cache(&scheme, 0, geometry, &cpu_device);
+        cpu_cache.append(k.clone(), v.clone())?;
+        let mut cache = KvScheme::<B>::new_cache(&scheme, 0, geometry, device);
+        cache.append(to_backend(&k), to_backend(&v))?;
+        // On the channel axes a prefill quantizes nothing: close its blocks, as the first decode
+        // append would.
+        cpu_cache.close_blocks()?;
+        cache.close_blocks()?;
+        let same_state = cache.export_state() == cpu_cache.export_state();
+        let prefill = diffs_from_cpu(cache.attend(to_backend(&q), &options)?, cpu_cache.attend(q.clone(), &options)?);
+        let q1 = q.clone().narrow(2, q_len - 1, 1);
+        let decode = diffs_from_cpu(cache.attend(to_backend(&q1), &options)?, cpu_cache.attend(q1, &options)?);
+        println!(
+            "check vs ndarray, {config}: state bit-exact {same_state}; prefill max {:.2e} \
+             mean {:.2e}; decode max {:.2e} mean {:.2e}",
+            prefill.0, prefill.1, decode.0, decode.1
+        );
+        ensure!(same_state, "the quantized state differs from the ndarray reference");
+        ensure!(prefill.1 < 1e-3 && decode.1 < 1e-3, "attention differs from the ndarray reference");
     }
     Ok(())
 }
 
 /// Bytes the decode kernel reads from device memory: every resident code word and fp16 (min,
-/// scale) word, the code sums it reads (4 bytes each on the device), the tail and the queries.
+/// scale) word, the code sums it reads (4 bytes each on the device), the float slots (f32 on the
+/// device) and the queries.
 fn device_bytes(args: &Args, batch: usize, len: usize) -> f64 {
+    if args.config.axes == Axes::Channel {
+        let (d, pi) = (args.grid.head_dim, args.config.partition);
+        let float = ((args.config.sinks + args.config.window + pi - 1).min(len) as f64).max(1.0);
+        let blocks = (len as f64 - float) / pi as f64;
+        // `channel_bytes` counts float slots at 2 bytes an element; the device holds them at 4.
+        let coded = channel_bytes(&args.config, d, 0, 1) as f64 * blocks + float * (2 * d * 4) as f64;
+        return batch as f64 * (args.grid.kv_heads as f64 * coded + (args.grid.heads * d * 4) as f64);
+    }
     let (d, bits, pi) = (args.grid.head_dim, args.config.key_bits as usize, args.config.partition);
     let parts = d / key_group(d, pi);
     let blocks = len / pi;
@@ -136,8 +157,18 @@ fn run<B: HackBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
         let key_start: Vec<usize> = (0..batch).map(|b| b * len / 4).collect();
         let options = AttendOptions { scale: 1.0 / (args.grid.head_dim as f32).sqrt(), key_start, window: None };
         let got = cache.attend(q.clone(), &options)?;
-        let want = attention_reference(q, &cache.view().expect("filled"), &options)?;
-        let (max, mean) = diffs(got, want);
+        // The reference on the host, over this cache's own state.
+        let state = cache.export_state();
+        let scheme = HackScheme::new(args.config.clone())?;
+        let host = TransferableScheme::<NdArray>::import_state(
+            &scheme,
+            0,
+            args.grid.geometry(batch),
+            &state,
+            &Default::default(),
+        )?;
+        let q = Tensor::<NdArray, 4>::from_data(q.into_data().convert::<f32>(), &Default::default());
+        let (max, mean) = diffs_from_cpu(got, host.attend(q, &options)?);
         println!("check decode kernel vs reference on this backend: batch {batch}, len {len}: max {max:.2e}, mean {mean:.2e}");
         // On CUDA the reference's f32 tail product runs in TF32 (10-bit mantissa): up to
         // ~2^-11 Σ p|v| ≈ 2e-3 for these N(0, 1) values.
@@ -168,12 +199,14 @@ fn run<B: HackBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
         }
     }
 
-    // 3. Prefill attention timing (the fused prefill kernel where it fits: Q/P 8-bit, homomorphic
-    //    products, causal).
+    // 3. Prefill attention timing (the paper's axes: the fused prefill kernel where it fits, Q/P
+    //    8-bit, homomorphic products, causal; the channel axes: attention on the float slots).
     println!("\n| prefill context | median ms |");
     println!("|---:|---:|");
     for &len in &args.grid.prefill_contexts {
-        let cache = filled_cache::<B>(args, 1, len, &device)?;
+        // As a prompt's prefill finds it: on the channel axes nothing is closed yet and attention
+        // runs on the float slots.
+        let cache = bench::filled_cache(&HackScheme::new(args.config.clone())?, args.grid.geometry(1), len, &device)?;
         let q = Tensor::<B, 4>::random(
             [1, args.grid.heads, len, args.grid.head_dim],
             Distribution::Normal(0.0, 1.0),

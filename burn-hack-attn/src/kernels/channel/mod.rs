@@ -1,7 +1,19 @@
 //! Attention on the channel layout ([`Axes::Channel`](crate::Axes::Channel)): what it reads
-//! ([`ChannelView`]) and the reference ([`channel_attention_reference`]).
+//! ([`ChannelView`]), the reference ([`channel_attention_reference`]) and, on CubeCL backends,
+//! the decode kernel (`channel_decode_launch`).
 
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+// `#[cube]` expands the kernel into undocumented helper items.
+#[allow(missing_docs)]
+mod decode;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod launch;
 mod reference;
+
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub use decode::ChannelDecodeGeometry;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub use launch::{block_splits, channel_decode_geometry, channel_decode_launch};
 
 pub use reference::{channel_attention_reference, symmetric_codes, weight_codes_of, QUERY_LEVELS, WEIGHT_LEVELS};
 

@@ -1,12 +1,16 @@
-//! The quantize + pack kernel: one unit per partition. It finds the partition's min/max, rounds
-//! min and scale to fp16 (stored as one word), computes each code as the host quantizer does
-//! (`floor((x - min) / scale + offset)`, clamped), packs `32 / bits` codes per word (first code in
-//! the lowest bits) and sums the codes.
+//! The quantize + pack kernel: one unit per partition. It finds the partition's min/max (or, when
+//! clipping, the clipped range with the least squared error), rounds min and scale to fp16
+//! (stored as one word), computes each code as the host quantizer does (`floor((x - min) / scale +
+//! offset)`, clamped), packs `32 / bits` codes per word (first code in the lowest bits) and sums
+//! the codes.
 
 use cubecl::prelude::*;
 use half::f16;
 
-use crate::kernels::{noise_cube::uniform_cube, params_word::params_word};
+use crate::{
+    kernels::{noise_cube::uniform_cube, params_word::params_word},
+    quant::CLIP_RATIOS,
+};
 
 /// Layout constants of one launch (comptime: one compiled kernel per cache geometry).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -25,6 +29,8 @@ pub struct QuantizeGeometry {
     pub value_blocks: bool,
     /// Stochastic rounding (else nearest).
     pub stochastic: bool,
+    /// The range clipped to the least squared error (`quantize_group_clipped`).
+    pub clip: bool,
 }
 
 /// `x`: `[streams * rows * parts * group]` (contiguous `[batch, kv_heads, rows, z]`); outputs per
@@ -66,10 +72,31 @@ pub fn quantize_kernel(
         }
     }
     let levels = f32::cast_from((1u32 << geo.bits) - 1);
-    let min = f32::cast_from(f16::cast_from(lo));
-    let mut scale = f32::cast_from(f16::cast_from((hi - min) / levels));
-    if scale <= 0.0 {
-        scale = 1.0;
+    let (mut min, mut scale) = range_params(lo, hi, levels);
+    if comptime![geo.clip] {
+        // The host's `quantize_group_clipped`: each ratio of the range about its midpoint, the
+        // least squared error kept (the widest on ties). No infinite literal (WGSL has none):
+        // the first ratio's error starts the search.
+        let mid = 0.5f32 * (lo + hi);
+        let half = 0.5f32 * (hi - lo);
+        let mut best = 0.0f32;
+        for r in 0..comptime!(CLIP_RATIOS.len() as u32) {
+            let ratio = clip_ratio(r);
+            let (m, s) = range_params(mid - ratio * half, mid + ratio * half, levels);
+            let mut error = 0.0f32;
+            for i in 0..geo.group {
+                let x_i = x[base + i as usize];
+                let offset = rounding_offset(i, row, part, stream, streams, first_slot, rounding_stream, geo);
+                let code = code_of(x_i, m, s, offset, levels);
+                let diff = s * f32::cast_from(code) + m - x_i;
+                error += diff * diff;
+            }
+            if r == 0 || error < best {
+                best = error;
+                min = m;
+                scale = s;
+            }
+        }
     }
 
     let per_word = 32 / geo.bits;
@@ -79,21 +106,8 @@ pub fn quantize_kernel(
         let mut word = 0u32;
         for j in 0..per_word {
             let i = w * per_word + j;
-            let mut offset = 0.5f32;
-            if comptime![geo.stochastic] {
-                let (slot, channel) = if comptime![geo.value_blocks] {
-                    (first_slot + (row / geo.head_dim) * geo.partition + i, row % geo.head_dim)
-                } else {
-                    (first_slot + row, part * geo.group + i)
-                };
-                let index = (slot * streams + stream) * geo.head_dim + channel;
-                offset = uniform_cube(rounding_stream, index);
-            }
-            let y = f32::floor((x[base + i as usize] - min) / scale + offset);
-            let mut code = 0u32;
-            if y > 0.0 {
-                code = u32::cast_from(f32::min(y, levels));
-            }
+            let offset = rounding_offset(i, row, part, stream, streams, first_slot, rounding_stream, geo);
+            let code = code_of(x[base + i as usize], min, scale, offset, levels);
             word |= code << (j * geo.bits);
             sum += code;
         }
@@ -101,4 +115,74 @@ pub fn quantize_kernel(
     }
     params[p as usize] = params_word(min, scale);
     sums[p as usize] = sum;
+}
+
+/// The fp16-rounded (min, scale) of the levels of `[lo, hi]` (scale 1 where it rounds to 0), as
+/// the host's `quantize_range` computes them.
+#[cube]
+fn range_params(lo: f32, hi: f32, levels: f32) -> (f32, f32) {
+    let min = f32::cast_from(f16::cast_from(lo));
+    let mut scale = f32::cast_from(f16::cast_from((hi - min) / levels));
+    if scale <= 0.0 {
+        scale = 1.0;
+    }
+    (min, scale)
+}
+
+/// `CLIP_RATIOS[r]`, each written as the same literal as on the host.
+#[cube]
+fn clip_ratio(r: u32) -> f32 {
+    let mut ratio = 1.0f32;
+    if r == 1 {
+        ratio = 0.9f32;
+    } else if r == 2 {
+        ratio = 0.8f32;
+    } else if r == 3 {
+        ratio = 0.7f32;
+    } else if r == 4 {
+        ratio = 0.6f32;
+    } else if r == 5 {
+        ratio = 0.5f32;
+    }
+    ratio
+}
+
+/// `clamp(floor((x - min) / scale + offset), 0, levels)`.
+#[cube]
+fn code_of(x: f32, min: f32, scale: f32, offset: f32, levels: f32) -> u32 {
+    let y = f32::floor((x - min) / scale + offset);
+    let mut code = 0u32;
+    if y > 0.0 {
+        code = u32::cast_from(f32::min(y, levels));
+    }
+    code
+}
+
+/// Element `i`'s rounding offset: 0.5, or its stochastic number (indexed as [`RowLayout`]
+/// says, see `QuantizeSpec::index`).
+///
+/// [`RowLayout`]: crate::kernels::RowLayout
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn rounding_offset(
+    i: u32,
+    row: u32,
+    part: u32,
+    stream: u32,
+    streams: u32,
+    first_slot: u32,
+    rounding_stream: u32,
+    #[comptime] geo: QuantizeGeometry,
+) -> f32 {
+    let mut offset = 0.5f32;
+    if comptime![geo.stochastic] {
+        let (slot, channel) = if comptime![geo.value_blocks] {
+            (first_slot + (row / geo.head_dim) * geo.partition + i, row % geo.head_dim)
+        } else {
+            (first_slot + row, part * geo.group + i)
+        };
+        let index = (slot * streams + stream) * geo.head_dim + channel;
+        offset = uniform_cube(rounding_stream, index);
+    }
+    offset
 }

@@ -42,6 +42,7 @@ pub fn quantize_launch<R: CubeRuntime, BT: BoolElement>(
         partition: spec.partition as u32,
         value_blocks,
         stochastic,
+        clip: spec.clip,
     };
     let cube_dim = CubeDim::new_1d(64);
     let cube_count = CubeCount::Static(partitions.div_ceil(64) as u32, 1, 1);
