@@ -18,5 +18,5 @@ pub use channel::{channel_bytes, value_group, ChannelStore, FloatSlots, PackedRo
 pub use codes::{append_codes, Codes};
 pub use hack_cache::{HackCache, Store};
 pub use paper::PaperStore;
-pub use scheme::HackScheme;
+pub use scheme::{HackScheme, HackSchemeError};
 pub use state::{export_codes, import_codes};

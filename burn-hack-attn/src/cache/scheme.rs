@@ -13,7 +13,7 @@ use burn_kvcompress::{
 use super::HackCache;
 use crate::{
     kernels::HackBackend,
-    rotation::{hadamard_rotation, RotationFile, RotationFileError, RotationRole},
+    rotation::{hadamard_rotation, HackRotations, RotationFile, RotationFileError, RotationRole, RotationShape},
     HackConfig, HackConfigError, RotationSpec,
 };
 
@@ -34,6 +34,15 @@ pub enum HackSchemeError {
         /// What the model has.
         found: String,
     },
+    /// Fine-tuning the rotations cannot run.
+    #[error("fine-tuning: {0}")]
+    Finetune(String),
+}
+
+impl From<burn_kvcompress::finetune::FinetuneError> for HackSchemeError {
+    fn from(e: burn_kvcompress::finetune::FinetuneError) -> Self {
+        Self::Finetune(e.to_string())
+    }
 }
 
 /// HACK as a [`KvScheme`]: the configuration and, for learned rotations, the file's matrices
@@ -87,7 +96,19 @@ impl HackScheme {
         head_dim: usize,
         device: &B::Device,
     ) -> Result<Option<Tensor<B, 3>>, HackSchemeError> {
-        let matrices = match (&self.config.rotation, &self.learned) {
+        let matrices = self.matrices(role, layer, kv_heads, head_dim)?;
+        Ok(matrices.map(|m| Tensor::from_data(TensorData::new(m, [kv_heads, head_dim, head_dim]), device)))
+    }
+
+    /// [`Self::rotation`] on the host, the matrices row-major one after the other.
+    fn matrices(
+        &self,
+        role: RotationRole,
+        layer: usize,
+        kv_heads: usize,
+        head_dim: usize,
+    ) -> Result<Option<Vec<f32>>, HackSchemeError> {
+        Ok(Some(match (&self.config.rotation, &self.learned) {
             (RotationSpec::None, _) => return Ok(None),
             (RotationSpec::Hadamard { seed }, _) => (0..kv_heads)
                 .map(|h| hadamard_rotation(head_dim, *seed, layer, h, role))
@@ -111,8 +132,19 @@ impl HackScheme {
                 }
             }
             (RotationSpec::Learned { path }, None) => unreachable!("HackScheme::new loads {}", path.display()),
+        }))
+    }
+
+    /// Every layer's rotations for a model of `shape` (None without rotation): the start of
+    /// [`finetune_hack_rotations`](crate::finetune::finetune_hack_rotations).
+    pub fn rotations(&self, shape: RotationShape) -> Result<Option<HackRotations>, HackSchemeError> {
+        let role = |role| -> Result<Option<Vec<Vec<f32>>>, HackSchemeError> {
+            (0..shape.layers).map(|layer| self.matrices(role, layer, shape.kv_heads, shape.head_dim)).collect()
         };
-        Ok(Some(Tensor::from_data(TensorData::new(matrices, [kv_heads, head_dim, head_dim]), device)))
+        Ok(match (role(RotationRole::Key)?, role(RotationRole::Value)?) {
+            (Some(keys), Some(values)) => Some(HackRotations { shape, keys, values }),
+            _ => None,
+        })
     }
 
     /// `model` with every layer's value rotation folded into `W_V` and `W_O` (unchanged without

@@ -16,9 +16,9 @@ use super::{HackRotations, RotationShape};
 
 const FORMAT: &str = "burn-kvcompress/hack-rotations";
 const VERSION: &str = "1";
-/// The largest `|R Rᵀ − I|` entry a file's matrices may have: f32 rounding of trained
+/// The largest `|Rᵀ R − I|` entry a file's matrices may have: f32 rounding of trained
 /// orthogonal matrices stays far below it, anything above is not a rotation.
-const ORTHOGONALITY_TOLERANCE: f32 = 1e-3;
+const ORTHOGONALITY_TOLERANCE: f64 = 1e-3;
 
 /// A rotation file could not be read or written.
 #[derive(Debug, thiserror::Error)]

@@ -13,6 +13,7 @@ pub use file::{RotationFile, RotationFileError};
 pub use hadamard::{hadamard_rotation, is_power_of_two};
 
 use burn::tensor::{backend::Backend, Tensor, TensorData};
+use burn_kvcompress::finetune::orthogonality_error;
 
 /// Which of a head's two rotations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,24 +77,11 @@ impl HackRotations {
         Tensor::from_data(TensorData::new(data.clone(), [kv_heads, head_dim, head_dim]), device)
     }
 
-    /// The largest `|R Rᵀ − I|` entry over every matrix (0 up to rounding for rotations).
-    pub fn orthogonality_error(&self) -> f32 {
+    /// The largest `|Rᵀ R − I|` entry over every matrix (0 up to rounding for rotations).
+    pub fn orthogonality_error(&self) -> f64 {
         let d = self.shape.head_dim;
-        self.keys
-            .iter()
-            .chain(&self.values)
-            .flat_map(|layer| layer.chunks_exact(d * d))
-            .map(|r| {
-                let mut worst = 0.0f32;
-                for i in 0..d {
-                    for j in 0..d {
-                        let dot: f32 = (0..d).map(|c| r[i * d + c] * r[j * d + c]).sum();
-                        worst = worst.max((dot - if i == j { 1.0 } else { 0.0 }).abs());
-                    }
-                }
-                worst
-            })
-            .fold(0.0, f32::max)
+        let matrices = self.keys.iter().chain(&self.values).flat_map(|layer| layer.chunks_exact(d * d));
+        matrices.map(|r| orthogonality_error(r, d)).fold(0.0, f64::max)
     }
 }
 

@@ -1,6 +1,6 @@
 //! Fine-tune a compression scheme's calibrated artifact on text: PQ codebooks from their k-means
-//! starting point, or ZACK rotations from their SVD starting point at chosen ranks (kept
-//! orthogonal). The loss is each layer's attention-output error through the output projection,
+//! starting point, ZACK rotations from their SVD starting point at chosen ranks, or HACK's
+//! rotations from their Hadamard start for a quantization format (rotations kept orthogonal). The loss is each layer's attention-output error through the output projection,
 //! on queries, keys and values recorded from the uncompressed model; early stopping watches the
 //! same loss on held-out text and keeps the best point (never worse than the start).
 //!
@@ -12,7 +12,10 @@
 //! ```
 //!
 //! The result has the format calibration writes (`--kv pq:codebooks=books-tuned.safetensors` or
-//! `--kv zack:rotations=rot-tuned.safetensors,rate=0.5` in every other command). Beside it:
+//! `--kv zack:rotations=rot-tuned.safetensors,rate=0.5` in every other command). HACK's rotations
+//! start from the format's Hadamard transforms (`finetune --scheme hack --start hack2 --text
+//! gpl-3.txt --out hack-rot.safetensors`) and are used as `--kv hack:…,rotations=hack-rot.safetensors`
+//! with the same format. Beside it:
 //! `<out>.json` (settings, per-step training loss, held-out evaluations, time, peak memory) and
 //! the loss curve (`--plot`, default `<out>.loss.png`).
 
@@ -24,6 +27,10 @@ use anyhow::{bail, Context};
 use burn::{
     backend::Autodiff,
     tensor::backend::{AutodiffBackend, Backend},
+};
+use burn_hack_attn::{
+    finetune::finetune_hack_rotations,
+    rotation::{RotationFile, RotationShape},
 };
 use burn_kvcompress::{
     finetune::{FinetuneConfig, FinetuneData, FinetuneProgress, FinetuneReport, OutputProjections},
@@ -47,16 +54,20 @@ use serde::Serialize;
 
 use record::{record_samples, split_windows};
 
-/// Fine-tune PQ codebooks or ZACK rotations on text, starting from a calibrated file.
+/// Fine-tune PQ codebooks, ZACK rotations or HACK rotations on text, from their calibrated start.
 #[derive(Parser, Debug)]
 #[command(about, long_about = None)]
 pub struct Args {
-    /// What to fine-tune: `pq` (MILLION codebooks) or `zack` (ZACK rotations).
+    /// What to fine-tune: `pq` (MILLION codebooks), `zack` (ZACK rotations) or `hack` (HACK's
+    /// query/key and value rotations).
     #[arg(long, value_enum)]
     scheme: SchemeChoice,
     /// The starting point and how it is used, as after `pq:` or `zack:` in `--kv`: for pq
     /// `codebooks=FILE[,window=N]` (the cache's recent window trained for; default 0), for zack
-    /// `rotations=FILE[,rate=R|eps=E][,min_rank=N][,multiple=N]` (the ranks trained for).
+    /// `rotations=FILE[,rate=R|eps=E][,min_rank=N][,multiple=N]` (the ranks trained for), for hack
+    /// a channel-axes format with a rotation to start from, e.g. `hack2` or
+    /// `bits=2,pi=64,round=nearest,axes=channel,rot=hadamard,sinks=4,window=64` (the format trained
+    /// for; the result is used as `rotations=OUT` in place of its `rot`).
     #[arg(long)]
     start: String,
     /// Training text files (repeatable), tokenized without BOS and cut into windows in order.
@@ -89,7 +100,7 @@ pub struct Args {
     #[arg(long, default_value_t = FinetuneConfig::default().steps)]
     steps: usize,
     /// Step size (Adam on codebooks, Riemannian Adam on rotations). Default: 1e-3 for pq, 5e-4
-    /// for zack.
+    /// for zack and hack.
     #[arg(long)]
     learning_rate: Option<f64>,
     /// Training windows per step.
@@ -131,6 +142,8 @@ enum SchemeChoice {
     Pq,
     /// ZACK rotations.
     Zack,
+    /// HACK rotations.
+    Hack,
 }
 
 impl Args {
@@ -139,7 +152,7 @@ impl Args {
             steps: self.steps,
             learning_rate: self.learning_rate.unwrap_or(match self.scheme {
                 SchemeChoice::Pq => 1e-3,
-                SchemeChoice::Zack => 5e-4,
+                SchemeChoice::Zack | SchemeChoice::Hack => 5e-4,
             }),
             windows_per_step: self.windows_per_step,
             eval_every: self.eval_every,
@@ -204,7 +217,12 @@ fn run<B: Backend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
     let model_path = args.model.clone().unwrap_or_else(default_model_path);
     let fingerprint =
         ModelFingerprint::of_path(&model_path).with_context(|| format!("hashing {}", model_path.display()))?;
-    let scheme_text = format!("{}:{}", if args.scheme == SchemeChoice::Pq { "pq" } else { "zack" }, args.start);
+    let scheme_text = match args.scheme {
+        SchemeChoice::Pq => format!("pq:{}", args.start),
+        SchemeChoice::Zack => format!("zack:{}", args.start),
+        SchemeChoice::Hack if burn_hack_attn::HackConfig::preset(&args.start).is_some() => args.start.clone(),
+        SchemeChoice::Hack => format!("hack:{}", args.start),
+    };
     let scheme_arg: SchemeArg = scheme_text.parse().map_err(|e: String| anyhow::anyhow!("--start: {e}"))?;
     let loaded = load_model::<B>(&model_path, &device).with_context(|| {
         format!("loading {} (run `cargo xtask fetch-model` for the default model)", model_path.display())
@@ -235,7 +253,7 @@ fn run<B: Backend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
     };
     create_parent(&args.out)?;
     let (report, calibration) =
-        train_and_save::<Autodiff<B>>(&scheme, &data, &config, args, &device, &mut on_progress)?;
+        train_and_save::<Autodiff<B>>(&scheme, &data, &config, args, fingerprint, &device, &mut on_progress)?;
     bar.finish_and_clear();
 
     let plot = args.plot_path();
@@ -290,7 +308,7 @@ impl Args {
     fn scheme_name(&self) -> &'static str {
         match self.scheme {
             SchemeChoice::Pq => "codebooks",
-            SchemeChoice::Zack => "rotations",
+            SchemeChoice::Zack | SchemeChoice::Hack => "rotations",
         }
     }
 }
@@ -302,6 +320,7 @@ fn train_and_save<B: AutodiffBackend>(
     data: &FinetuneData,
     config: &FinetuneConfig,
     args: &Args,
+    model: ModelFingerprint,
     device: &B::Device,
     on_progress: &mut dyn FnMut(FinetuneProgress),
 ) -> anyhow::Result<(FinetuneReport, String)> {
@@ -317,8 +336,29 @@ fn train_and_save<B: AutodiffBackend>(
             rotations.save(&args.out)?;
             Ok((report, rotations.calibration))
         }
-        Scheme::Dense(_) | Scheme::HalfDense(_) | Scheme::Hack(_) | Scheme::ZackHack(_) | Scheme::ZackPq(_) => {
-            unreachable!("--scheme is pq or zack")
+        Scheme::Hack(hack) => {
+            let shape = data.check()?;
+            let shape = RotationShape { layers: shape.layers, kv_heads: shape.kv_heads, head_dim: shape.head_dim };
+            let start = hack.rotations(shape)?.context("--start has no rotation to fine-tune (add rot=hadamard)")?;
+            let (rotations, report) =
+                finetune_hack_rotations::<B>(&start, hack.config(), data, config, device, on_progress)?;
+            let training = format!(
+                "fine-tuned from `{}` for `{}` on {} windows, {} steps (held-out output error {:.4} -> {:.4})",
+                match &hack.config().rotation {
+                    burn_hack_attn::RotationSpec::Hadamard { seed } => format!("hadamard:{seed}"),
+                    other => format!("{other:?}"),
+                },
+                hack.config(),
+                data.train.len(),
+                report.best_step,
+                report.initial_held_out,
+                report.best_held_out
+            );
+            RotationFile { rotations, model, training: training.clone() }.save(&args.out)?;
+            Ok((report, training))
+        }
+        Scheme::Dense(_) | Scheme::HalfDense(_) | Scheme::ZackHack(_) | Scheme::ZackPq(_) => {
+            unreachable!("--scheme is pq, zack or hack")
         }
     }
 }
