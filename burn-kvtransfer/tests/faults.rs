@@ -7,10 +7,12 @@ mod common;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use burn_hack_attn::HackConfig;
 use burn_kvcompress::{
     backend::NdArray,
     cache::{DenseCache, DenseScheme, TransferableCache},
 };
+use burn_kvtransfer::engine::SyntheticPrefill;
 use burn_kvtransfer::{
     decode::{fetch, fetch_states, Received},
     protocol::{ClientConfig, PrefillClient, PrefillPool, RequestEvent, ServerConfig},
@@ -96,6 +98,35 @@ async fn scheme_or_model_mismatch_is_refused_at_connect_with_both_descriptors() 
             other => panic!("{other:?}"),
         }
     }
+}
+
+#[tokio::test]
+async fn hack_formats_that_differ_in_one_setting_refuse_each_other() {
+    // The scheme's name spells every setting of the format: prefill and decode sides that differ
+    // in any (bits, axes, rotation, window, clipping) refuse each other before a byte of cache
+    // is sent.
+    let spelled = |s: &str| SchemeDescriptor { scheme: s.parse::<HackConfig>().unwrap().to_string(), ..descriptor() };
+    let prefill = spelled("hack2");
+    let (_server, connector) = start(SyntheticPrefill::new(SHAPE, prefill.clone()), ServerConfig::default());
+    let hack2 = HackConfig::preset("hack2").unwrap();
+    let others = [
+        HackConfig::preset("hack4").unwrap(),
+        HackConfig { window: hack2.window / 2, ..hack2.clone() },
+        HackConfig { rotation: burn_hack_attn::RotationSpec::None, ..hack2.clone() },
+        HackConfig { clip: !hack2.clip, ..hack2.clone() },
+        HackConfig { axes: burn_hack_attn::Axes::Paper, sinks: 0, window: 0, ..hack2.clone() },
+    ];
+    for other in others {
+        let theirs = spelled(&other.to_string());
+        assert_ne!(theirs, prefill);
+        match PrefillClient::connect(&connector, ClientConfig::new(theirs.clone())).await.unwrap_err() {
+            TransferError::Remote { code: ErrorCode::Incompatible, message } => {
+                assert!(message.contains(&theirs.scheme) && message.contains(&prefill.scheme), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    PrefillClient::connect(&connector, ClientConfig::new(spelled("hack2"))).await.unwrap();
 }
 
 #[tokio::test]

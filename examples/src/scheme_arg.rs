@@ -110,7 +110,9 @@ impl FromStr for SchemeArg {
             "hack" => params.parse().map(Self::Hack).map_err(|e| e.to_string()),
             "pq" => params.parse().map(Self::Pq),
             "zack" => params.parse().map(Self::Zack),
-            other => Err(format!("unknown KV scheme `{other}` (available: dense, hack, hack2, hack4, pq, zack)")),
+            other => {
+                Err(format!("unknown KV scheme `{other}` (available: dense, hack, hack2, hack3, hack4, pq, zack)"))
+            }
         }
     }
 }
