@@ -4,7 +4,10 @@
 //! Protocol (`docs/design.md`): windows of 1024 tokens from the start (no BOS); prefill 512, then feed
 //! 512 one at a time through the cache, scoring each with the logits produced before it is fed.
 
-use std::{fmt::Write as _, path::PathBuf};
+use std::{
+    fmt::Write as _,
+    path::{Path, PathBuf},
+};
 
 use anyhow::Context;
 use burn_kvcompress::{
@@ -66,9 +69,10 @@ struct Args {
     /// texts, each text's plot is named `<stem>-<text>.<ext>`.
     #[arg(long)]
     plot: Option<PathBuf>,
-    /// Draw `--plot` from the raw reports a run wrote (`<out>.json`) instead of evaluating (the
-    /// model is read for its KV geometry only; `--kv`, `--text` and `--out` are not used).
-    #[arg(long, requires = "plot")]
+    /// Render the table (stdout, and `<out>.md` with `--out`) and `--plot` from the raw reports a
+    /// run wrote (its `<out>.json`) instead of evaluating: the model is read for its KV geometry
+    /// only, `--kv` and `--text` are not used.
+    #[arg(long)]
     replot: Option<PathBuf>,
 }
 
@@ -143,6 +147,9 @@ fn run<B: KernelBackend>(device: B::Device, args: &Args) -> anyhow::Result<Vec<R
             let bits_per_element = report.kv_bytes_per_token * 8.0 / elements_per_token;
             let steady_bits = steady_bits(&report.scheme, &c);
             rows.push(Row { text: name, report, bits_per_element, steady_bits });
+            if let Some(out) = &args.out {
+                write_reports(out, &rows)?;
+            }
         }
     }
     Ok(rows)
@@ -169,7 +176,7 @@ fn texts(rows: &[Row]) -> Vec<&str> {
 }
 
 /// The rows of a `<out>.json` file, their bits per element from the model's KV geometry.
-fn rows_from_json(json: &std::path::Path, args: &Args) -> anyhow::Result<Vec<Row>> {
+fn rows_from_json(json: &Path, args: &Args) -> anyhow::Result<Vec<Row>> {
     let text = std::fs::read_to_string(json).with_context(|| format!("reading {}", json.display()))?;
     let reports: Vec<(String, PerplexityReport)> =
         serde_json::from_str(&text).with_context(|| format!("{} is not a perplexity report file", json.display()))?;
@@ -249,7 +256,7 @@ fn table(rows: &[Row], reference: &[ReferencePpl]) -> anyhow::Result<String> {
 
 /// Writes each text's perplexity against bits per element to `path` (one text) or
 /// `<stem>-<text>.<ext>` beside it (several).
-fn plot(rows: &[Row], reference: &[ReferencePpl], path: &std::path::Path) -> anyhow::Result<()> {
+fn plot(rows: &[Row], reference: &[ReferencePpl], path: &Path) -> anyhow::Result<()> {
     let texts = texts(rows);
     for text in &texts {
         let ours = rows.iter().filter(|r| r.text == *text).map(|r| TradeoffPoint {
@@ -269,9 +276,8 @@ fn plot(rows: &[Row], reference: &[ReferencePpl], path: &std::path::Path) -> any
             1 => path.to_path_buf(),
             _ => {
                 let stem = path.file_stem().map_or_else(String::new, |s| s.to_string_lossy().into_owned());
-                let text_stem = std::path::Path::new(text)
-                    .file_stem()
-                    .map_or_else(|| text.to_string(), |s| s.to_string_lossy().into_owned());
+                let text_stem =
+                    Path::new(text).file_stem().map_or_else(|| text.to_string(), |s| s.to_string_lossy().into_owned());
                 let ext = path.extension().map_or_else(String::new, |e| format!(".{}", e.to_string_lossy()));
                 path.with_file_name(format!("{stem}-{text_stem}{ext}"))
             }
@@ -282,31 +288,40 @@ fn plot(rows: &[Row], reference: &[ReferencePpl], path: &std::path::Path) -> any
     Ok(())
 }
 
+/// Writes the raw reports of `rows` to `<out>.json`; called after every row, so an interrupted
+/// run keeps the rows it finished (`--replot` draws them).
+fn write_reports(out: &Path, rows: &[Row]) -> anyhow::Result<()> {
+    create_parent(out)?;
+    let reports: Vec<(&str, &PerplexityReport)> = rows.iter().map(|r| (r.text.as_str(), &r.report)).collect();
+    std::fs::write(out.with_extension("json"), serde_json::to_string_pretty(&reports)?)?;
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     if let Some(path) = &args.plot {
         examples::plot::PlotFormat::of_path(path)?;
     }
     let reference = reference_rows(&args)?;
-    if let (Some(json), Some(path)) = (&args.replot, &args.plot) {
-        return plot(&rows_from_json(json, &args)?, &reference, path);
-    }
-    let rows = with_backend!(args.backend, run(&args))?;
+    let (rows, produced) = match &args.replot {
+        Some(json) => (rows_from_json(json, &args)?, format!("Rendered from `{}`", json.display())),
+        None => (
+            with_backend!(args.backend, run(&args))?,
+            format!("Produced by `cargo xtask eval` on backend {:?}", args.backend),
+        ),
+    };
     let table = table(&rows, &reference)?;
     println!("{table}");
     if let Some(out) = &args.out {
-        create_parent(out)?;
+        write_reports(out, &rows)?;
         let header = format!(
-            "Decode-perplexity (1024-token windows, prefill 512, 512 scored one at a time), backend {:?}.\n\
-             Produced by `cargo xtask eval`. Bits per element: at the window's end, what the caches hold \
-             after 1023 tokens (all metadata and float slots, measured); at 8K, the format's mean cost at \
-             an 8192-token context (metadata and float slots amortized; dense and HACK only). Mean KL: \
-             of each scored position's next-token distribution from the dense (f32) run's, in nats.\n\n",
-            args.backend
+            "Decode-perplexity (1024-token windows, prefill 512, 512 scored one at a time). {produced}. \
+             Bits per element: at the window's end, what the caches hold after 1023 tokens (all metadata \
+             and float slots, measured); at 8K, the format's mean cost at an 8192-token context (metadata \
+             and float slots amortized; dense and HACK only). Mean KL: of each scored position's \
+             next-token distribution from the dense (f32) run's, in nats.\n\n"
         );
         std::fs::write(out.with_extension("md"), header + &table)?;
-        let reports: Vec<(&str, &PerplexityReport)> = rows.iter().map(|r| (r.text.as_str(), &r.report)).collect();
-        std::fs::write(out.with_extension("json"), serde_json::to_string_pretty(&reports)?)?;
     }
     if let Some(path) = &args.plot {
         plot(&rows, &reference, path)?;
