@@ -43,7 +43,7 @@ impl ChannelDecodeGeometry {
 }
 
 /// Splits over `blocks` closed blocks for `streams` streams on `sms` multiprocessors: as many as
-/// fill the device [`CUBES_PER_SM`] times, at most one per block; returns (splits, blocks per
+/// fill the device `CUBES_PER_SM` times, at most one per block; returns (splits, blocks per
 /// split).
 pub fn block_splits(blocks: usize, streams: usize, sms: Option<usize>) -> (usize, usize) {
     let target = sms.unwrap_or(DEFAULT_SMS) * CUBES_PER_SM;
