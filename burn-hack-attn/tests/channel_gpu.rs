@@ -141,11 +141,8 @@ fn decode_kernel_matches_the_reference_and_the_state_is_bit_exact() {
         let state = TransferableCache::export_state(&gpu);
         let host = TransferableScheme::<Cpu>::import_state(&scheme, i, geometry, &state, &Default::default()).unwrap();
         let host_out: Vec<f32> = host.attend(cpu_t(&q, q_shape), &options).unwrap().into_data().into_vec().unwrap();
-        let direct = channel_attention_reference(
-            rotated(&scheme, i, cpu_t(&q, q_shape), c),
-            &host.channel_view().unwrap(),
-            &options,
-        );
+        let direct =
+            channel_attention_reference(host.rotated(cpu_t(&q, q_shape)), &host.channel_view().unwrap(), &options);
         assert_eq!(
             direct.unwrap().into_data().into_vec::<f32>().unwrap(),
             host_out,
@@ -153,7 +150,7 @@ fn decode_kernel_matches_the_reference_and_the_state_is_bit_exact() {
         );
         // The kernel against the reference given the queries the GPU rotated: CUDA's matrix
         // products run in TF32, so a host rotation differs by more than the kernel's float noise.
-        let gpu_rotated = rotated(&scheme, i, gpu_t(&q, q_shape), c).into_data();
+        let gpu_rotated = gpu.rotated(gpu_t(&q, q_shape)).into_data();
         let want: Vec<f32> = channel_attention_reference(
             Tensor::<Cpu, 4>::from_data(gpu_rotated, &Default::default()),
             &host.channel_view().unwrap(),
@@ -172,19 +169,5 @@ fn decode_kernel_matches_the_reference_and_the_state_is_bit_exact() {
         // for a P code that flips at a rounding tie, which moves one head's outputs by a code
         // step of a value, as the paper layout's kernel tests allow.
         assert!(mean < 2e-5 && worst < 2e-3, "case {i} ({}): mean {mean:.2e}, worst {worst:.2e}", c.config);
-    }
-}
-
-/// `q` rotated as the case's cache rotates its queries, on `q`'s device.
-fn rotated<B: burn::tensor::backend::Backend>(
-    scheme: &HackScheme,
-    layer: usize,
-    q: Tensor<B, 4>,
-    c: &Case,
-) -> Tensor<B, 4> {
-    let role = burn_hack_attn::rotation::RotationRole::Key;
-    match scheme.rotation::<B>(role, layer, c.kv_heads, c.head_dim, &q.device()).unwrap() {
-        Some(r) => burn_hack_attn::rotation::rotate_heads(q, &r),
-        None => q,
     }
 }

@@ -130,7 +130,10 @@ impl<B: HackBackend> HackCache<B> {
         }
     }
 
-    fn rotated(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+    /// Queries or keys `x: [batch, heads or kv_heads, slots, head_dim]` rotated per KV head as this
+    /// cache rotates them before attention and quantization (unchanged without rotation): what
+    /// the attention references take to reproduce [`KvCache::attend`] on this device's rounding.
+    pub fn rotated(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
         match &self.rotation {
             Ok(Some(r)) => rotate_heads(x, r),
             _ => x,
