@@ -203,8 +203,7 @@ pub fn finetune_hack_rotations<B: AutodiffBackend>(
     device: &B::Device,
     on_progress: &mut dyn FnMut(FinetuneProgress),
 ) -> Result<(HackRotations, FinetuneReport), HackSchemeError> {
-    let shape = data.check().map_err(|e| HackSchemeError::Finetune(e.to_string()))?;
-    let samples = RotationShape { layers: shape.layers, kv_heads: shape.kv_heads, head_dim: shape.head_dim };
+    let samples = RotationShape::from(data.check()?);
     if samples != start.shape {
         return Err(HackSchemeError::Shape { expected: start.shape.to_string(), found: samples.to_string() });
     }

@@ -40,9 +40,19 @@ pub struct ReferencePpl {
     pub scored_tokens: usize,
 }
 
+/// One of llama.cpp's reference prompts, with its tokens.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ReferencePrompt {
+    /// The prompt as text.
+    pub text: String,
+    /// Its token ids (llama.cpp's tokenization, equal to ours: `burn-kvcompress/tests/tokenizer_reference.rs`).
+    pub tokens: Vec<u32>,
+}
+
 #[derive(Deserialize)]
 struct ReferenceFile {
     ppl: Vec<ReferencePpl>,
+    prompts: Vec<ReferencePrompt>,
 }
 
 /// Bits per KV element of llama.cpp's cache types (block metadata included).
@@ -56,8 +66,16 @@ pub fn llamacpp_bits_per_element(kv_type: &str) -> Option<f64> {
     }
 }
 
+fn load_reference(path: &Path) -> anyhow::Result<ReferenceFile> {
+    Ok(serde_json::from_str(&std::fs::read_to_string(path)?)?)
+}
+
 /// Reads the perplexity rows of the reference file.
 pub fn load_reference_ppl(path: &Path) -> anyhow::Result<Vec<ReferencePpl>> {
-    let text = std::fs::read_to_string(path)?;
-    Ok(serde_json::from_str::<ReferenceFile>(&text)?.ppl)
+    Ok(load_reference(path)?.ppl)
+}
+
+/// Reads the prompts of the reference file.
+pub fn load_reference_prompts(path: &Path) -> anyhow::Result<Vec<ReferencePrompt>> {
+    Ok(load_reference(path)?.prompts)
 }

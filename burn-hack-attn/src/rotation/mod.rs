@@ -13,7 +13,7 @@ pub use file::{RotationFile, RotationFileError};
 pub use hadamard::{hadamard_rotation, is_power_of_two};
 
 use burn::tensor::{backend::Backend, Tensor, TensorData};
-use burn_kvcompress::finetune::orthogonality_error;
+use burn_kvcompress::finetune::{orthogonality_error, SampleShape};
 
 /// Which of a head's two rotations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +33,13 @@ pub struct RotationShape {
     pub kv_heads: usize,
     /// Channels per head.
     pub head_dim: usize,
+}
+
+impl From<SampleShape> for RotationShape {
+    /// The shape of the model that recorded fine-tuning samples of `shape`.
+    fn from(shape: SampleShape) -> Self {
+        Self { layers: shape.layers, kv_heads: shape.kv_heads, head_dim: shape.head_dim }
+    }
 }
 
 impl std::fmt::Display for RotationShape {

@@ -18,7 +18,7 @@ use burn_kvcompress::{
 use clap::Parser;
 use examples::{
     backend_choice::{BackendChoice, KernelBackend},
-    reference::{default_texts, llamacpp_reference_file},
+    reference::{default_texts, llamacpp_reference_file, load_reference_prompts},
     report::create_parent,
     scheme_arg::SchemeArg,
     with_backend, with_scheme,
@@ -70,18 +70,11 @@ fn prompts<B: KernelBackend>(args: &Args, loaded: &LoadedModel<B>) -> anyhow::Re
     let chat = chatml_prompt(&[ChatMessage { role: Role::User, content: args.chat.clone() }], true);
     prompts.push(Prompt { label: format!("chat: {}", args.chat), tokens: tokenizer.encode(&chat, true)? });
     let reference = llamacpp_reference_file();
-    let json: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(&reference).with_context(|| format!("reading {}", reference.display()))?,
-    )?;
-    for prompt in json["prompts"].as_array().context("the reference file has no prompts")? {
-        let text = prompt["text"].as_str().context("a prompt without text")?;
-        let tokens = prompt["tokens"]
-            .as_array()
-            .context("a prompt without tokens")?
-            .iter()
-            .map(|t| t.as_u64().map(|t| t as u32).context("a token id"))
-            .collect::<anyhow::Result<Vec<u32>>>()?;
-        prompts.push(Prompt { label: format!("reference prompt {:?}", shorten(text, 40)), tokens });
+    let reference_prompts =
+        load_reference_prompts(&reference).with_context(|| format!("reading prompts from {}", reference.display()))?;
+    for prompt in reference_prompts {
+        prompts
+            .push(Prompt { label: format!("reference prompt {:?}", shorten(&prompt.text, 40)), tokens: prompt.tokens });
     }
     for path in default_texts() {
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;

@@ -69,9 +69,9 @@ struct Args {
     /// texts, each text's plot is named `<stem>-<text>.<ext>`.
     #[arg(long)]
     plot: Option<PathBuf>,
-    /// Render the table (stdout, and `<out>.md` with `--out`) and `--plot` from the raw reports a
-    /// run wrote (its `<out>.json`) instead of evaluating: the model is read for its KV geometry
-    /// only, `--kv` and `--text` are not used.
+    /// Render the table (stdout, and `<out>.md` with `--out`; the JSON is not rewritten) and
+    /// `--plot` from the raw reports a run wrote (its `<out>.json`) instead of evaluating: the
+    /// model is read for its KV geometry only, `--kv` and `--text` are not used.
     #[arg(long)]
     replot: Option<PathBuf>,
 }
@@ -313,7 +313,8 @@ fn main() -> anyhow::Result<()> {
     let table = table(&rows, &reference)?;
     println!("{table}");
     if let Some(out) = &args.out {
-        write_reports(out, &rows)?;
+        // The JSON is written as the rows finish (`run`); a replot renders one already written.
+        create_parent(out)?;
         let header = format!(
             "Decode-perplexity (1024-token windows, prefill 512, 512 scored one at a time). {produced}. \
              Bits per element: at the window's end, what the caches hold after 1023 tokens (all metadata \

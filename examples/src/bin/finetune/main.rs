@@ -337,9 +337,9 @@ fn train_and_save<B: AutodiffBackend>(
             Ok((report, rotations.calibration))
         }
         Scheme::Hack(hack) => {
-            let shape = data.check()?;
-            let shape = RotationShape { layers: shape.layers, kv_heads: shape.kv_heads, head_dim: shape.head_dim };
-            let start = hack.rotations(shape)?.context("--start has no rotation to fine-tune (add rot=hadamard)")?;
+            let start = hack
+                .rotations(RotationShape::from(data.check()?))?
+                .context("--start has no rotation to fine-tune (add rot=hadamard)")?;
             let (rotations, report) =
                 finetune_hack_rotations::<B>(&start, hack.config(), data, config, device, on_progress)?;
             let training = format!(
