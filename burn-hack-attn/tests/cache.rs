@@ -5,7 +5,7 @@
 use burn::tensor::{Tensor, TensorData};
 use burn_hack_attn::{
     cache::{key_group, sum_bytes},
-    kernels::{attention_reference, attention_reference_in_steps, unpack_words},
+    kernels::{attention_reference, attention_reference_in_steps, pack_words, unpack_words},
     quant::GroupParams,
     HackConfig, HackScheme, Rounding,
 };
@@ -295,5 +295,22 @@ fn codes_dequantize_as_the_host_does() {
         assert_eq!(host(keys), dequantize(view.keys, config.key_bits).0, "{config}");
         let values = view.values.unwrap();
         assert_eq!(host(values.dequantize(config.key_bits, config.partition)), dequantize(values, config.key_bits).0);
+    }
+}
+
+#[test]
+fn packing_unpacked_codes_gives_every_word_back() {
+    // Random 32-bit words, top bits set in about half (negative as `i32`), through the tensor
+    // ops on NdArray's 64-bit integers: the words must come back as the same `i32` bits.
+    let mut rng = StdRng::seed_from_u64(7);
+    for bits in [2u8, 4] {
+        let shape = [2, 3, 5, 4];
+        let words: Vec<i32> = (0..shape.iter().product::<usize>()).map(|_| rng.random::<u32>() as i32).collect();
+        let tensor =
+            Tensor::<B, 4, burn::tensor::Int>::from_data(TensorData::new(words.clone(), shape), &Default::default());
+        let codes = unpack_words(tensor, bits);
+        assert_eq!(codes.dims(), [2, 3, 5, 4 * 32 / bits as usize]);
+        let back: Vec<i32> = pack_words(codes, bits).into_data().convert::<i32>().into_vec().unwrap();
+        assert_eq!(back, words, "{bits}-bit codes");
     }
 }

@@ -159,30 +159,33 @@ fn dequantized(state: &LayerState, config: &HackConfig, streams: usize, d: usize
         let k_par = params(&kp[s * kp.len() / streams..(s + 1) * kp.len() / streams]);
         let v_codes = unpack(&vw[s * vw.len() / streams..(s + 1) * vw.len() / streams], vb);
         let v_par = params(&vp[s * vp.len() / streams..(s + 1) * vp.len() / streams]);
-        // Keys: row (block, channel) holds Π slots; as [block · Π + slot][channel].
+        // Keys: a row of `d` codes per slot, (min, scale) per (block, channel); values: a row of
+        // Π codes per (block, channel), (min, scale) per (slot, group). Both as
+        // [block · Π + slot][channel].
         let mut keys = vec![0.0; blocks * pi * d];
         let mut key_codes = vec![0.0; blocks * pi * d];
+        let mut values = vec![0.0; blocks * pi * d];
+        let mut value_codes = vec![0.0; blocks * pi * d];
         for b in 0..blocks {
             for j in 0..d {
                 let (m, sc) = k_par[b * d + j];
                 for t in 0..pi {
-                    let c = k_codes[(b * d + j) * pi + t];
-                    keys[(b * pi + t) * d + j] = sc * c + m;
-                    key_codes[(b * pi + t) * d + j] = c;
+                    let at = (b * pi + t) * d + j;
+                    key_codes[at] = k_codes[at];
+                    keys[at] = sc * k_codes[at] + m;
+                    let c = v_codes[(b * d + j) * pi + t];
+                    let (m, sc) = v_par[(b * pi + t) * (d / group) + j / group];
+                    value_codes[at] = c;
+                    values[at] = sc * c + m;
                 }
             }
         }
-        let values = (0..blocks * pi * d)
-            .map(|i| v_par[(i / d) * (d / group) + (i % d) / group])
-            .zip(&v_codes)
-            .map(|((m, s), c)| s * c + m)
-            .collect();
         out.keys.push(keys);
         out.values.push(values);
         out.key_params.push(k_par);
         out.value_params.push(v_par);
         out.key_codes.push(key_codes);
-        out.value_codes.push(v_codes);
+        out.value_codes.push(value_codes);
     }
     out
 }

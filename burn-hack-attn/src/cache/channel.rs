@@ -16,12 +16,19 @@ use burn_kvcompress::{
 
 use super::{codes::cat_dense_rows, paper::spec, PARAMS_BYTES};
 use crate::{
-    kernels::{ChannelView, HackBackend, RowLayout},
+    kernels::{pack_words, unpack_words, ChannelView, HackBackend, RowLayout},
     HackConfig,
 };
 
 /// Packed codes and their (min, scale) words, `[batch, kv_heads, rows, ·]` (see
 /// [`Codes`](super::Codes); no code sums: the channel layout's products do not need them).
+///
+/// The codes are packed along the axis attention sums over, not the axis they were quantized
+/// along: keys (quantized per channel over a block's slots) as one row of `head_dim` codes per
+/// slot, values (quantized per slot in channel groups) as one row of Π codes per channel. A
+/// word then holds consecutive terms of one dot product — what tensor-core operands take four at
+/// a time and a scalar loop unpacks sixteen per load. The (min, scale) words keep the quantization
+/// axis: one per (block, channel) for keys, one per (slot, group) for values.
 #[derive(Debug, Clone)]
 pub struct PackedRows<B: Backend> {
     /// Packed codes, `32 / bits` per word, the first in the lowest bits.
@@ -31,9 +38,9 @@ pub struct PackedRows<B: Backend> {
 }
 
 impl<B: Backend> PackedRows<B> {
-    /// Rows held.
-    pub fn rows(&self) -> usize {
-        self.words.dims()[2]
+    /// Rows of (min, scale) words held: `blocks · head_dim` for keys, `blocks · Π` for values.
+    pub fn param_rows(&self) -> usize {
+        self.params.dims()[2]
     }
 
     fn append(this: Option<Self>, more: Self) -> Self {
@@ -83,10 +90,11 @@ impl<B: Backend> FloatSlots<B> {
 #[derive(Debug, Clone)]
 pub struct ChannelStore<B: HackBackend> {
     pub(super) sinks: Option<FloatSlots<B>>,
-    /// Closed blocks' keys: one row per (block, channel) of Π codes.
+    /// Closed blocks' keys: one row of `head_dim` codes per slot, (min, scale) per (block,
+    /// channel).
     pub(super) keys: Option<PackedRows<B>>,
-    /// Closed blocks' values: one row per slot of `head_dim` codes in groups of
-    /// [`value_group`](ChannelView::value_group) channels.
+    /// Closed blocks' values: one row of Π codes per (block, channel), (min, scale) per slot and
+    /// group of [`value_group`](ChannelView::value_group) channels.
     pub(super) values: Option<PackedRows<B>>,
     pub(super) tail: Option<FloatSlots<B>>,
     pub(super) len: usize,
@@ -101,6 +109,16 @@ impl<B: HackBackend> Default for ChannelStore<B> {
 /// Channels per value group: Π, or the whole head when Π exceeds it.
 pub fn value_group(head_dim: usize, partition: usize) -> usize {
     partition.min(head_dim)
+}
+
+/// Packed `bits`-bit codes `[batch, kv_heads, blocks · rows, cols · bits / 32]` (each block
+/// `rows` rows of `cols` codes) as `[batch, kv_heads, blocks · cols, rows · bits / 32]`: each
+/// block's code matrix transposed.
+fn transpose_blocks<B: Backend>(words: Tensor<B, 4, Int>, bits: u8, rows: usize, cols: usize) -> Tensor<B, 4, Int> {
+    let [batch, kv_heads, all_rows, _] = words.dims();
+    let blocks = all_rows / rows;
+    let codes = unpack_words(words, bits).reshape([batch * kv_heads, blocks, rows, cols]).swap_dims(2, 3);
+    pack_words(codes.reshape([batch, kv_heads, blocks * cols, rows]), bits)
 }
 
 /// `x` rounded to the nearest f16 (ties to even), kept in `x`'s type: on the device where the
@@ -120,7 +138,7 @@ fn round_to_half<B: Backend>(x: Tensor<B, 4>) -> Tensor<B, 4> {
 impl<B: HackBackend> ChannelStore<B> {
     /// Closed blocks.
     pub fn blocks(&self, head_dim: usize) -> usize {
-        self.keys.as_ref().map_or(0, |k| k.rows() / head_dim)
+        self.keys.as_ref().map_or(0, |k| k.param_rows() / head_dim)
     }
 
     /// Slots in the float tail.
@@ -209,6 +227,9 @@ impl<B: HackBackend> ChannelStore<B> {
         };
         let keys = quantize(key_rows, &key_spec)?;
         let values = quantize(closing.v, &value_spec)?;
+        // Packed along the sums' axes (see `PackedRows`): keys per slot, values per channel.
+        let keys = PackedRows { words: transpose_blocks(keys.words, config.key_bits, d, pi), ..keys };
+        let values = PackedRows { words: transpose_blocks(values.words, config.value_bits, pi, d), ..values };
         self.keys = Some(PackedRows::append(self.keys.take(), keys));
         self.values = Some(PackedRows::append(self.values.take(), values));
         let rest = tail_len - full * pi;

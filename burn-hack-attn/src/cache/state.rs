@@ -9,8 +9,9 @@
 //! integers), the tail in f32.
 //!
 //! The channel axes: `sinks_k`, `sinks_v`, `tail_k`, `tail_v` (f16, `[batch, kv_heads, slots,
-//! head_dim]`, present when not empty); `k_words`, `k_params` (one row per block and channel),
-//! `v_words`, `v_params` (one row per closed slot), present once a block has closed. The format's
+//! head_dim]`, present when not empty); `k_words` (a row per closed slot), `k_params` (a row per
+//! block and channel), `v_words` (a row per block and channel), `v_params` (a row per closed
+//! slot), present once a block has closed (see [`PackedRows`]). The format's
 //! settings travel in the scheme's name, which both sides compare before anything is sent.
 
 use burn_kvcompress::{
@@ -193,27 +194,26 @@ fn import_channel<B: HackBackend>(
     s.sinks = slots("sinks")?;
     s.tail = slots("tail")?;
     let blocks = match present("k_words") {
-        true => state.get("k_words")?.shape.get(2).copied().unwrap_or(0) / d,
+        true => state.get("k_params")?.shape.get(2).copied().unwrap_or(0) / d,
         false => 0,
     };
     if blocks > 0 {
-        let rows = |prefix: &str, rows: usize, words: usize, parts: usize| -> Result<PackedRows<B>, CacheError> {
+        let rows = |prefix: &str, words: [usize; 2], params: [usize; 2]| -> Result<PackedRows<B>, CacheError> {
             let words_t = state.get(&format!("{prefix}_words"))?.to_int::<B, 4>(device)?;
-            let params = state.get(&format!("{prefix}_params"))?.to_int::<B, 4>(device)?;
-            if words_t.dims() != [b, h, rows, words] || params.dims() != [b, h, rows, parts] {
+            let params_t = state.get(&format!("{prefix}_params"))?.to_int::<B, 4>(device)?;
+            let (words, params) = ([b, h, words[0], words[1]], [b, h, params[0], params[1]]);
+            if words_t.dims() != words || params_t.dims() != params {
                 return Err(CacheError::State(format!(
-                    "`{prefix}` codes have shapes {:?} / {:?}, expected {:?} / {:?}",
+                    "`{prefix}` codes have shapes {:?} / {:?}, expected {words:?} / {params:?}",
                     words_t.dims(),
-                    params.dims(),
-                    [b, h, rows, words],
-                    [b, h, rows, parts]
+                    params_t.dims(),
                 )));
             }
-            Ok(PackedRows { words: words_t, params })
+            Ok(PackedRows { words: words_t, params: params_t })
         };
         let (kb, vb) = (config.key_bits as usize, config.value_bits as usize);
-        s.keys = Some(rows("k", blocks * d, pi * kb / 32, 1)?);
-        s.values = Some(rows("v", blocks * pi, d * vb / 32, d / value_group(d, pi))?);
+        s.keys = Some(rows("k", [blocks * pi, d * kb / 32], [blocks * d, 1])?);
+        s.values = Some(rows("v", [blocks * d, pi * vb / 32], [blocks * pi, d / value_group(d, pi)])?);
     }
     let (sinks, tail) = (s.sinks_len(), s.tail_len());
     let sinks_expected = config.sinks.min(len);

@@ -25,7 +25,7 @@ use burn_kvcompress::{cache::AttendOptions, error::CacheError};
 
 pub use attention::{attention_reference, attention_reference_in_steps, CacheView};
 pub use channel::{channel_attention_reference, ChannelView};
-pub use quantize::{quantize_reference, unpack_words};
+pub use quantize::{pack_words, quantize_reference, unpack_words};
 pub use spec::{QuantizeSpec, RowLayout};
 
 use crate::{cache::Codes, quant::QuantError};

@@ -127,8 +127,8 @@ fn block_query_codes(
 }
 
 /// Unit `t < Π` scores slot `t` of the block for every head into `scores[g · Π + t]`: the
-/// integer product of the query codes with the slot's key codes (unpacked from the block's
-/// channel rows), `σ` times it plus the offset, times the softmax scale; masked slots get
+/// integer product of the query codes with the slot's key codes (unpacked from its row, a
+/// word at a time), `σ` times it plus the offset, times the softmax scale; masked slots get
 /// [`masked_score`].
 #[allow(clippy::too_many_arguments)]
 #[cube]
@@ -144,7 +144,7 @@ fn block_scores(
 ) {
     let (g_count, d, pi, bits) = comptime!((geo.group, geo.head_dim, geo.partition, geo.key_bits));
     let per_word = comptime!(32 / bits);
-    let words_per_row = comptime!(pi / per_word);
+    let words_per_row = comptime!(d / per_word);
     let t = UNIT_POS;
     if t < pi {
         let mut dot = Array::<i32>::new(comptime!(g_count as usize));
@@ -152,14 +152,18 @@ fn block_scores(
         for g in 0..g_count {
             dot[g as usize] = 0;
         }
-        let shift = (t % per_word) * bits;
-        let mask = (1u32 << bits) - 1;
-        for j in 0..d {
-            let word = k_words[(words_base + j * words_per_row + t / per_word) as usize];
-            let code = i32::cast_from((word >> shift) & mask);
+        let mask = comptime!((1u32 << bits) - 1);
+        // The slot's row: `per_word` consecutive channels a word.
+        for w in 0..words_per_row {
+            let word = k_words[(words_base + t * words_per_row + w) as usize];
             #[unroll]
-            for g in 0..g_count {
-                dot[g as usize] += codes[(g * d + j) as usize] * code;
+            for i in 0..per_word {
+                let code = i32::cast_from((word >> comptime!(i * bits)) & mask);
+                let j = w * per_word + i;
+                #[unroll]
+                for g in 0..g_count {
+                    dot[g as usize] += codes[(g * d + j) as usize] * code;
+                }
             }
         }
         #[unroll]
@@ -239,7 +243,8 @@ fn block_weight_codes(
 }
 
 /// Unit `j < head_dim`: the block's contribution to channel `j` of every head, `τ Σ_t e_t c_tj +
-/// Σ_t p_t m_t` from the value codes of the block's slots, into `block_out[g]`.
+/// Σ_t p_t m_t` from the channel's row of the block's value codes (a word at a time), into
+/// `block_out[g]`.
 #[cube]
 fn block_values(
     v_words: &Array<u32>,
@@ -249,26 +254,29 @@ fn block_values(
     block_out: &mut Array<f32>,
     #[comptime] geo: ChannelDecodeGeometry,
 ) {
-    let (g_count, d, pi, bits, groups) =
-        comptime!((geo.group, geo.head_dim, geo.partition, geo.value_bits, geo.value_groups()));
+    let (g_count, pi, bits, groups) = comptime!((geo.group, geo.partition, geo.value_bits, geo.value_groups()));
     let per_word = comptime!(32 / bits);
-    let words_per_row = comptime!(d / per_word);
+    let words_per_row = comptime!(pi / per_word);
     let runs_count = comptime!(g_count * groups);
     let j = UNIT_POS;
     let vg = j / geo.value_group;
-    let shift = (j % per_word) * bits;
-    let mask = (1u32 << bits) - 1;
+    let mask = comptime!((1u32 << bits) - 1);
     let mut sums = Array::<i32>::new(comptime!(g_count as usize));
     #[unroll]
     for g in 0..g_count {
         sums[g as usize] = 0;
     }
-    for t in 0..pi {
-        let word = v_words[(words_base + t * words_per_row + j / per_word) as usize];
-        let code = i32::cast_from((word >> shift) & mask);
+    // The channel's row: `per_word` consecutive slots a word.
+    for w in 0..words_per_row {
+        let word = v_words[(words_base + j * words_per_row + w) as usize];
         #[unroll]
-        for g in 0..g_count {
-            sums[g as usize] += weights[((g * groups + vg) * pi + t) as usize] * code;
+        for i in 0..per_word {
+            let code = i32::cast_from((word >> comptime!(i * bits)) & mask);
+            let t = w * per_word + i;
+            #[unroll]
+            for g in 0..g_count {
+                sums[g as usize] += weights[((g * groups + vg) * pi + t) as usize] * code;
+            }
         }
     }
     #[unroll]
@@ -399,7 +407,7 @@ pub fn channel_decode_kernel(
                 &mut query_meta,
                 geo,
             );
-            let key_words_base = closed * d * comptime!(pi * geo.key_bits / 32);
+            let key_words_base = closed * pi * comptime!(d * geo.key_bits / 32);
             block_scores(k_words, key_words_base, &query_codes, &query_meta, &mut scores, visible, scale, geo);
             split_softmax(&mut scores, &mut block_max, pi, g_count, pi);
             split_masses(&scores, &mut block_mass, pi, g_count, pi);
@@ -417,7 +425,7 @@ pub fn channel_decode_kernel(
                 geo,
             );
             if unit < d {
-                let value_words_base = closed * pi * comptime!(d * geo.value_bits / 32);
+                let value_words_base = closed * d * comptime!(pi * geo.value_bits / 32);
                 block_values(v_words, value_words_base, &weights, &weight_meta, &mut block_out, geo);
             }
             merge_block(&mut head_stats, &block_max, &block_mass, &mut factors, g_count);

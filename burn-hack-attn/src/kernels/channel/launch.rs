@@ -79,7 +79,7 @@ pub fn channel_decode_launch<R: CubeRuntime, BT: BoolElement>(
     let key_start = key_start_arg::<R, BT>(&options.key_start, &q);
     let partials = SplitPartials::allocate(&q, batch * heads, splits + 1, d);
     // SAFETY: cube (split, stream) reads its group's queries `< streams · group · d`; closed block
-    // `b < blocks` of its stream at key words `(stream · blocks + b) · d · words_per_row + …` and
+    // `b < blocks` of its stream at key words `(stream · blocks + b) · Π · words_per_row + …` and
     // metadata `(stream · blocks + b) · d + j`, value words and metadata of its slots likewise
     // (the tensors' own shapes, contiguous); the float split reads sink `i < sinks` and tail slot
     // `i < tail` rows of its stream, and only those (branches, not selects); shared indices are

@@ -65,10 +65,10 @@ fn packed_rows<B: Backend>(p: Option<&PackedRows<B>>) -> [HeadRows<i32>; 2] {
     match p {
         Some(p) => {
             let [_, _, rows, words] = p.words.dims();
-            let parts = p.params.dims()[3];
+            let [_, _, param_rows, parts] = p.params.dims();
             [
                 HeadRows { data: host_int(&p.words), rows, width: words },
-                HeadRows { data: host_int(&p.params), rows, width: parts },
+                HeadRows { data: host_int(&p.params), rows: param_rows, width: parts },
             ]
         }
         None => [(); 2].map(|_| HeadRows { data: Vec::new(), rows: 0, width: 0 }),
@@ -112,15 +112,23 @@ impl Blocks {
             values: vec![0; n * pi * d],
             value_params: values[1].head(head).iter().map(|&w| params(w)).collect(),
         };
-        for (row, out) in blocks.keys.chunks_exact_mut(pi).enumerate() {
-            unpack_into(&keys[0].head(head)[row * keys[0].width..(row + 1) * keys[0].width], view.key_bits, out);
-        }
-        for (row, out) in blocks.values.chunks_exact_mut(d).enumerate() {
-            unpack_into(
-                &values[0].head(head)[row * values[0].width..(row + 1) * values[0].width],
-                view.value_bits,
-                out,
-            );
+        // Stored a row per slot (keys) and per channel (values), see `PackedRows`.
+        let mut row = vec![0u8; d.max(pi)];
+        for block in 0..n {
+            for t in 0..pi {
+                let at = (block * pi + t) * keys[0].width;
+                unpack_into(&keys[0].head(head)[at..at + keys[0].width], view.key_bits, &mut row[..d]);
+                for (j, &code) in row[..d].iter().enumerate() {
+                    blocks.keys[(block * d + j) * pi + t] = code;
+                }
+            }
+            for j in 0..d {
+                let at = (block * d + j) * values[0].width;
+                unpack_into(&values[0].head(head)[at..at + values[0].width], view.value_bits, &mut row[..pi]);
+                for (t, &code) in row[..pi].iter().enumerate() {
+                    blocks.values[(block * pi + t) * d + j] = code;
+                }
+            }
         }
         blocks
     }

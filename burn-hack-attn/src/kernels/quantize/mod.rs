@@ -8,4 +8,4 @@ mod reference;
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub use launch::quantize_launch;
-pub use reference::{quantize_reference, unpack_words};
+pub use reference::{pack_words, quantize_reference, unpack_words};

@@ -61,3 +61,24 @@ pub fn unpack_words<B: Backend>(words: Tensor<B, 4, Int>, bits: u8) -> Tensor<B,
         .bitwise_and_scalar(mask.elem())
         .reshape([a, b, rows, w * per_word])
 }
+
+/// Packs codes `[a, b, rows, n]` (each in `0 .. 2^bits`, `n` a multiple of `32 / bits`) into words
+/// `[a, b, rows, n * bits / 32]` with tensor ops, the inverse of [`unpack_words`]. A word is held
+/// as the `i32` with its bits on every integer width: the top code enters as its signed
+/// `bits`-bit value times `2^(32 − bits)`, so no sum leaves the `i32` range.
+pub fn pack_words<B: Backend>(codes: Tensor<B, 4, Int>, bits: u8) -> Tensor<B, 4, Int> {
+    let [a, b, rows, n] = codes.dims();
+    let per_word = 32 / bits as usize;
+    let w = n / per_word;
+    let codes = codes.reshape([a, b, rows, w, per_word]);
+    let low_shifts: Vec<i32> = (0..per_word - 1).map(|i| (i * bits as usize) as i32).collect();
+    let low_shifts = Tensor::<B, 1, Int>::from_data(TensorData::new(low_shifts, [per_word - 1]), &codes.device())
+        .reshape([1, 1, 1, 1, per_word - 1])
+        .expand([a, b, rows, w, per_word - 1]);
+    let low = codes.clone().narrow(4, 0, per_word - 1).bitwise_left_shift(low_shifts).sum_dim(4);
+    let top = codes.narrow(4, per_word - 1, 1);
+    let sign = top.clone().bitwise_right_shift_scalar(((bits - 1) as i32).elem());
+    let signed_top = top - sign.mul_scalar(1i32 << bits);
+    let top = signed_top.mul_scalar(1i32 << (32 - bits as u32));
+    (low + top).reshape([a, b, rows, w])
+}
