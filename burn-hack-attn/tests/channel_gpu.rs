@@ -43,10 +43,11 @@ struct Case {
     window: Option<usize>,
 }
 
-const CASES: [Case; 7] = [
+const CASES: [Case; 8] = [
     // SmolLM2's heads: 3 query heads per KV head, 64 channels; the hack2-like format.
     Case { config: "hack2", batch: 2, kv_heads: 3, group: 3, head_dim: 64, len: 300, window: None },
-    // Llama-3's heads: 4 per KV head, 128 channels (two value groups at Π = 64).
+    // Llama-3's heads: 4 per KV head, 128 channels (two value groups at Π = 64); a sliding
+    // window that cuts a block.
     Case {
         config: "bits=2,pi=64,round=nearest,axes=channel,rot=hadamard,sinks=4,window=16,clip=mse",
         batch: 1,
@@ -54,8 +55,10 @@ const CASES: [Case; 7] = [
         group: 4,
         head_dim: 128,
         len: 400,
-        window: None,
+        window: Some(250),
     },
+    // hack3's widths (4-bit keys, 2-bit values, Π = 128) on Llama-3's heads.
+    Case { config: "hack3", batch: 1, kv_heads: 2, group: 4, head_dim: 128, len: 700, window: None },
     // 4-bit Π = 128, no sinks or window: the tail is only the newest slots.
     Case { config: "hack4", batch: 2, kv_heads: 1, group: 2, head_dim: 64, len: 257, window: None },
     // Keys and values at different widths, Π = 32; a sliding window that cuts blocks.

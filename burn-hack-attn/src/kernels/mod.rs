@@ -108,8 +108,9 @@ where
         }
     }
 
-    /// The decode kernel for one query slot over closed blocks where a cube fits the device; the
-    /// reference (on the host) otherwise.
+    /// The decode kernel for one query slot over closed blocks: on tensor cores where CUDA has
+    /// integer warp products ([`channel::channel_mma_geometry`]), else the portable kernel where
+    /// its cube fits the device; the reference (on the host) otherwise.
     fn hack_channel_attention(
         q: Tensor<Self, 4>,
         cache: &ChannelView<'_, Self>,
@@ -119,9 +120,15 @@ where
         let (_, heads, q_len, _) =
             burn_kvcompress::cache::check_attend_shapes(q.dims(), [batch, kv_heads, len, d], options)?;
         let geo = channel::channel_decode_geometry(heads / kv_heads, cache);
-        let device_shared = q.clone().into_primitive().tensor().client.properties().hardware.max_shared_memory_size;
-        if q_len == 1 && cache.blocks() > 0 && geo.fits(device_shared) {
-            return Ok(channel::channel_decode_launch(q, cache, geo, options));
+        let client = q.clone().into_primitive().tensor().client;
+        let properties = client.properties();
+        if q_len == 1 && cache.blocks() > 0 {
+            if let Some(mma) = channel::channel_mma_geometry(&geo, properties) {
+                return Ok(channel::channel_mma_decode_launch(q, cache, mma, options));
+            }
+            if geo.fits(properties.hardware.max_shared_memory_size) {
+                return Ok(channel::channel_decode_launch(q, cache, geo, options));
+            }
         }
         channel_attention_reference(q, cache, options)
     }

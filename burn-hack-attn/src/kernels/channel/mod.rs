@@ -1,19 +1,38 @@
 //! Attention on the channel layout ([`Axes::Channel`](crate::Axes::Channel)): what it reads
 //! ([`ChannelView`]), the reference ([`channel_attention_reference`]) and, on CubeCL backends,
-//! the decode kernel (`channel_decode_launch`).
+//! the decode kernels: portable (`channel_decode_launch`) and on tensor cores where the device
+//! has integer warp products (`channel_mma_decode_launch`).
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 // `#[cube]` expands the kernel into undocumented helper items.
 #[allow(missing_docs)]
 mod decode;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[allow(missing_docs)]
+mod float_warp;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod launch;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[allow(missing_docs)]
+mod mma_block;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[allow(missing_docs)]
+mod mma_decode;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod mma_launch;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[allow(missing_docs)]
+mod mma_operands;
 mod reference;
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub use decode::ChannelDecodeGeometry;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub use launch::{block_splits, channel_decode_geometry, channel_decode_launch};
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub use mma_decode::ChannelMmaGeometry;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub use mma_launch::{channel_mma_decode_launch, channel_mma_geometry};
 
 pub use reference::{channel_attention_reference, symmetric_codes, weight_codes_of, QUERY_LEVELS, WEIGHT_LEVELS};
 
@@ -41,12 +60,13 @@ pub struct ChannelView<'a, B: Backend> {
     pub len: usize,
     /// The first slots in float.
     pub sinks: Option<&'a FloatSlots<B>>,
-    /// Closed blocks' keys, `[batch, kv_heads, blocks · head_dim, Π · key_bits / 32]` words and
-    /// `[batch, kv_heads, blocks · head_dim, 1]` (min, scale) words: one row per block and channel.
+    /// Closed blocks' keys: `[batch, kv_heads, blocks · Π, head_dim · key_bits / 32]` words, a
+    /// row per slot, and `[batch, kv_heads, blocks · head_dim, 1]` (min, scale) words, a row per
+    /// block and channel.
     pub keys: Option<&'a PackedRows<B>>,
-    /// Closed blocks' values, `[batch, kv_heads, blocks · Π, head_dim · value_bits / 32]` words and
-    /// `[batch, kv_heads, blocks · Π, head_dim / value_group]` (min, scale) words: one row per
-    /// slot.
+    /// Closed blocks' values: `[batch, kv_heads, blocks · head_dim, Π · value_bits / 32]` words, a
+    /// row per block and channel, and `[batch, kv_heads, blocks · Π, head_dim / value_group]`
+    /// (min, scale) words, a row per slot.
     pub values: Option<&'a PackedRows<B>>,
     /// The newest slots in float.
     pub tail: Option<&'a FloatSlots<B>>,
@@ -55,7 +75,7 @@ pub struct ChannelView<'a, B: Backend> {
 impl<B: Backend> ChannelView<'_, B> {
     /// Closed blocks.
     pub fn blocks(&self) -> usize {
-        self.keys.map_or(0, |k| k.rows() / self.head_dim)
+        self.keys.map_or(0, |k| k.param_rows() / self.head_dim)
     }
 
     /// Slots in the sinks.

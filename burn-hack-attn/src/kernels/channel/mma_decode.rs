@@ -1,0 +1,316 @@
+//! The channel layout's decode attention with both products on tensor cores (CUDA's `mma.sync`
+//! `16 × 8 × 32` integer warp products): the kernel a decode step runs where the device has them
+//! ([`channel_mma_geometry`](super::channel_mma_geometry)); elsewhere the portable kernel
+//! ([`super::decode`]) runs. Each warp takes a run of closed blocks of one stream (a sequence's KV
+//! head) and serves the KV head's query heads; the last cube's warps take the float slots (sinks
+//! and tail, [`super::float_warp`]); every warp writes its split's partial outputs for the merge.
+//!
+//! Per closed block, the same quantizations as the reference
+//! ([`channel_attention_reference`](super::channel_attention_reference)):
+//!
+//! - **Scores**, `Sᵀ = K̂ · Q̂′ᵀ`: rows are 16 slots of the block, depth 32 channels, columns the
+//!   query heads (padded to 8 with zero queries). The first operand comes from the slots' key rows
+//!   (`PackedRows`: a word holds consecutive channels of one slot), the second from `q′ = q ⊙ s_b`
+//!   quantized to signed 8-bit codes per head (`u8 × i8` products), `σ` and `q · m_b` the
+//!   corrections.
+//! - **Outputs**, `Oᵀ = V̂ᵀ · P̂′ᵀ`: rows are 16 channels, depth 32 slots, columns the heads. The
+//!   first operand comes from the channels' value rows (a word holds consecutive slots of one
+//!   channel), the second from `p′ = p ⊙ s_t` quantized per head and value group to 8-bit codes
+//!   from 0, `τ` and `Σ_t p_t m_t` the corrections.
+//!
+//! **Operands from packed words**, as in the paper layout's kernel (`decode/mma_kernel.rs`): lane
+//! `4g + t` holds an operand register of four depth indices `4t .. 4t + 4` of a 16-deep half. For
+//! 2-bit codes, `(word · 4^(3 − t)) & 0xC0C0C0C0` puts codes `t, 4 + t, 8 + t, 12 + t` of a word
+//! of 16 at the tops of its bytes (64 times each); for 4-bit codes a half is two words of 8, and
+//! lane `t` takes word `t / 2`'s even (`t` even, times 16) or odd codes (times 1) under `0xF0F0F0F0`
+//! (16 times each). Depth index `4t + b` of a half thus stands for position [`position`]`(t, b)`
+//! of the half's 16 codes, and the other operand (query or weight codes) is built in the same
+//! order: a dot product does not depend on the order of its terms. The lift (64 or 16) is undone
+//! in the corrections, exactly.
+//!
+//! **Who holds what.** The products' accumulators leave lane `4g + t` rows `g` and `g + 8` of
+//! columns `2t` and `2t + 1`: the lane scores slots `16i + g`, `16i + g + 8` and keeps the
+//! outputs of channels `16c + g`, `16c + g + 8`, both for heads `2t` and `2t + 1`. So the lane's
+//! running max, mass and outputs are those two heads', and the log-sum-exp merge of a block is
+//! lane-local. The second operands are per head `g` (the lane's column), so the lane quantizes
+//! head `g`'s query over its channels and head `g`'s weights over its slots; the numerators reach
+//! it through the warp's shared tile (`[8 heads × Π]`), and the heads' scales through shuffles.
+
+use burn_kvcompress::kernels::{first_visible_slot, masked_score, warp_mma::WARP, SplitOut};
+use cubecl::prelude::*;
+
+use super::{
+    float_warp::{float_warp, FloatSlots},
+    mma_block::{block_outputs, block_query, block_scores, block_softmax, block_weights},
+    mma_operands::{position, Words, HALF, PRODUCT_COLUMNS, PRODUCT_ROWS, VISIBLE_FLOOR},
+};
+
+/// Shapes fixed at compile time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ChannelMmaGeometry {
+    /// Query heads per KV head (at most [`PRODUCT_COLUMNS`]).
+    pub group: u32,
+    /// Channels per head (a multiple of 32).
+    pub head_dim: u32,
+    /// Π: slots per block (a multiple of 32).
+    pub partition: u32,
+    /// Key code width (2 or 4).
+    pub key_bits: u32,
+    /// Value code width (2 or 4).
+    pub value_bits: u32,
+    /// Channels per value group (a multiple of 16).
+    pub value_group: u32,
+    /// Warps per cube, each on its own run of blocks.
+    pub warps: u32,
+}
+
+impl ChannelMmaGeometry {
+    /// Units per cube.
+    pub fn units(&self) -> u32 {
+        self.warps * WARP
+    }
+
+    /// Load vectors (four words) of a slot's key row.
+    pub fn key_vectors(&self) -> u32 {
+        self.head_dim * self.key_bits / 128
+    }
+
+    /// Load vectors (four words) of a channel's value row in a block.
+    pub fn value_vectors(&self) -> u32 {
+        self.partition * self.value_bits / 128
+    }
+
+    /// Value groups per head.
+    pub fn value_groups(&self) -> u32 {
+        self.head_dim / self.value_group
+    }
+
+    /// Bytes of shared memory: each warp's numerators tile, `[8 × Π]` f32.
+    pub fn shared_bytes(&self) -> u32 {
+        4 * self.warps * PRODUCT_COLUMNS * self.partition
+    }
+}
+
+/// One cube of channel-layout decode attention on tensor cores; see the module documentation.
+///
+/// - `q`: the step's queries, `[streams · group · head_dim]`;
+/// - `k_words`: `[streams · blocks · Π, key_vectors]`; `k_params`: `[streams · blocks ·
+///   head_dim]`; `v_words`: `[streams · blocks · head_dim, value_vectors]`; `v_params`:
+///   `[streams · blocks · Π · groups]`; `sinks_k`, `sinks_v`: `[streams · sinks, head_dim]`;
+///   `tail_k`, `tail_v`: `[streams · tail, head_dim]`; `key_start`: `[batch]`;
+/// - cube `(x, stream)`, `x` below the last: warp `w` takes closed blocks `(x · warps + w) ·
+///   warp_blocks ..` (at most `warp_blocks`); the last cube's warps take a share each of the float
+///   slots ([`float_warp`]); every warp writes its own split of `CUBE_COUNT_X · warps`.
+#[allow(clippy::too_many_arguments)]
+#[cube(
+    launch_unchecked,
+    address_type = "u64",
+    fast_math = FastMath::ReducedPrecision | FastMath::NotNaN | FastMath::NotInf
+)]
+pub fn channel_mma_decode_kernel(
+    q: &Array<f32>,
+    k_words: &Array<Words>,
+    k_params: &Array<u32>,
+    v_words: &Array<Words>,
+    v_params: &Array<u32>,
+    sinks_k: &Array<f32>,
+    sinks_v: &Array<f32>,
+    tail_k: &Array<f32>,
+    tail_v: &Array<f32>,
+    key_start: &Array<u32>,
+    out: &mut Array<f32>,
+    out_max: &mut Array<f32>,
+    out_sum: &mut Array<f32>,
+    len: u32,
+    sinks: u32,
+    blocks: u32,
+    tail: u32,
+    kv_heads: u32,
+    warp_blocks: u32,
+    window: u32,
+    scale: f32,
+    #[comptime] geo: ChannelMmaGeometry,
+) {
+    let (group, d, pi) = comptime!((geo.group, geo.head_dim, geo.partition));
+    let warp = UNIT_POS / WARP;
+    let stream = CUBE_POS_Y;
+    let split = CUBE_POS_X * geo.warps + warp;
+    let target = SplitOut { first_head: stream * group, split, splits: CUBE_COUNT_X * geo.warps };
+    let visible_from = first_visible_slot(len - 1, key_start[(stream / kv_heads) as usize], window);
+    // Each warp's numerators tile; the float cube's queries.
+    let mut tile = SharedMemory::<f32>::new(comptime!((geo.warps * PRODUCT_COLUMNS * pi) as usize));
+    if CUBE_POS_X + 1 == CUBE_COUNT_X {
+        let mut item = UNIT_POS;
+        while item < comptime!(group * d) {
+            tile[item as usize] = q[(stream * comptime!(group * d) + item) as usize];
+            item += CUBE_DIM;
+        }
+        sync_cube();
+        let float_count = sinks + tail;
+        let chunk = float_count.div_ceil(geo.warps);
+        let first = u32::min(warp * chunk, float_count);
+        let slots = FloatSlots { stream, sinks, tail, first_tail: sinks + blocks * pi };
+        let end = u32::min(first + chunk, float_count);
+        float_warp(
+            &tile,
+            sinks_k,
+            sinks_v,
+            tail_k,
+            tail_v,
+            &slots,
+            first,
+            end,
+            visible_from,
+            scale,
+            &target,
+            out,
+            out_max,
+            out_sum,
+            group,
+            d,
+        );
+    } else {
+        let first = u32::min(split * warp_blocks, blocks);
+        let end = u32::min(first + warp_blocks, blocks);
+        let run = BlockRun { first, end, blocks, sinks, visible_from, scale };
+        block_warp(q, k_words, k_params, v_words, v_params, &mut tile, &run, &target, out, out_max, out_sum, geo);
+    }
+}
+
+/// A warp's run of closed blocks `first .. end` of its stream's `blocks`, after `sinks` float
+/// slots, the step's query seeing positions from `visible_from`, its scores scaled by `scale`.
+#[derive(CubeType)]
+struct BlockRun {
+    first: u32,
+    end: u32,
+    blocks: u32,
+    sinks: u32,
+    visible_from: u32,
+    scale: f32,
+}
+
+/// Attention of the calling warp over its run of closed blocks; writes its split of `target`.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn block_warp(
+    q: &Array<f32>,
+    k_words: &Array<Words>,
+    k_params: &Array<u32>,
+    v_words: &Array<Words>,
+    v_params: &Array<u32>,
+    tile: &mut SharedMemory<f32>,
+    run: &BlockRun,
+    target: &SplitOut,
+    out: &mut Array<f32>,
+    out_max: &mut Array<f32>,
+    out_sum: &mut Array<f32>,
+    #[comptime] geo: ChannelMmaGeometry,
+) {
+    let (group, d, pi) = comptime!((geo.group, geo.head_dim, geo.partition));
+    let lane = UNIT_POS % WARP;
+    let (g, t) = (lane / 4, lane % 4);
+    let stream = CUBE_POS_Y;
+    let tile_base = (UNIT_POS / WARP) * comptime!(PRODUCT_COLUMNS * pi);
+
+    // Head g's query at the lane's channels (zero for the padding columns).
+    let mut own_q = Array::<f32>::new(comptime!((d / 4) as usize));
+    let head = u32::min(g, comptime!(group - 1));
+    #[unroll]
+    for h in 0..comptime!(d / HALF) {
+        #[unroll]
+        for b in 0..4u32 {
+            let channel = HALF * h + position(t, b, geo.key_bits);
+            let x = q[((stream * group + head) * d + channel) as usize];
+            own_q[comptime!((4 * h + b) as usize)] = select(g < group, x, 0.0);
+        }
+    }
+    let mut acc = Array::<f32>::new(comptime!((d / 4) as usize));
+    #[unroll]
+    for i in 0..comptime!(d / 4) {
+        acc[i as usize] = 0.0;
+    }
+    let mut top = Array::<f32>::new(2usize);
+    let mut mass = Array::<f32>::new(2usize);
+    #[unroll]
+    for e in 0..2u32 {
+        top[e as usize] = masked_score();
+        mass[e as usize] = 0.0;
+    }
+
+    for block in run.first..run.end {
+        let closed = stream * run.blocks + block;
+        let query = block_query(&own_q, k_params, closed, run.scale, t, geo);
+        let first_slot = run.sinks + block * pi;
+        let mut s = block_scores(k_words, &query, closed, first_slot, run.visible_from, g, t, geo);
+        let numerators = block_softmax(&mut s, geo);
+        // Join the block under the larger max: `keep` rescales the running outputs and mass,
+        // `join` weighs the block's (folded into its weight factors).
+        let mut join = Array::<f32>::new(2usize);
+        #[unroll]
+        for e in 0..2u32 {
+            let m = f32::max(top[e as usize], numerators.top[e as usize]);
+            let keep = select(top[e as usize] > VISIBLE_FLOOR, f32::exp(top[e as usize] - m), 0.0);
+            let block_top = numerators.top[e as usize];
+            join[e as usize] = select(block_top > VISIBLE_FLOOR, f32::exp(block_top - m), 0.0);
+            mass[e as usize] = mass[e as usize] * keep + numerators.mass[e as usize] * join[e as usize];
+            top[e as usize] = m;
+            #[unroll]
+            for c in 0..comptime!(d / PRODUCT_ROWS) {
+                #[unroll]
+                for r in 0..2u32 {
+                    acc[comptime!((4 * c + 2 * r + e) as usize)] *= keep;
+                }
+            }
+        }
+        // The numerators to head g's lanes through the warp's tile.
+        #[unroll]
+        for i in 0..comptime!(pi / PRODUCT_ROWS) {
+            #[unroll]
+            for r in 0..2u32 {
+                #[unroll]
+                for e in 0..2u32 {
+                    let slot = PRODUCT_ROWS * i + g + 8 * r;
+                    tile[(tile_base + (2 * t + e) * pi + slot) as usize] = s[comptime!(((2 * i + r) * 2 + e) as usize)];
+                }
+            }
+        }
+        sync_plane();
+        let mut own_p = Array::<f32>::new(comptime!((pi / 4) as usize));
+        #[unroll]
+        for h in 0..comptime!(pi / HALF) {
+            #[unroll]
+            for b in 0..4u32 {
+                let slot = HALF * h + position(t, b, geo.value_bits);
+                let p = tile[(tile_base + g * pi + slot) as usize];
+                own_p[comptime!((4 * h + b) as usize)] = select(g < group, p, 0.0);
+            }
+        }
+        sync_plane();
+        let weights = block_weights(&own_p, v_params, closed, &join, t, geo);
+        block_outputs(v_words, &weights, &mut acc, closed, g, t, geo);
+    }
+
+    #[unroll]
+    for c in 0..comptime!(d / PRODUCT_ROWS) {
+        #[unroll]
+        for r in 0..2u32 {
+            #[unroll]
+            for e in 0..2u32 {
+                let head = 2 * t + e;
+                if head < group {
+                    let channel = PRODUCT_ROWS * c + g + 8 * r;
+                    target.write_output(out, head, channel, acc[comptime!((4 * c + 2 * r + e) as usize)], d);
+                }
+            }
+        }
+    }
+    if g == 0 {
+        #[unroll]
+        for e in 0..2u32 {
+            let head = 2 * t + e;
+            if head < group {
+                target.write_stats(out_max, out_sum, head, top[e as usize], mass[e as usize]);
+            }
+        }
+    }
+}

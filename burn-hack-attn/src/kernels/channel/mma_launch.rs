@@ -1,0 +1,173 @@
+//! The host side of the channel layout's tensor-core decode kernel ([`channel_mma_decode_kernel`]):
+//! whether it applies, its shapes, and its launch beside the portable kernel's float split.
+
+use burn::tensor::{Tensor, TensorPrimitive};
+use burn_cubecl::{
+    cubecl::{
+        features::{MmaConfig, Plane},
+        ir::{DeviceProperties, ElemType, IntKind, UIntKind},
+        prelude::*,
+    },
+    BoolElement, CubeRuntime,
+};
+use burn_kvcompress::{
+    cache::AttendOptions,
+    kernels::{
+        dense_output, float_arg as float, int_arg as int, merge_partials, warp_mma::WARP, CubeF32 as Backend,
+        SplitPartials, WarpSplits, SM_REGISTERS,
+    },
+};
+
+use super::{
+    decode::ChannelDecodeGeometry,
+    mma_decode::{channel_mma_decode_kernel, ChannelMmaGeometry},
+    mma_operands::{PRODUCT_COLUMNS, PRODUCT_DEPTH, PRODUCT_ROWS},
+    ChannelView,
+};
+use crate::{cache::FloatSlots, kernels::cache_args::key_start_arg};
+
+/// The most warps per cube (fewer where their tiles do not fit in shared memory). Each warp runs
+/// on its own blocks with no cube-wide synchronization; the count sets CUDA's launch bound, which
+/// caps a lane's registers at `SM_REGISTERS / units`. The kernel takes
+/// [`UNBOUNDED_LANE_REGISTERS`], so an SM holds 8 of its warps; at 16 a cube the bound (128)
+/// spilled and twice the warps ran no faster (32K, batch 8, H200: 213 µs either way, 190 µs at 4
+/// warps, whose 4× more splits cost 8 µs more in the merge), so 8 keeps every register.
+const WARPS: u32 = 8;
+/// Registers a lane of the kernel takes without a launch bound (246 at hack2's shapes on CUDA).
+const UNBOUNDED_LANE_REGISTERS: u32 = 246;
+/// The most channels of a head: a lane's running outputs and query take `head_dim / 4`
+/// registers each.
+const MAX_HEAD_DIM: u32 = 128;
+/// The most slots of a block: a lane's scores and weights take `Π / 4` registers each.
+const MAX_PARTITION: u32 = 128;
+
+/// The tensor-core kernel's shapes for the portable kernel's `portable` shapes on a device with
+/// `properties`; `None` where it does not apply: no `u8 × i8` and `u8 × u8 → i32` `16 × 8 × 32`
+/// warp products with registers managed by the kernel, or planes of other than 32 lanes; more than
+/// 8 query heads per KV head; a head dimension or Π not a multiple of 32 or above 128; value
+/// groups not a multiple of 16 channels; key or value rows not whole 16-byte loads.
+/// (`portable` is the portable kernel's geometry, which the dispatch checks first: the tensor-core
+/// kernel takes its shapes.)
+pub fn channel_mma_geometry(
+    portable: &ChannelDecodeGeometry,
+    properties: &DeviceProperties,
+) -> Option<ChannelMmaGeometry> {
+    let product = |b_type: ElemType| MmaConfig {
+        a_type: ElemType::UInt(UIntKind::U8).into(),
+        b_type: b_type.into(),
+        cd_type: ElemType::Int(IntKind::I32).into(),
+        m: PRODUCT_ROWS,
+        n: PRODUCT_COLUMNS,
+        k: PRODUCT_DEPTH,
+    };
+    let mma = &properties.features.matmul.mma;
+    let geo = ChannelMmaGeometry {
+        group: portable.group,
+        head_dim: portable.head_dim,
+        partition: portable.partition,
+        key_bits: portable.key_bits,
+        value_bits: portable.value_bits,
+        value_group: portable.value_group,
+        warps: 1,
+    };
+    let warps = (properties.hardware.max_shared_memory_size as u32 / geo.shared_bytes()).min(WARPS);
+    let geo = ChannelMmaGeometry { warps, ..geo };
+    let applies = mma.contains(&product(ElemType::Int(IntKind::I8)))
+        && mma.contains(&product(ElemType::UInt(UIntKind::U8)))
+        && properties.features.plane.contains(Plane::Ops)
+        && properties.hardware.plane_size_min == WARP
+        && properties.hardware.plane_size_max == WARP
+        && geo.group <= PRODUCT_COLUMNS
+        && geo.head_dim.is_multiple_of(PRODUCT_DEPTH)
+        && geo.head_dim <= MAX_HEAD_DIM
+        && geo.partition.is_multiple_of(PRODUCT_DEPTH)
+        && geo.partition <= MAX_PARTITION
+        && geo.value_group.is_multiple_of(PRODUCT_ROWS)
+        && [geo.key_bits, geo.value_bits].iter().all(|b| [2, 4].contains(b))
+        && (geo.head_dim * geo.key_bits).is_multiple_of(128)
+        && (geo.partition * geo.value_bits).is_multiple_of(128)
+        // The float slots' cube holds its queries in the warps' tiles.
+        && geo.group * geo.head_dim <= geo.warps * PRODUCT_COLUMNS * geo.partition
+        && warps > 0;
+    applies.then_some(geo)
+}
+
+/// Decode attention of `q: [batch, heads, 1, head_dim]` (rotated; the last slot) over `view`
+/// (with closed blocks), shapes already checked, with `geo` from [`channel_mma_geometry`]; returns
+/// `[batch, heads, 1, head_dim]`.
+#[allow(unsafe_code)] // Unchecked kernel launches; each states why it is in bounds.
+pub fn channel_mma_decode_launch<R: CubeRuntime, BT: BoolElement>(
+    q: Tensor<Backend<R, BT>, 4>,
+    view: &ChannelView<'_, Backend<R, BT>>,
+    geo: ChannelMmaGeometry,
+    options: &AttendOptions,
+) -> Tensor<Backend<R, BT>, 4> {
+    let [batch, heads, _, d] = q.dims();
+    let streams = batch * view.kv_heads;
+    let q = float(&q);
+    let client = q.client.clone();
+    let blocks = view.blocks();
+    let registers = UNBOUNDED_LANE_REGISTERS.min(SM_REGISTERS / geo.units());
+    let splits = WarpSplits::for_device(
+        geo.warps,
+        geo.shared_bytes(),
+        Some(registers),
+        1,
+        (streams, blocks),
+        client.properties(),
+    );
+    // The closed blocks' cubes, then the float slots' cube.
+    let cubes = splits.cubes + 1;
+    let partials = SplitPartials::allocate(&q, batch * heads, cubes * geo.warps as usize, d);
+    let (keys, values) = (view.keys.expect("closed blocks"), view.values.expect("closed blocks"));
+    let dummy = || dense_output::<R, f32>(&q, 1);
+    let slots = |s: Option<&FloatSlots<Backend<R, BT>>>| match s {
+        Some(s) => (float(&s.k), float(&s.v)),
+        None => (dummy(), dummy()),
+    };
+    let ((sinks_k, sinks_v), (tail_k, tail_v)) = (slots(view.sinks), slots(view.tail));
+    let key_start = key_start_arg::<R, BT>(&options.key_start, &q);
+    // SAFETY: warp `w` of cube `(x, stream)` below the last reads blocks `b < blocks` of its
+    // stream only (its range is clamped to `blocks`): key rows `(stream · blocks + b) · Π + slot`
+    // (`slot < Π`) of `key_vectors` 16-byte vectors, `[streams · blocks · Π, head_dim · key_bits /
+    // 32]` words; key metadata `(stream · blocks + b) · d + j`; value rows `(stream · blocks + b) ·
+    // d + j` of `value_vectors` vectors; value metadata `((stream · blocks + b) · Π + slot) ·
+    // groups + vg` (the tensors' own shapes, contiguous); queries of head `min(g, group − 1)` of
+    // its stream; its own `[8 × Π]` part of the shared tile. The last cube's warps read float
+    // slots `i < sinks + tail` of their stream, a sink's row only for `i < sinks` and a tail
+    // row's otherwise (branches), and the stream's `group · d` queries into the tile, which holds
+    // at least that many (`channel_mma_geometry`). Partial outputs go to heads `< group` of the
+    // stream and splits `< cubes · warps`, which `partials` holds. Bounds validated on CUDA:
+    // `burn_kvcompress::kernels`.
+    unsafe {
+        channel_mma_decode_kernel::launch_unchecked::<R>(
+            &client,
+            CubeCount::Static(cubes as u32, streams as u32, 1),
+            CubeDim::new_1d(geo.units()),
+            q.clone().into_array_arg(),
+            int(&keys.words).into_array_arg(),
+            int(&keys.params).into_array_arg(),
+            int(&values.words).into_array_arg(),
+            int(&values.params).into_array_arg(),
+            sinks_k.into_array_arg(),
+            sinks_v.into_array_arg(),
+            tail_k.into_array_arg(),
+            tail_v.into_array_arg(),
+            key_start.into_array_arg(),
+            partials.output.clone().into_array_arg(),
+            partials.max.clone().into_array_arg(),
+            partials.sum.clone().into_array_arg(),
+            view.len as u32,
+            view.sinks_len() as u32,
+            blocks as u32,
+            view.tail_len() as u32,
+            view.kv_heads as u32,
+            splits.warp_chunk as u32,
+            options.window.unwrap_or(0) as u32,
+            options.scale,
+            geo,
+        )
+    };
+    let out = merge_partials(partials);
+    Tensor::<Backend<R, BT>, 1>::from_primitive(TensorPrimitive::Float(out)).reshape([batch, heads, 1, d])
+}
