@@ -1,7 +1,7 @@
 //! Launching the channel layout's decode kernel and its merge on a CubeCL backend.
 
 use burn::tensor::{backend::Backend as BurnBackend, Tensor, TensorPrimitive};
-use burn_cubecl::{cubecl::prelude::*, BoolElement, CubeRuntime};
+use burn_cubecl::{cubecl::prelude::*, tensor::CubeTensor, BoolElement, CubeRuntime};
 use burn_kvcompress::{
     cache::AttendOptions,
     kernels::{dense_output, float_arg as float, int_arg as int, merge_partials, CubeF32 as Backend, SplitPartials},
@@ -11,7 +11,7 @@ use super::{
     decode::{channel_decode_kernel, ChannelDecodeGeometry},
     ChannelView,
 };
-use crate::kernels::cache_args::key_start_arg;
+use crate::{cache::FloatSlots, kernels::cache_args::key_start_arg};
 
 /// Cubes a launch aims for per multiprocessor (two waves' worth of work hide a cube's barriers).
 const CUBES_PER_SM: usize = 4;
@@ -52,6 +52,21 @@ pub fn block_splits(blocks: usize, streams: usize, sms: Option<usize>) -> (usize
     (blocks.div_ceil(per_split).max(1), per_split)
 }
 
+/// The float slots of `view` as kernel arguments: sink keys and values, tail keys and values
+/// (`[streams · slots, head_dim]` each; a one-element placeholder where there are none, which the
+/// kernels never read). `like` gives the device.
+pub(super) fn float_slot_args<R: CubeRuntime, BT: BoolElement>(
+    view: &ChannelView<'_, Backend<R, BT>>,
+    like: &CubeTensor<R>,
+) -> [CubeTensor<R>; 4] {
+    let pair = |s: Option<&FloatSlots<Backend<R, BT>>>| match s {
+        Some(s) => [float(&s.k), float(&s.v)],
+        None => [(); 2].map(|_| dense_output::<R, f32>(like, 1)),
+    };
+    let ([sinks_k, sinks_v], [tail_k, tail_v]) = (pair(view.sinks), pair(view.tail));
+    [sinks_k, sinks_v, tail_k, tail_v]
+}
+
 /// Decode attention of `q: [batch, heads, 1, head_dim]` (rotated; the last slot) over `view`
 /// (with closed blocks), shapes already checked, with `geo` from [`channel_decode_geometry`]
 /// (and [`ChannelDecodeGeometry::fits`]); returns `[batch, heads, 1, head_dim]`.
@@ -69,13 +84,8 @@ pub fn channel_decode_launch<R: CubeRuntime, BT: BoolElement>(
     let blocks = view.blocks();
     let sms = client.properties().hardware.num_streaming_multiprocessors.map(|n| n as usize);
     let (splits, per_split) = block_splits(blocks, streams, sms);
-    let dummy = || dense_output::<R, f32>(&q, 1);
     let (keys, values) = (view.keys.expect("closed blocks"), view.values.expect("closed blocks"));
-    let slots = |s: Option<&crate::cache::FloatSlots<Backend<R, BT>>>| match s {
-        Some(s) => (float(&s.k), float(&s.v)),
-        None => (dummy(), dummy()),
-    };
-    let ((sinks_k, sinks_v), (tail_k, tail_v)) = (slots(view.sinks), slots(view.tail));
+    let [sinks_k, sinks_v, tail_k, tail_v] = float_slot_args(view, &q);
     let key_start = key_start_arg::<R, BT>(&options.key_start, &q);
     let partials = SplitPartials::allocate(&q, batch * heads, splits + 1, d);
     // SAFETY: cube (split, stream) reads its group's queries `< streams · group · d`; closed block

@@ -7,8 +7,8 @@ use cubecl::{cmma::MmaDefinition, prelude::*};
 use super::{
     mma_decode::ChannelMmaGeometry,
     mma_operands::{
-        column_max, column_sum, heads_of_lane, lift, lifted_half, position, quad_max, quad_sum, row_words, Codes, Dots,
-        QueryCodes, Words, HALF, PRODUCT_DEPTH, PRODUCT_ROWS, VISIBLE_FLOOR,
+        column_max, column_sum, heads_of_lane, lift, position, quad_max, quad_sum, row_pair_operand, row_words, Codes,
+        Dots, QueryCodes, Words, HALF, PRODUCT_DEPTH, PRODUCT_ROWS, VISIBLE_FLOOR,
     },
 };
 use crate::kernels::params_word::params_pair;
@@ -114,11 +114,7 @@ pub(super) fn block_scores(
         dots[1] = Dots::new(0i32);
         #[unroll]
         for step in 0..steps {
-            let mut a = Array::<Codes>::new(4usize);
-            a[0] = lifted_half(&upper, comptime!(2 * step), t, geo.key_bits);
-            a[1] = lifted_half(&lower, comptime!(2 * step), t, geo.key_bits);
-            a[2] = lifted_half(&upper, comptime!(2 * step + 1), t, geo.key_bits);
-            a[3] = lifted_half(&lower, comptime!(2 * step + 1), t, geo.key_bits);
+            let a = row_pair_operand(&upper, &lower, step, t, geo.key_bits);
             let mut b = Array::<QueryCodes>::new(2usize);
             b[0] = QueryCodes::reinterpret(query.codes[comptime!(2 * step) as usize]);
             b[1] = QueryCodes::reinterpret(query.codes[comptime!(2 * step + 1) as usize]);
@@ -273,11 +269,7 @@ pub(super) fn block_outputs(
         dots[1] = Dots::new(0i32);
         #[unroll]
         for step in 0..steps {
-            let mut a = Array::<Codes>::new(4usize);
-            a[0] = lifted_half(&upper, comptime!(2 * step), t, geo.value_bits);
-            a[1] = lifted_half(&lower, comptime!(2 * step), t, geo.value_bits);
-            a[2] = lifted_half(&upper, comptime!(2 * step + 1), t, geo.value_bits);
-            a[3] = lifted_half(&lower, comptime!(2 * step + 1), t, geo.value_bits);
+            let a = row_pair_operand(&upper, &lower, step, t, geo.value_bits);
             let mut b = Array::<Codes>::new(2usize);
             b[0] = Codes::reinterpret(weights.codes[comptime!((vg * halves + 2 * step) as usize)]);
             b[1] = Codes::reinterpret(weights.codes[comptime!((vg * halves + 2 * step + 1) as usize)]);

@@ -13,25 +13,27 @@ use burn_cubecl::{
 use burn_kvcompress::{
     cache::AttendOptions,
     kernels::{
-        dense_output, float_arg as float, int_arg as int, merge_partials, warp_mma::WARP, CubeF32 as Backend,
-        SplitPartials, WarpSplits, SM_REGISTERS,
+        float_arg as float, int_arg as int, merge_partials, warp_mma::WARP, CubeF32 as Backend, SplitPartials,
+        WarpSplits, SM_REGISTERS,
     },
 };
 
 use super::{
     decode::ChannelDecodeGeometry,
+    launch::float_slot_args,
     mma_decode::{channel_mma_decode_kernel, ChannelMmaGeometry},
     mma_operands::{PRODUCT_COLUMNS, PRODUCT_DEPTH, PRODUCT_ROWS},
     ChannelView,
 };
-use crate::{cache::FloatSlots, kernels::cache_args::key_start_arg};
+use crate::kernels::cache_args::key_start_arg;
 
 /// The most warps per cube (fewer where their tiles do not fit in shared memory). Each warp runs
 /// on its own blocks with no cube-wide synchronization; the count sets CUDA's launch bound, which
 /// caps a lane's registers at `SM_REGISTERS / units`. The kernel takes
-/// [`UNBOUNDED_LANE_REGISTERS`], so an SM holds 8 of its warps; at 16 a cube the bound (128)
-/// spilled and twice the warps ran no faster (32K, batch 8, H200: 213 µs either way, 190 µs at 4
-/// warps, whose 4× more splits cost 8 µs more in the merge), so 8 keeps every register.
+/// [`UNBOUNDED_LANE_REGISTERS`], so an SM holds 8 of its warps at any count up to 8. At 32K batch
+/// 8 on an H200 (`results/hack-decode-channel-h200.md`): 4 warps, kernel 191 µs and merge 13 µs
+/// (5 times the splits); 8 warps, 213 and 5; 16 warps (bound 128 registers, spills), 214 and 7:
+/// steps within the spread between calls. 8 keeps every register with few splits to merge.
 const WARPS: u32 = 8;
 /// Registers a lane of the kernel takes without a launch bound (246 at hack2's shapes on CUDA).
 const UNBOUNDED_LANE_REGISTERS: u32 = 246;
@@ -120,12 +122,7 @@ pub fn channel_mma_decode_launch<R: CubeRuntime, BT: BoolElement>(
     let cubes = splits.cubes + 1;
     let partials = SplitPartials::allocate(&q, batch * heads, cubes * geo.warps as usize, d);
     let (keys, values) = (view.keys.expect("closed blocks"), view.values.expect("closed blocks"));
-    let dummy = || dense_output::<R, f32>(&q, 1);
-    let slots = |s: Option<&FloatSlots<Backend<R, BT>>>| match s {
-        Some(s) => (float(&s.k), float(&s.v)),
-        None => (dummy(), dummy()),
-    };
-    let ((sinks_k, sinks_v), (tail_k, tail_v)) = (slots(view.sinks), slots(view.tail));
+    let [sinks_k, sinks_v, tail_k, tail_v] = float_slot_args(view, &q);
     let key_start = key_start_arg::<R, BT>(&options.key_start, &q);
     // SAFETY: warp `w` of cube `(x, stream)` below the last reads blocks `b < blocks` of its
     // stream only (its range is clamped to `blocks`): key rows `(stream · blocks + b) · Π + slot`

@@ -110,3 +110,22 @@ pub(super) fn heads_of_lane(v: f32, t: u32) -> Array<f32> {
     out[1] = plane_shuffle(v, 8 * t + 4);
     out
 }
+
+/// Lane `4g + t`'s first operand of k-step `step` of a product whose rows `g` and `g + 8` are
+/// `upper` and `lower` (rows of packed `bits`-bit codes): registers `r` for row `g + 8 (r mod
+/// 2)`, depth half `r / 2`.
+#[cube]
+pub(super) fn row_pair_operand(
+    upper: &Array<u32>,
+    lower: &Array<u32>,
+    #[comptime] step: u32,
+    t: u32,
+    #[comptime] bits: u32,
+) -> Array<Codes> {
+    let mut a = Array::<Codes>::new(4usize);
+    a[0] = lifted_half(upper, comptime!(2 * step), t, bits);
+    a[1] = lifted_half(lower, comptime!(2 * step), t, bits);
+    a[2] = lifted_half(upper, comptime!(2 * step + 1), t, bits);
+    a[3] = lifted_half(lower, comptime!(2 * step + 1), t, bits);
+    a
+}
