@@ -144,7 +144,7 @@ fn dequantized(state: &LayerState, config: &HackConfig, streams: usize, d: usize
     let (pi, kb, vb) = (config.partition, config.key_bits as usize, config.value_bits as usize);
     let group = pi.min(d);
     let get = |name: &str| ints(state.get(name).unwrap());
-    let (kw, kp, vw, vp) = (get("k_words"), get("k_params"), get("v_words"), get("v_params"));
+    let (kw, kp, vw, vp) = (get("k_slot_words"), get("k_params"), get("v_channel_words"), get("v_params"));
     let blocks = kp.len() / (streams * d);
     let mut out = Dequantized {
         keys: vec![],
@@ -416,4 +416,12 @@ fn a_truncated_or_inconsistent_state_is_a_typed_error() {
         missing.tensors.retain(|t| t.name != dropped);
         assert!(import(&missing).is_err(), "without {dropped}");
     }
+    // A state whose codes are packed as earlier versions packed them (`k_words`, a row per block
+    // and channel) has the same shapes as this packing where Π = head_dim (SmolLM2's hack2):
+    // refused by name, never read as this packing.
+    let mut renamed = state.clone();
+    for t in &mut renamed.tensors {
+        t.name = t.name.replace("k_slot_words", "k_words").replace("v_channel_words", "v_words");
+    }
+    assert!(matches!(import(&renamed), Err(CacheError::State(_))));
 }

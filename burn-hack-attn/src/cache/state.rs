@@ -9,9 +9,9 @@
 //! integers), the tail in f32.
 //!
 //! The channel axes: `sinks_k`, `sinks_v`, `tail_k`, `tail_v` (f16, `[batch, kv_heads, slots,
-//! head_dim]`, present when not empty); `k_words` (a row per closed slot), `k_params` (a row per
-//! block and channel), `v_words` (a row per block and channel), `v_params` (a row per closed
-//! slot), present once a block has closed (see [`PackedRows`]). The format's
+//! head_dim]`, present when not empty); `k_slot_words` (a row per closed slot), `k_params` (a row
+//! per block and channel), `v_channel_words` (a row per block and channel), `v_params` (a row per
+//! closed slot), present once a block has closed (see [`PackedRows`]). The format's
 //! settings travel in the scheme's name, which both sides compare before anything is sent.
 
 use burn_kvcompress::{
@@ -26,6 +26,17 @@ use super::{
     Store,
 };
 use crate::{kernels::HackBackend, HackConfig};
+
+/// The state name of the channel layout's packed `x` codes (`k` or `v`): named by their rows
+/// (`PackedRows`), so that a state of the same shapes with another packing cannot be read as
+/// this one.
+fn channel_words_name(x: &str) -> &'static str {
+    if x == "k" {
+        "k_slot_words"
+    } else {
+        "v_channel_words"
+    }
+}
 
 /// Appends `codes` of `bits`-bit codes to `out` as `{prefix}_words`, `{prefix}_params` and
 /// `{prefix}_sums` (at the width [`sum_bytes`] gives their partitions).
@@ -109,7 +120,7 @@ impl<B: HackBackend> TransferableCache<B> for HackCache<B> {
                 }
                 for (x, rows) in [("k", &s.keys), ("v", &s.values)] {
                     if let Some(rows) = rows {
-                        tensors.push(StateTensor::from_int(&format!("{x}_words"), &rows.words));
+                        tensors.push(StateTensor::from_int(channel_words_name(x), &rows.words));
                         tensors.push(StateTensor::from_int(&format!("{x}_params"), &rows.params));
                     }
                 }
@@ -193,13 +204,13 @@ fn import_channel<B: HackBackend>(
     };
     s.sinks = slots("sinks")?;
     s.tail = slots("tail")?;
-    let blocks = match present("k_words") {
+    let blocks = match present("k_params") {
         true => state.get("k_params")?.shape.get(2).copied().unwrap_or(0) / d,
         false => 0,
     };
     if blocks > 0 {
         let rows = |prefix: &str, words: [usize; 2], params: [usize; 2]| -> Result<PackedRows<B>, CacheError> {
-            let words_t = state.get(&format!("{prefix}_words"))?.to_int::<B, 4>(device)?;
+            let words_t = state.get(channel_words_name(prefix))?.to_int::<B, 4>(device)?;
             let params_t = state.get(&format!("{prefix}_params"))?.to_int::<B, 4>(device)?;
             let (words, params) = ([b, h, words[0], words[1]], [b, h, params[0], params[1]]);
             if words_t.dims() != words || params_t.dims() != params {
