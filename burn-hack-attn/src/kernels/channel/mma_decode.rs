@@ -48,7 +48,7 @@ use super::{
 /// Shapes fixed at compile time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ChannelMmaGeometry {
-    /// Query heads per KV head (at most [`PRODUCT_COLUMNS`]).
+    /// Query heads per KV head (at most 8, the products' columns).
     pub group: u32,
     /// Channels per head (a multiple of 32).
     pub head_dim: u32,
