@@ -19,6 +19,10 @@ mod params_word;
 pub mod prefill;
 pub mod quantize;
 mod spec;
+// `#[cube]` expands the helpers into undocumented items.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[allow(missing_docs)]
+mod warp_codes;
 
 use burn::tensor::{backend::Backend, Tensor};
 use burn_kvcompress::{cache::AttendOptions, error::CacheError};

@@ -13,7 +13,7 @@
 use burn_kvcompress::kernels::{masked_score, warp_mma::WARP, SplitOut};
 use cubecl::prelude::*;
 
-use super::mma_operands::VISIBLE_FLOOR;
+use crate::kernels::warp_codes::VISIBLE_FLOOR;
 
 /// Where a stream's float slots are: `sinks` rows of `sinks_k`/`sinks_v` from row `stream ·
 /// sinks`, then `tail` rows of `tail_k`/`tail_v` from row `stream · tail` (each of `head_dim`

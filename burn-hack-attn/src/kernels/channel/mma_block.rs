@@ -7,19 +7,19 @@ use cubecl::{cmma::MmaDefinition, prelude::*};
 use super::{
     mma_decode::ChannelMmaGeometry,
     mma_operands::{
-        column_max, column_sum, heads_of_lane, lift, position, quad_max, quad_sum, row_pair_operand, row_words, Codes,
-        Dots, QueryCodes, Words, HALF, PRODUCT_DEPTH, PRODUCT_ROWS, VISIBLE_FLOOR,
+        column_max, column_sum, heads_of_lane, lift, position, row_pair_operand, row_words, Codes, Dots, QueryCodes,
+        Words, HALF, PRODUCT_DEPTH, PRODUCT_ROWS,
     },
 };
-use crate::kernels::params_word::params_pair;
+use crate::kernels::{
+    params_word::params_pair,
+    warp_codes::{quad_max, quad_sum, ROUNDER, VISIBLE_FLOOR},
+};
 
 /// `1.5 · 2²³`: for `|x| < 2²²`, the bits of `x + ROUND_SIGNED` are those of `0x4B40_0000` plus
 /// `x` rounded to the nearest integer (ties to even), so their low byte is the rounded `x` as a
 /// two's complement byte, with no conversion.
 const ROUND_SIGNED: f32 = 12_582_912.0;
-/// `2²³`: for `0 ≤ x < 2²²`, the low byte of the bits of `x + ROUND_UNSIGNED` is `x` rounded to
-/// the nearest integer (ties to even) where that is below 256.
-const ROUND_UNSIGNED: f32 = 8_388_608.0;
 
 /// One block's query operand: per half of the channels a register of head `g`'s codes
 /// (`codes[H]`), and for the lane's heads `2t + e` the score factor `σ · scale / lift` and the
@@ -235,7 +235,7 @@ pub(super) fn block_weights(
             #[unroll]
             for b in 0..4u32 {
                 let x = f32::min(scaled[comptime!((4 * h + b) as usize)] * inverse, 255.0);
-                word |= (u32::reinterpret(x + ROUND_UNSIGNED) & 0xFF) << comptime!(8 * b);
+                word |= (u32::reinterpret(x + ROUNDER) & 0xFF) << comptime!(8 * b);
             }
             weights.codes[comptime!((vg * halves + h) as usize)] = word;
         }

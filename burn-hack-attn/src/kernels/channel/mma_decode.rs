@@ -39,10 +39,12 @@
 use burn_kvcompress::kernels::{first_visible_slot, masked_score, warp_mma::WARP, SplitOut};
 use cubecl::prelude::*;
 
+use crate::kernels::warp_codes::VISIBLE_FLOOR;
+
 use super::{
     float_warp::{float_warp, FloatSlots},
     mma_block::{block_outputs, block_query, block_scores, block_softmax, block_weights},
-    mma_operands::{position, Words, HALF, PRODUCT_COLUMNS, PRODUCT_ROWS, VISIBLE_FLOOR},
+    mma_operands::{position, Words, HALF, PRODUCT_COLUMNS, PRODUCT_ROWS},
 };
 
 /// Shapes fixed at compile time.

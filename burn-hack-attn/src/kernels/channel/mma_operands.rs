@@ -1,8 +1,11 @@
 //! The tensor-core channel kernel's operand registers and warp reductions: how lane `4g + t`
 //! builds an operand register from packed words ([`lifted_half`], [`position`]) and reduces over
-//! its quad or its column of lanes. See [`super::mma_decode`] for the layout.
+//! its column of lanes (the quad reductions and the 2-bit lift are `kernels/warp_codes.rs`', shared
+//! with the paper layout's kernel). See [`super::mma_decode`] for the layout.
 
 use cubecl::prelude::*;
+
+use crate::kernels::warp_codes::{lifted_codes, LIFT};
 
 /// An operand register of four byte codes (key or value codes, lifted; weight codes).
 pub(super) type Codes = Vector<u8, Const<4>>;
@@ -21,14 +24,11 @@ pub const PRODUCT_COLUMNS: u32 = 8;
 pub const PRODUCT_DEPTH: u32 = 32;
 /// Codes of a 16-deep half of a product's depth.
 pub(super) const HALF: u32 = 16;
-/// Below every real score and far above the masked score
-/// ([`masked_score`](burn_kvcompress::kernels::masked_score)).
-pub(super) const VISIBLE_FLOOR: f32 = -1.0e38;
 
 /// The lift of `bits`-bit codes: what an operand register's byte holds per unit of code.
 pub(super) fn lift(bits: u32) -> u32 {
     if bits == 2 {
-        64
+        LIFT
     } else {
         16
     }
@@ -65,25 +65,11 @@ pub(super) fn row_words(words: &Array<Words>, row: u32, #[comptime] vectors: u32
 #[cube]
 pub(super) fn lifted_half(row: &Array<u32>, #[comptime] half: u32, t: u32, #[comptime] bits: u32) -> Codes {
     if comptime!(bits == 2) {
-        Codes::reinterpret((row[half as usize] * (64u32 >> (2 * t))) & 0xC0C0_C0C0u32)
+        lifted_codes(row[half as usize], LIFT >> (2 * t))
     } else {
         let word = select(t >= 2, row[comptime!(2 * half + 1) as usize], row[comptime!(2 * half) as usize]);
         Codes::reinterpret((word * select((t & 1) == 0, 16u32, 1u32)) & 0xF0F0_F0F0u32)
     }
-}
-
-/// Max over the lanes of a quad (`4g .. 4g + 4`).
-#[cube]
-pub(super) fn quad_max(v: f32) -> f32 {
-    let v = f32::max(v, plane_shuffle_xor(v, 1));
-    f32::max(v, plane_shuffle_xor(v, 2))
-}
-
-/// Sum over the lanes of a quad.
-#[cube]
-pub(super) fn quad_sum(v: f32) -> f32 {
-    let v = v + plane_shuffle_xor(v, 1);
-    v + plane_shuffle_xor(v, 2)
 }
 
 /// Max over the lanes of the caller's `t` (`t, 4 + t, …, 28 + t`).

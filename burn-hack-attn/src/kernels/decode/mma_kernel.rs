@@ -71,6 +71,7 @@ use super::query_kernel::{stream_queries, StreamQueries};
 use crate::kernels::{
     eight_bit::{numerator, scale8},
     params_word::params_pair,
+    warp_codes::{lane_lift, lifted_codes, quad_max, quad_min, quad_sum, LIFT, ROUNDER, ROUNDER_BITS, VISIBLE_FLOOR},
 };
 
 /// One operand register: four byte codes.
@@ -78,29 +79,10 @@ type Codes = Vector<u8, Const<4>>;
 /// Half an accumulator fragment: two `i32` dot products.
 type Dots = Vector<i32, Const<2>>;
 
-/// The four 2-bit codes of a lifted word that land in a register's bytes, at their tops.
-const TOP_CODES: u32 = 0xC0C0_C0C0;
-/// A lifted code's weight in the products: a code `c` enters as `64 c`.
-const LIFT: u32 = 64;
 /// What undoes the lift: the factor of a dot product or code sum of lifted codes (exact).
 const LIFTED: f32 = 1.0 / LIFT as f32;
 /// An operand register of four codes 1: a row or column that sums the other operand's codes.
 const ONE_CODES: u32 = 0x0101_0101;
-
-/// The calling lane's lift, `4^(3 − t)` for lane `4g + t`: it moves the lane's codes `t, 4 + t,
-/// 8 + t, 12 + t` of a word to the tops of their bytes.
-#[cube]
-fn lane_lift() -> u32 {
-    let t = UNIT_POS % 4;
-    LIFT >> (2 * t)
-}
-
-/// The operand register of the lane's four codes of `word`, each 64 times its code: `(word ·
-/// lift) & TOP_CODES`, a multiply and a mask.
-#[cube]
-fn lifted_codes(word: u32, lift: u32) -> Codes {
-    Codes::reinterpret((word * lift) & TOP_CODES)
-}
 
 /// The calling lane's query operand and its rows' metadata, fixed for the kernel: `operand[(tile ·
 /// channel_steps + step) · 4 + r]`, and per lane row `i` (see [`MmaGeometry::lane_rows`]) its Q
@@ -559,23 +541,15 @@ fn block_scores(
     }
 }
 
-/// `2²³`: for `0 ≤ x < 2²²`, `x + 2²³` rounds `x` to the nearest integer (ties to even: floats in
-/// `[2²³, 2²⁴)` are the integers) and holds it in its mantissa's low bits, so a P code needs no
-/// float-to-integer conversion and no clamp (its argument is at least 0 and below 255.5, see
-/// [`MIN_P_STEP`]). `code8` (and the reference) round ties up; a tie needs `(p − lo) / step` to
-/// fall exactly on a half, which float noise of an ulp decides either way.
-const ROUNDER: f32 = 8_388_608.0;
-/// The bits of [`ROUNDER`]: a rounded code `c`'s bits are `ROUNDER_BITS + c`.
-const ROUNDER_BITS: u32 = 0x4B00_0000;
+/// A P code is rounded by [`ROUNDER`] with no clamp: its argument is at least 0 and below 255.5
+/// (see `MIN_P_STEP`). `code8` (and the reference) round ties up; a tie needs `(p − lo) / step`
+/// to fall exactly on a half, which float noise of an ulp decides either way.
+///
 /// The least step of a block's P codes, `2⁻²⁰`: four times the fast exponential's largest excess
 /// over 1 (`2⁻²²`), so that no code's argument reaches 255.5. It only coarsens blocks whose
 /// numerators all lie within `255 · 2⁻²⁰ ≈ 2.4e-4` of 1 (`code8`'s step would be smaller), where
 /// a code's error stays below `2⁻²¹`.
 const MIN_P_STEP: f32 = 1.0 / 1_048_576.0;
-
-/// Below every real score and far above [`masked_score`]: `exp(masked_score() − VISIBLE_FLOOR)`
-/// is 0 (its argument, about −2e38, is finite).
-const VISIBLE_FLOOR: f32 = -1.0e38;
 
 /// A block's softmax for one head slot: its max score, and (for a closed block) the 8-bit
 /// quantization of its numerators.
@@ -586,27 +560,6 @@ struct BlockNumerators {
     lo: f32,
     step: f32,
     code_sum: f32,
-}
-
-/// Max-reduces `v` over the four lanes `4g + t` of the caller's `g`.
-#[cube]
-fn quad_max(v: f32) -> f32 {
-    let v = f32::max(v, plane_shuffle_xor(v, 1));
-    f32::max(v, plane_shuffle_xor(v, 2))
-}
-
-/// Min-reduces `v` over the four lanes `4g + t` of the caller's `g`.
-#[cube]
-fn quad_min(v: f32) -> f32 {
-    let v = f32::min(v, plane_shuffle_xor(v, 1));
-    f32::min(v, plane_shuffle_xor(v, 2))
-}
-
-/// Sums `v` over the four lanes `4g + t` of the caller's `g`.
-#[cube]
-fn quad_sum(v: f32) -> f32 {
-    let v = v + plane_shuffle_xor(v, 1);
-    v + plane_shuffle_xor(v, 2)
 }
 
 /// Replaces head slot `h`'s scores in `s` by their numerators `exp(s − m_b)` under the block's max
@@ -882,6 +835,7 @@ fn tail_values(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::warp_codes::TOP_CODES;
 
     #[test]
     fn a_lifted_register_is_64_times_the_shifted_codes() {
