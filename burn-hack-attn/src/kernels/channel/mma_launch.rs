@@ -1,5 +1,6 @@
 //! The host side of the channel layout's tensor-core decode kernel ([`channel_mma_decode_kernel`]):
-//! whether it applies, its shapes, and its launch beside the portable kernel's float split.
+//! whether it applies, its shapes, and its launch (closed blocks and float slots in one kernel,
+//! then the split merge).
 
 use burn::tensor::{Tensor, TensorPrimitive};
 use burn_cubecl::{
@@ -48,8 +49,8 @@ const MAX_PARTITION: u32 = 128;
 /// warp products with registers managed by the kernel, or planes of other than 32 lanes; more than
 /// 8 query heads per KV head; a head dimension or Π not a multiple of 32 or above 128; value
 /// groups not a multiple of 16 channels; key or value rows not whole 16-byte loads.
-/// (`portable` is the portable kernel's geometry, which the dispatch checks first: the tensor-core
-/// kernel takes its shapes.)
+/// (`portable` is the portable kernel's geometry, from which the tensor-core kernel takes its
+/// shapes; the dispatch tries this kernel first.)
 pub fn channel_mma_geometry(
     portable: &ChannelDecodeGeometry,
     properties: &DeviceProperties,
