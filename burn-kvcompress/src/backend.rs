@@ -1,6 +1,10 @@
 //! Backend aliases for the backends this crate is built with (cargo features `ndarray`,
 //! `wgpu`, `cuda`, `tch`). All models compute in `f32`.
 
+use std::any::TypeId;
+
+use burn::tensor::backend::Backend;
+
 #[cfg(feature = "ndarray")]
 /// The CPU reference backend (`ndarray`, f32).
 pub type NdArray = burn::backend::NdArray<f32>;
@@ -20,3 +24,20 @@ pub type Cuda = burn::backend::Cuda<f32, i32>;
 #[cfg(feature = "tch")]
 /// The LibTorch backend, f32.
 pub type LibTorch = burn::backend::LibTorch<f32>;
+
+/// Whether `B` is one of the CPU backends above (ndarray, flex), whose tensors live in host
+/// memory: reading one to the host is a copy, not a device transfer, so the few ops that Burn's
+/// CPU backends run slowly (a prompt's attention, the rotary embedding) run on host slices instead.
+pub(crate) fn keeps_tensors_on_host<B: Backend>() -> bool {
+    let backend = TypeId::of::<B>();
+    #[cfg(feature = "ndarray")]
+    if backend == TypeId::of::<NdArray>() {
+        return true;
+    }
+    #[cfg(feature = "flex")]
+    if backend == TypeId::of::<Flex>() {
+        return true;
+    }
+    let _ = backend;
+    false
+}

@@ -1,5 +1,8 @@
 //! The attention reference and the dense cache against an element-by-element loop written
-//! independently here: GQA, causal masking, left padding and sliding windows.
+//! independently here: GQA, causal masking, left padding and sliding windows. On ndarray the dense
+//! cache attends a prompt on the host (`host_attention`: tiles of 64 queries and 128 keys), so
+//! the shapes include prompts that cross both tiles, a window that starts inside a key tile and
+//! padding that ends inside one.
 
 mod common;
 
@@ -88,6 +91,9 @@ fn reference_matches_naive_loops_on_awkward_shapes() {
         case(2, 9, 3, 1, 37, 8, None, vec![3, 0]),
         case(1, 6, 2, 7, 30, 16, Some(4), vec![0]),
         case(3, 4, 1, 3, 13, 4, Some(1), vec![0, 5, 12]),
+        case(2, 6, 2, 70, 300, 16, Some(100), vec![0, 237]),
+        case(1, 3, 3, 130, 130, 8, None, vec![0]),
+        case(2, 2, 1, 200, 260, 8, None, vec![131, 0]),
     ];
     for Case { batch, heads, kv_heads, q_len, total, head_dim: d, window, key_start } in cases {
         let q = Tensor::<Cpu, 4>::random([batch, heads, q_len, d], Distribution::Normal(0.0, 1.0), &device);

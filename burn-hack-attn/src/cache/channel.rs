@@ -10,7 +10,7 @@
 
 use burn::tensor::{backend::Backend, DType, Int, Tensor, TensorData};
 use burn_kvcompress::{
-    cache::{attention_reference, AttendOptions, CacheGeometry},
+    cache::{dense_attention, AttendOptions, CacheGeometry},
     error::CacheError,
 };
 
@@ -253,7 +253,7 @@ impl<B: HackBackend> ChannelStore<B> {
             let slots =
                 [&self.sinks, &self.tail].into_iter().flatten().cloned().reduce(|a, b| FloatSlots::append(Some(a), b));
             let slots = slots.expect("a non-empty store holds float slots when no block is closed");
-            return attention_reference(q, slots.k, slots.v, options);
+            return dense_attention(q, slots.k, slots.v, options);
         }
         B::hack_channel_attention(q, &self.view(config, geometry), options)
     }

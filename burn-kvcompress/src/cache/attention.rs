@@ -1,10 +1,14 @@
-//! Plain-tensor attention over uncompressed K/V: the dense cache's implementation and the
-//! reference that compressed schemes' kernels are tested against.
+//! Attention over uncompressed K/V: the plain-tensor reference that compressed schemes' kernels
+//! are tested against, and the dense cache's implementation ([`dense_attention`]: the reference,
+//! or on the CPU backends the host's tiled attention for prompts).
 
-use burn::tensor::{activation::softmax, backend::Backend, Tensor};
+use burn::tensor::{activation::softmax, backend::Backend, Tensor, TensorData};
 
-use super::AttendOptions;
-use crate::error::CacheError;
+use super::{
+    host_attention::{host_attention, HostShape},
+    AttendOptions,
+};
+use crate::{backend::keeps_tensors_on_host, error::CacheError};
 
 /// Checks query and cached K/V shapes for a GQA attention call and returns
 /// `(batch, heads, q_len, head_dim)`.
@@ -70,4 +74,28 @@ pub fn attention_reference<B: Backend>(
     let probs = softmax(scores, 3);
     let value_dim = v.dims()[3];
     Ok(probs.matmul(v).reshape([batch, heads, q_len, value_dim]))
+}
+
+/// Attention over uncompressed K/V as [`attention_reference`] computes it (same arguments and
+/// shapes), by the fastest way the backend has: on the CPU backends (ndarray, flex), a prompt's
+/// queries (`q_len > 1`) go through [`host_attention`] (tiled, multithreaded, no score or mask
+/// tensor); a single query, and every other backend, through [`attention_reference`] (on the CPU
+/// a decode step's attention is small beside copying the cache to the host).
+pub fn dense_attention<B: Backend>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    options: &AttendOptions,
+) -> Result<Tensor<B, 4>, CacheError> {
+    let (batch, heads, q_len, head_dim) = check_attend_shapes(q.dims(), k.dims(), options)?;
+    if q_len == 1 || !keeps_tensors_on_host::<B>() {
+        return attention_reference(q, k, v, options);
+    }
+    let [_, kv_heads, total_len, _] = k.dims();
+    let value_dim = v.dims()[3];
+    let shape = HostShape { batch, heads, kv_heads, q_len, total_len, head_dim, value_dim };
+    let device = q.device();
+    let host = |t: Tensor<B, 4>| t.into_data().convert::<f32>().into_vec::<f32>().expect("f32 after convert");
+    let out = host_attention(&host(q), &host(k), &host(v), shape, options);
+    Ok(Tensor::from_data(TensorData::new(out, [batch, heads, q_len, value_dim]), &device))
 }

@@ -10,7 +10,7 @@ use burn::tensor::{
 use serde::{Deserialize, Serialize};
 
 use super::{
-    attention_reference, AttendOptions, CacheGeometry, KvCache, KvScheme, LayerState, StateTensor, TransferableCache,
+    dense_attention, AttendOptions, CacheGeometry, KvCache, KvScheme, LayerState, StateTensor, TransferableCache,
     TransferableScheme,
 };
 use crate::error::CacheError;
@@ -93,7 +93,7 @@ impl<B: Backend> KvCache<B> for DenseCache<B> {
 
     fn attend(&self, q: Tensor<B, 4>, options: &AttendOptions) -> Result<Tensor<B, 4>, CacheError> {
         let (k, v) = self.keys_values().ok_or_else(|| CacheError::Request("attention over an empty cache".into()))?;
-        attention_reference(q, k, v, options)
+        dense_attention(q, k, v, options)
     }
 
     fn len(&self) -> usize {

@@ -6,13 +6,15 @@
 
 mod attention;
 mod dense;
+mod host_attention;
 mod options;
 mod recording;
 mod scheme;
 mod state;
 
-pub use attention::{attention_reference, check_attend_shapes};
+pub use attention::{attention_reference, check_attend_shapes, dense_attention};
 pub use dense::{append_slots, DenseCache, DenseScheme, HalfDenseScheme};
+pub use host_attention::{host_attention, HostShape};
 pub use options::AttendOptions;
 pub use recording::{KvRecorder, LayerRecording, RecordedTensor, RecordingCache, RecordingScheme};
 pub use scheme::{CacheGeometry, KvCache, KvScheme, LayerCaches};

@@ -7,6 +7,9 @@ use burn::{
     module::Module,
     tensor::{backend::Backend, DType, Int, Tensor, TensorData},
 };
+use rayon::prelude::*;
+
+use crate::backend::keeps_tensors_on_host;
 
 /// Precomputed cos/sin tables, `[max_position, head_dim / 2]` each.
 #[derive(Module, Debug)]
@@ -46,9 +49,20 @@ impl<B: Backend> RotaryEmbedding<B> {
 
     /// Rotates the rows `x` `[rows, heads · head_dim]` (any float type) by `positions` `[rows]`
     /// (each `< max_position`), in f32: channels `i` and `i + head_dim / 2` of each head become
-    /// `x1 · cos − x2 · sin` and `x2 · cos + x1 · sin`. Burn's ops; the CubeCL backends run the
-    /// same in one launch (`kernels::rotary`, through [`ModelOps`](super::ModelOps)).
+    /// `x1 · cos − x2 · sin` and `x2 · cos + x1 · sin`. [`Self::apply_with_burn_ops`], but on the
+    /// CPU backends on host slices (Burn's CPU ops broadcast the tables through a strided
+    /// iterator, about a tenth of a prompt's time), with the same products and sums, so the same
+    /// bits. The CubeCL backends run it in one launch (`kernels::rotary`, through
+    /// [`ModelOps`](super::ModelOps)).
     pub fn apply(&self, x: Tensor<B, 2>, heads: usize, positions: &Tensor<B, 1, Int>) -> Tensor<B, 2> {
+        match keeps_tensors_on_host::<B>() {
+            true => self.apply_on_host(x, heads, positions),
+            false => self.apply_with_burn_ops(x, heads, positions),
+        }
+    }
+
+    /// [`Self::apply`] by Burn's tensor ops on any backend.
+    pub fn apply_with_burn_ops(&self, x: Tensor<B, 2>, heads: usize, positions: &Tensor<B, 1, Int>) -> Tensor<B, 2> {
         let [rows, width] = x.dims();
         let half = width / heads / 2;
         let x = x.cast(DType::F32).reshape([rows, heads, 2 * half]);
@@ -58,5 +72,48 @@ impl<B: Backend> RotaryEmbedding<B> {
         let x2 = x.narrow(2, half, half);
         Tensor::cat(vec![x1.clone() * cos.clone() - x2.clone() * sin.clone(), x2 * cos + x1 * sin], 2)
             .reshape([rows, width])
+    }
+
+    /// [`Self::apply`] on host copies of `x` and of the rows' tables, rows in parallel.
+    fn apply_on_host(&self, x: Tensor<B, 2>, heads: usize, positions: &Tensor<B, 1, Int>) -> Tensor<B, 2> {
+        let [rows, width] = x.dims();
+        let half = width / heads / 2;
+        let device = x.device();
+        let host = |t: Tensor<B, 2>| t.into_data().convert::<f32>().into_vec::<f32>().expect("f32 after convert");
+        let x = host(x);
+        let gather = |t: &Tensor<B, 2>| host(t.clone().select(0, positions.clone()));
+        let (cos, sin) = (gather(&self.cos), gather(&self.sin));
+        let mut out = vec![0.0f32; rows * width];
+        out.par_chunks_mut(width).enumerate().for_each(|(r, row)| {
+            let (cos, sin) = (&cos[r * half..(r + 1) * half], &sin[r * half..(r + 1) * half]);
+            for (head_out, head_in) in row.chunks_mut(2 * half).zip(x[r * width..(r + 1) * width].chunks(2 * half)) {
+                let (x1, x2) = head_in.split_at(half);
+                let (out1, out2) = head_out.split_at_mut(half);
+                for i in 0..half {
+                    out1[i] = x1[i] * cos[i] - x2[i] * sin[i];
+                    out2[i] = x2[i] * cos[i] + x1[i] * sin[i];
+                }
+            }
+        });
+        Tensor::from_data(TensorData::new(out, [rows, width]), &device)
+    }
+}
+
+#[cfg(all(test, feature = "ndarray"))]
+mod tests {
+    use burn::tensor::Distribution;
+
+    use super::*;
+
+    #[test]
+    fn the_host_rotation_has_the_bits_of_burn_ops() {
+        type B = crate::backend::NdArray;
+        let device = Default::default();
+        let rope = RotaryEmbedding::<B>::new(64, 100, 10_000.0, &device);
+        let x = Tensor::<B, 2>::random([7, 3 * 64], Distribution::Normal(0.0, 3.0), &device);
+        let positions = Tensor::<B, 1, Int>::from_data(TensorData::new(vec![0i64, 99, 5, 5, 17, 64, 1], [7]), &device);
+        let host = rope.apply(x.clone(), 3, &positions).into_data();
+        let burn = rope.apply_with_burn_ops(x, 3, &positions).into_data();
+        assert_eq!(host.into_vec::<f32>().unwrap(), burn.into_vec::<f32>().unwrap());
     }
 }
