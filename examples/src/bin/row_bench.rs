@@ -1,8 +1,12 @@
 //! Decode-step weight products on a GPU: the backend's row-product kernel against Burn's matrix
 //! product for one activation row times each weight of a Llama-3-8B layer and its output head,
-//! then whole decode steps of an 8B-shaped model cut to `--layers` layers with Burn's ops or the
-//! backend's kernels (weight products, RMSNorm, rotary embedding), with device-synchronized timing (median, host enqueue time, pipelined). The PyTorch anchor for
-//! the products is `examples/bench/gemv_anchor.py`, run in the same session.
+//! then an 8B-shaped model cut to `--layers` layers with Burn's ops or the backend's kernels
+//! (weight products, RMSNorm, rotary embedding): the prefill of a `--context`-token prompt (TTFT)
+//! and the decode steps after it, with device-synchronized timing (median, host enqueue time,
+//! pipelined). The PyTorch anchors, run in the same call: `examples/bench/gemv_anchor.py` for the
+//! products, `examples/bench/model_anchor.py` for TTFT and the steps.
+
+use std::time::Instant;
 
 use burn::{
     module::Module,
@@ -37,9 +41,15 @@ struct Args {
     /// Layers of the 8B-shaped model whose decode steps are timed (0: skip the steps).
     #[arg(long, default_value_t = 4)]
     layers: usize,
-    /// Tokens in the cache before the timed decode steps.
+    /// Tokens of the prompt: the timed prefill's length, and the cache before the timed steps.
     #[arg(long, default_value_t = 2048)]
     context: usize,
+    /// Sequences per batch in the timed prefills and decode steps.
+    #[arg(long, default_value_t = 1)]
+    batch: usize,
+    /// Timed prefills per variant (each into a fresh cache, after one untimed).
+    #[arg(long, default_value_t = 3)]
+    prefill_runs: usize,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -85,22 +95,37 @@ fn run<B: KernelBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
     // A step reads every weight but the embedding's (one row of it).
     let weight_bytes = (model.num_params() - c.vocab_size * c.hidden_size) as f64 * bytes;
     println!(
-        "\n## Decode steps, {} layers of Llama-3-8B + output head, dense f16 cache of {} tokens (ms)",
-        args.layers, args.context
+        "\n## {} layers of Llama-3-8B + output head, batch {}: prefill of {} tokens (TTFT), then decode steps over \
+         the dense f16 cache (ms)",
+        args.layers, args.batch, args.context
     );
-    println!("| ops | median | host | pipelined | weights GB/s (median) |");
-    println!("|---|---:|---:|---:|---:|");
+    println!("| ops | TTFT median | step median | step host | step pipelined | weights GB/s (step median) |");
+    println!("|---|---:|---:|---:|---:|---:|");
     for (name, ops) in [("Burn's", ModelOps::default()), ("backend kernels", ModelOps::of_backend::<B>())] {
         let model = model.clone().with_ops(ops);
-        let mut caches = model.new_cache(&HalfDenseScheme, 1, &device);
         let prompt: Vec<u32> = (0..args.context as u32).map(|i| i * 7 % 1000).collect();
-        model.forward(&[prompt], &mut caches, Logits::Last)?;
+        let prompts = vec![prompt; args.batch];
+        // The untimed prefill compiles the kernels; its cache serves the steps.
+        let mut caches = model.new_cache(&HalfDenseScheme, args.batch, &device);
+        model.forward(&prompts, &mut caches, Logits::Last)?;
+        let mut ttft = (0..args.prefill_runs.max(1))
+            .map(|_| {
+                let mut fresh = model.new_cache(&HalfDenseScheme, args.batch, &device);
+                let start = Instant::now();
+                drop(model.forward(&prompts, &mut fresh, Logits::Last)?);
+                B::sync(&device)?;
+                Ok(start.elapsed().as_secs_f64() * 1e3)
+            })
+            .collect::<anyhow::Result<Vec<f64>>>()?;
+        ttft.sort_by(f64::total_cmp);
+        let steps = vec![vec![17]; args.batch];
         // Each timed step appends a token (the context grows by a few percent over the runs).
         let step = time::<B>(&device, args.runs, || {
-            drop(model.forward(&[vec![17]], &mut caches, Logits::Last).expect("decode step"));
+            drop(model.forward(&steps, &mut caches, Logits::Last).expect("decode step"));
         });
         println!(
-            "| {name} | {:.2} | {:.2} | {:.2} | {:.0} |",
+            "| {name} | {:.1} | {:.2} | {:.2} | {:.2} | {:.0} |",
+            ttft[ttft.len() / 2],
             step.median / 1e3,
             step.host / 1e3,
             step.pipelined / 1e3,
