@@ -3,7 +3,7 @@
 
 use std::any::TypeId;
 
-use burn::tensor::backend::Backend;
+use burn::tensor::{backend::Backend, Tensor};
 
 #[cfg(feature = "ndarray")]
 /// The CPU reference backend (`ndarray`, f32).
@@ -40,4 +40,10 @@ pub(crate) fn keeps_tensors_on_host<B: Backend>() -> bool {
     }
     let _ = backend;
     false
+}
+
+/// The values of `tensor` on the host as f32, row-major (a device read on the GPU backends, a copy
+/// on the CPU ones).
+pub(crate) fn host_f32<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> Vec<f32> {
+    tensor.into_data().convert::<f32>().into_vec::<f32>().expect("host data of the converted type")
 }

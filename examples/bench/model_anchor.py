@@ -20,6 +20,8 @@ import argparse
 import torch
 import torch.nn.functional as F
 
+from sdpa_anchor import median_ms
+
 
 class Config:
     hidden = 4096
@@ -92,22 +94,6 @@ class Model:
         return rms_norm(x[:, -1], self.norm, c.eps) @ self.head
 
 
-def median_ms(fn, runs, warmups=3):
-    for _ in range(warmups):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(runs):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    times.sort()
-    return times[len(times) // 2]
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--layers", type=int, default=32, help="decoder layers (Llama-3-8B: 32)")
@@ -122,7 +108,7 @@ def main():
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     n = 1 << 28
     src, dst = torch.empty(n, device=dev), torch.empty(n, device=dev)
-    copy_gbs = 2 * 4 * n / median_ms(lambda: dst.copy_(src), 20) / 1e6
+    copy_gbs = 2 * 4 * n / median_ms(lambda: dst.copy_(src), 20, 3)[0] / 1e6
     del src, dst
     model = Model(c, a.layers, max_len, dev)
     weight_bytes = 2 * sum(t.numel() for layer in model.layers for t in layer.values()) + 2 * model.head.numel()
@@ -140,12 +126,12 @@ def main():
         prompt = torch.randint(0, c.vocab, (b, a.context), device=dev)
         prompt_positions = torch.arange(a.context, device=dev)
         with torch.inference_mode():
-            ttft = median_ms(lambda: model.forward(prompt, prompt_positions, caches, None), a.prefill_runs, 1)
+            ttft, _ = median_ms(lambda: model.forward(prompt, prompt_positions, caches, None), a.prefill_runs, 1)
             token = torch.zeros(b, 1, dtype=torch.long, device=dev)
             position = torch.tensor([a.context], device=dev)
             mask = (torch.arange(max_len, device=dev) <= a.context).view(1, max_len)
             step = lambda: model.forward(token, position, caches, mask)  # noqa: E731
-            eager = median_ms(step, a.step_runs)
+            eager, _ = median_ms(step, a.step_runs, 3)
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
@@ -155,7 +141,7 @@ def main():
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 step()
-            replayed = median_ms(graph.replay, a.step_runs)
+            replayed, _ = median_ms(graph.replay, a.step_runs, 3)
         kv_bytes = 2 * a.layers * b * c.kv_heads * (a.context + 1) * c.head_dim * 2
         limit = (weight_bytes + kv_bytes) / copy_gbs / 1e6
         print(f"| {b} | {a.context} | {ttft:.1f} | {eager:.2f} | {replayed:.2f} | {limit:.2f} |")

@@ -8,7 +8,10 @@ use super::{
     host_attention::{host_attention, HostShape},
     AttendOptions,
 };
-use crate::{backend::keeps_tensors_on_host, error::CacheError};
+use crate::{
+    backend::{host_f32, keeps_tensors_on_host},
+    error::CacheError,
+};
 
 /// Checks query and cached K/V shapes for a GQA attention call and returns
 /// `(batch, heads, q_len, head_dim)`.
@@ -95,7 +98,6 @@ pub fn dense_attention<B: Backend>(
     let value_dim = v.dims()[3];
     let shape = HostShape { batch, heads, kv_heads, q_len, total_len, head_dim, value_dim };
     let device = q.device();
-    let host = |t: Tensor<B, 4>| t.into_data().convert::<f32>().into_vec::<f32>().expect("f32 after convert");
-    let out = host_attention(&host(q), &host(k), &host(v), shape, options);
+    let out = host_attention(&host_f32(q), &host_f32(k), &host_f32(v), shape, options);
     Ok(Tensor::from_data(TensorData::new(out, [batch, heads, q_len, value_dim]), &device))
 }

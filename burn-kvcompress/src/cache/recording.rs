@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use burn::tensor::{backend::Backend, Tensor};
 
 use super::{AttendOptions, CacheGeometry, DenseCache, KvCache, KvScheme};
-use crate::error::CacheError;
+use crate::{backend::host_f32, error::CacheError};
 
 /// One recorded tensor on the host, `[batch, heads, tokens, head_dim]` (heads are KV heads for
 /// keys and values, query heads for queries).
@@ -21,7 +21,7 @@ pub struct RecordedTensor {
 
 impl RecordedTensor {
     fn of<B: Backend>(tensor: &Tensor<B, 4>) -> Self {
-        let values = tensor.to_data().convert::<f32>().into_vec::<f32>().expect("f32 data");
+        let values = host_f32(tensor.clone());
         Self { shape: tensor.dims(), values }
     }
 

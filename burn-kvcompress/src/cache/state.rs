@@ -13,7 +13,7 @@ pub use bytes::Bytes;
 use half::f16;
 
 use super::{CacheGeometry, KvCache, KvScheme};
-use crate::error::CacheError;
+use crate::{backend::host_f32, error::CacheError};
 
 /// Element type of a [`StateTensor`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -130,7 +130,7 @@ impl StateTensor {
         tensor: &Tensor<B, D>,
     ) -> Result<Self, CacheError> {
         let shape = tensor.dims().to_vec();
-        let values = tensor.to_data().convert::<f32>().into_vec::<f32>().expect("host data of the converted type");
+        let values = host_f32(tensor.clone());
         let narrow = values
             .iter()
             .map(|&x| {

@@ -9,7 +9,7 @@ use burn::{
 };
 use rayon::prelude::*;
 
-use crate::backend::keeps_tensors_on_host;
+use crate::backend::{host_f32, keeps_tensors_on_host};
 
 /// Precomputed cos/sin tables, `[max_position, head_dim / 2]` each.
 #[derive(Module, Debug)]
@@ -79,9 +79,8 @@ impl<B: Backend> RotaryEmbedding<B> {
         let [rows, width] = x.dims();
         let half = width / heads / 2;
         let device = x.device();
-        let host = |t: Tensor<B, 2>| t.into_data().convert::<f32>().into_vec::<f32>().expect("f32 after convert");
-        let x = host(x);
-        let gather = |t: &Tensor<B, 2>| host(t.clone().select(0, positions.clone()));
+        let x = host_f32(x);
+        let gather = |t: &Tensor<B, 2>| host_f32(t.clone().select(0, positions.clone()));
         let (cos, sin) = (gather(&self.cos), gather(&self.sin));
         let mut out = vec![0.0f32; rows * width];
         out.par_chunks_mut(width).enumerate().for_each(|(r, row)| {
