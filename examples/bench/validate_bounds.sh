@@ -7,9 +7,9 @@
 # `check_mode = "validate"`, CubeCL compiles those launches with bounds checks that print
 # `[VALIDATION <kernel>]: Encountered OOB ...` from the device. The script first runs the negative
 # control (a merge told to read past its buffers) and requires such a line, then runs each test
-# binary and fails if a test fails or any out-of-bounds access is printed. Build the binaries with
-# `cargo test --release -p <crate> --features cuda --test <kernels_gpu|merge_gpu|storage_gpu>
-# --no-run`.
+# binary's GPU tests (the modules named `*_gpu`) and fails if a test fails or any out-of-bounds
+# access is printed. Build the binaries (each crate's integration tests) with
+# `cargo test --release -p <crate> --features cuda --test integration --no-run`.
 set -uo pipefail
 logs=$1
 shift
@@ -18,10 +18,13 @@ work=$(mktemp -d)
 printf '[compilation]\ncheck_mode = "validate"\n' > "$work/cubecl.toml"
 cd "$work" || exit 1
 status=0
+control=merge_gpu::bounds_validation_reports_a_merge_reading_past_its_buffers
+index=0
 for binary in "$@"; do
-    name=$(basename "$binary")
-    if [[ $name == merge_gpu* ]]; then
-        "$binary" --ignored --exact bounds_validation_reports_a_merge_reading_past_its_buffers --nocapture \
+    index=$((index + 1))
+    name="$index-$(basename "$binary")"
+    if "$binary" --list --ignored 2>/dev/null | grep -q "^$control:"; then
+        "$binary" --ignored --exact "$control" --nocapture \
             > "$logs/control.log" 2>&1
         if grep -q "VALIDATION" "$logs/control.log"; then
             echo "control: validation reports the planted out-of-bounds read"
@@ -30,7 +33,7 @@ for binary in "$@"; do
             status=1
         fi
     fi
-    "$binary" --test-threads=1 --nocapture > "$logs/$name.log" 2>&1
+    "$binary" _gpu:: --test-threads=1 --nocapture > "$logs/$name.log" 2>&1
     result=$?
     reports=$(grep -c "VALIDATION" "$logs/$name.log")
     summary=$(grep "^test result" "$logs/$name.log" | tail -1)

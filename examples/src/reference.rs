@@ -45,7 +45,8 @@ pub struct ReferencePpl {
 pub struct ReferencePrompt {
     /// The prompt as text.
     pub text: String,
-    /// Its token ids (llama.cpp's tokenization, equal to ours: `burn-kvcompress/tests/tokenizer_reference.rs`).
+    /// Its token ids (llama.cpp's tokenization, equal to ours:
+    /// `burn-kvcompress/tests/integration/tokenizer_reference.rs`).
     pub tokens: Vec<u32>,
 }
 

@@ -4,9 +4,6 @@ mod eval;
 mod fetch_model;
 mod shell;
 
-use std::path::Path;
-
-use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 /// Project workflows: fetch the model, run the tests, run CI, evaluate.
@@ -23,7 +20,8 @@ enum Command {
     /// into the model cache (`$KVC_CACHE_DIR` or `~/.cache/burn-kvcompress/models`); does nothing
     /// if a file with the right checksum is already there.
     FetchModel,
-    /// Fetch the model, then run every test of the workspace in release mode.
+    /// Fetch the model, then run every test of the workspace in release mode, the CubeCL kernels'
+    /// on wgpu (lavapipe on a machine without a GPU).
     Test,
     /// What CI runs: formatting check, clippy with warnings as errors (without and with the GPU
     /// features), the API documentation with warnings as errors, then `test`.
@@ -58,38 +56,9 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
-/// The crates with CubeCL kernels, whose GPU tests run a second time with `--features wgpu`.
-const KERNEL_CRATES: [&str; 4] = ["burn-kvcompress", "burn-hack-attn", "burn-million-pq", "burn-zack"];
-
 fn test() -> anyhow::Result<()> {
     fetch_model::fetch_model()?;
-    shell::run("cargo", &["test", "--release", "--workspace"])?;
-    // The CubeCL kernels against their references on wgpu (lavapipe on a machine without a GPU):
-    // each kernel crate's unit tests (kernel helpers compile only with a GPU backend) and the
-    // integration tests that name the feature. The others ran above; rebuilding them with the
-    // feature would build and run them twice.
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().context("the workspace root")?;
-    for crate_name in KERNEL_CRATES {
-        let targets = gpu_test_targets(&root.join(crate_name))?;
-        let mut args = vec!["test", "--release", "-p", crate_name, "--features", "wgpu", "--lib"];
-        args.extend(targets.iter().flat_map(|target| ["--test", target.as_str()]));
-        shell::run("cargo", &args)?;
-    }
-    Ok(())
-}
-
-/// The integration test targets of the crate at `dir` with tests that only a GPU backend builds:
-/// the files `tests/*.rs` that name the `wgpu` feature, sorted.
-fn gpu_test_targets(dir: &Path) -> anyhow::Result<Vec<String>> {
-    let tests = dir.join("tests");
-    let mut targets = Vec::new();
-    for entry in std::fs::read_dir(&tests).with_context(|| format!("reading {}", tests.display()))? {
-        let path = entry?.path();
-        if path.extension().is_some_and(|e| e == "rs") && std::fs::read_to_string(&path)?.contains("feature = \"wgpu\"")
-        {
-            targets.push(path.file_stem().context("a test file's name")?.to_string_lossy().into_owned());
-        }
-    }
-    targets.sort();
-    Ok(targets)
+    // One pass with the kernels compiled: the CPU tests do not depend on the feature, and a
+    // second pass without it would build every crate and test binary twice.
+    shell::run("cargo", &["test", "--release", "--workspace", "--features", GPU_FEATURES])
 }

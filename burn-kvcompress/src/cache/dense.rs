@@ -28,7 +28,7 @@ pub struct DenseScheme;
 /// larger than 65504 overflow to infinity). A score `s = Σ_j q_j k_j` then moves by at most
 /// `δ = u Σ_j |q_j k_j|` (plus `2^-25 Σ_j |q_j|`), the softmax weights by a factor within
 /// `e^(±2δ)`, and the output by at most `(e^(2δ) − 1 + u) · max|v|` (tested on wgpu in
-/// `tests/dense_half.rs`). Needs a backend with f16 tensors (wgpu, cuda; not ndarray).
+/// `tests/integration/dense_half.rs`). Needs a backend with f16 tensors (wgpu, cuda; not ndarray).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HalfDenseScheme;
 

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 /// absolute). A score `s = Σ_j q̃_j k̃_j` then moves by at most `δ = u_h Σ_j |q̃_j k̃_j|` (plus
 /// `2^-25 Σ_j |q̃_j|`), which moves the softmax weights by a factor within `e^(±2δ)`; the output
 /// moves by at most `(e^(2δ) − 1 + u_h) · max|ṽ|` where attention computes in f32 (tested in
-/// `tests/storage_gpu.rs`). Where decode runs on tensor cores (CUDA, see
+/// `tests/integration/storage_gpu.rs`). Where decode runs on tensor cores (CUDA, see
 /// [`mma_geometry`](crate::kernels::attention::mma_geometry)), the kernel also rounds `q̃` and the
 /// softmax numerators to f16: `δ = 2 u_h Σ_j |q̃_j k̃_j|` and `(e^(2δ) − 1 + 2 u_h) · max|ṽ|`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]

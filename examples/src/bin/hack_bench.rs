@@ -68,7 +68,7 @@ fn check_against_cpu<B: HackBackend>(device: &B::Device) -> anyhow::Result<()> {
     let paper = paper.map(|(bits, pi)| Ok(HackConfig::new(bits, pi, Rounding::Stochastic { seed: 1 })?));
     // The presets without their rotation: it is a matrix product before the kernels (TF32 on
     // CUDA, so its rounding differs from the host's by more than the kernels' tolerance), which
-    // `burn-hack-attn/tests/channel_gpu.rs` checks on its own.
+    // `burn-hack-attn/tests/integration/channel_gpu.rs` checks on its own.
     let presets = PRESETS.iter().map(|p| Ok(HackConfig { rotation: RotationSpec::None, ..p.spelling.parse()? }));
     for config in paper.chain(presets).collect::<anyhow::Result<Vec<_>>>()? {
         let scheme = HackScheme::new(config.clone())?;

@@ -1,0 +1,12 @@
+//! burn-hack-attn's integration tests: the HACK caches against independent computations, the
+//! homomorphic oracle, fine-tuning, and the kernels on a GPU backend.
+//!
+//! One test binary per crate, the files of `tests/` its modules: every binary links Burn and
+//! instantiates its generic code again, so one binary instead of one per file builds much faster.
+
+mod cache;
+mod channel;
+mod channel_gpu;
+mod finetune;
+mod homomorphic_oracle;
+mod kernels_gpu;

@@ -1,0 +1,139 @@
+//! The RMSNorm and rotary-embedding kernels (one launch each, for the model's decode steps)
+//! against plain f64 computations on the host, on wgpu (lavapipe in CI) or CUDA, in f32 and f16,
+//! for awkward shapes: one to five rows, widths below, at and above a cube's units, one head to
+//! many, positions anywhere in the tables.
+#![cfg(any(feature = "wgpu", feature = "cuda"))]
+
+use burn::{
+    nn::RmsNormConfig,
+    tensor::{DType, FloatDType, Int, Tensor, TensorData},
+};
+use burn_kvcompress::{
+    kernels::{rms_norm, rotary},
+    model::RotaryEmbedding,
+};
+use crate::common::{lcg_uniform, to_vec as host, Gpu};
+
+const U_F32: f64 = 1.0 / 16_777_216.0;
+
+fn unit(dtype: FloatDType) -> f64 {
+    match dtype {
+        FloatDType::F16 => 1.0 / 2048.0,
+        _ => U_F32,
+    }
+}
+
+fn uniform(n: usize, seed: u64, dims: [usize; 2], dtype: FloatDType) -> Tensor<Gpu, 2> {
+    Tensor::<Gpu, 2>::from_data(TensorData::new(lcg_uniform(n, seed), dims), &Default::default()).cast(dtype)
+}
+
+/// `rms_norm` on `[rows, hidden]` in `dtype` against `x / sqrt(mean(x²) + ε) · γ` in f64 on the
+/// operands as the kernel sees them: within `(hidden + 4) · u_f32` relative (the f32 sum of
+/// squares in any order, the root, the quotient and two products) plus the final rounding to
+/// `dtype`, `u · |y|`.
+fn check_rms_norm(rows: usize, hidden: usize, dtype: FloatDType) {
+    let epsilon = 1e-5;
+    let x = uniform(rows * hidden, 3 + hidden as u64, [rows, hidden], dtype);
+    let gamma = uniform(hidden, 4 + rows as u64, [1, hidden], dtype).reshape([hidden]);
+    let (xs, gs) = (host(x.clone().cast(DType::F32)), host(gamma.clone().cast(DType::F32)));
+    let out = rms_norm(x, &gamma, epsilon);
+    assert_eq!((out.dims(), out.dtype()), ([rows, hidden], DType::from(dtype)), "{rows}x{hidden}");
+    let out = host(out.cast(DType::F32));
+    for r in 0..rows {
+        let row = &xs[r * hidden..(r + 1) * hidden];
+        let mean_square = row.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / hidden as f64;
+        let inverse = 1.0 / (mean_square + epsilon).sqrt();
+        for c in 0..hidden {
+            let exact = row[c] as f64 * inverse * gs[c] as f64;
+            let bound = ((hidden + 4) as f64 * U_F32 + unit(dtype)) * exact.abs() + 1e-30;
+            let got = out[r * hidden + c] as f64;
+            assert!((got - exact).abs() <= bound, "{rows}x{hidden} {dtype:?} ({r}, {c}): {got} vs {exact}");
+        }
+    }
+}
+
+#[test]
+fn rms_norm_equals_a_plain_norm_in_f32() {
+    for (rows, hidden) in [(1, 64), (2, 300), (3, 7), (5, 1000), (1, 1), (4, 256), (1, 4096)] {
+        check_rms_norm(rows, hidden, FloatDType::F32);
+    }
+}
+
+#[test]
+fn rms_norm_equals_a_plain_norm_in_f16() {
+    for (rows, hidden) in [(1, 64), (3, 300), (2, 4096), (5, 9)] {
+        check_rms_norm(rows, hidden, FloatDType::F16);
+    }
+}
+
+#[test]
+fn rms_norm_takes_the_place_of_burns_norm() {
+    // Burn's `RmsNorm` with the same γ and ε: the kernel's drop-in (f32: the sums' order only).
+    let device = Default::default();
+    let (rows, hidden) = (3, 96);
+    let norm = RmsNormConfig::new(hidden).with_epsilon(1e-6).init::<Gpu>(&device);
+    let gamma = uniform(hidden, 11, [1, hidden], FloatDType::F32).reshape([hidden]);
+    let norm = burn::nn::RmsNorm { gamma: burn::module::Param::from_tensor(gamma), ..norm };
+    let x = uniform(rows * hidden, 12, [rows, hidden], FloatDType::F32);
+    let (ours, burns) = (host(rms_norm(x.clone(), &norm.gamma.val(), norm.epsilon)), host(norm.forward(x)));
+    for (a, b) in ours.iter().zip(&burns) {
+        assert!(((a - b) as f64).abs() <= (hidden + 8) as f64 * U_F32 * (b.abs() as f64), "{a} vs {b}");
+    }
+}
+
+/// `rotary` on `[rows, heads · head_dim]` in `dtype` against the rotation in f64 of the operands
+/// as the kernel sees them (tables of 40 positions, `positions` per row): within `2 · u_f32` of
+/// the terms' magnitudes (two products and a sum, or one fused multiply-add, then the rounding).
+fn check_rotary(heads: usize, head_dim: usize, positions: &[i64], dtype: FloatDType) {
+    let device = Default::default();
+    let (rows, half, max_position) = (positions.len(), head_dim / 2, 40);
+    let rope = RotaryEmbedding::<Gpu>::new(head_dim, max_position, 10_000.0, &device);
+    let x = uniform(rows * heads * head_dim, 5 + heads as u64, [rows, heads * head_dim], dtype);
+    let ids = Tensor::<Gpu, 1, Int>::from_data(TensorData::new(positions.to_vec(), [rows]), &device);
+    let xs = host(x.clone().cast(DType::F32));
+    let (cos, sin) = rope.tables();
+    let (cos_host, sin_host) = (host(cos.clone()), host(sin.clone()));
+    let out = rotary(x, heads, cos, sin, &ids);
+    assert_eq!((out.dims(), out.dtype()), ([rows, heads * head_dim], DType::F32));
+    let out = host(out);
+    for (r, &p) in positions.iter().enumerate() {
+        for h in 0..heads {
+            for i in 0..half {
+                let at = (r * heads + h) * head_dim + i;
+                let (x1, x2) = (xs[at] as f64, xs[at + half] as f64);
+                let (c, s) = (cos_host[p as usize * half + i] as f64, sin_host[p as usize * half + i] as f64);
+                let bound = 2.0 * U_F32 * ((x1 * c).abs() + (x2 * s).abs() + (x2 * c).abs() + (x1 * s).abs()) + 1e-30;
+                for (got, exact) in [(out[at], x1 * c - x2 * s), (out[at + half], x2 * c + x1 * s)] {
+                    let diff = (got as f64 - exact).abs();
+                    assert!(diff <= bound, "{heads}x{head_dim} {dtype:?} row {r} head {h} pair {i}: {got} vs {exact}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn rotary_equals_a_plain_rotation() {
+    check_rotary(1, 2, &[0], FloatDType::F32);
+    check_rotary(4, 16, &[3, 0, 39], FloatDType::F32);
+    check_rotary(9, 64, &[17], FloatDType::F32);
+    check_rotary(3, 128, &[1, 2, 5, 8, 13], FloatDType::F16);
+    check_rotary(32, 128, &[39], FloatDType::F16);
+}
+
+#[test]
+fn rotary_takes_the_place_of_burns_ops() {
+    // The same rotation through Burn's ops (the model's path without the kernels): the same f32
+    // arithmetic, up to a fused multiply-add.
+    let device = Default::default();
+    let (heads, head_dim, max_position) = (4, 32, 24);
+    let rope = RotaryEmbedding::<Gpu>::new(head_dim, max_position, 500_000.0, &device);
+    let x = uniform(3 * heads * head_dim, 21, [3, heads * head_dim], FloatDType::F16);
+    let ids = Tensor::<Gpu, 1, Int>::from_data(TensorData::new(vec![23i64, 0, 9], [3]), &device);
+    let (cos, sin) = rope.tables();
+    let ours = host(rotary(x.clone(), heads, cos, sin, &ids));
+    let burns = host(rope.apply(x, heads, &ids));
+    for (a, b) in ours.iter().zip(&burns) {
+        assert!((a - b).abs() <= 4.0 * f32::EPSILON * b.abs().max(1.0), "{a} vs {b}");
+    }
+}
