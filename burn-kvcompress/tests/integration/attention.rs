@@ -4,12 +4,12 @@
 //! the shapes include prompts that cross both tiles, a window that starts inside a key tile and
 //! padding that ends inside one.
 
+use crate::common::*;
 use burn::tensor::{Distribution, Tensor};
 use burn_kvcompress::{
     cache::{attention_reference, AttendOptions, CacheGeometry, DenseCache, KvCache},
     error::CacheError,
 };
-use crate::common::*;
 
 /// Scores and outputs are O(1) sums of 16 products: f32 rounding stays far below this.
 const TOLERANCE: f32 = 1e-5;

@@ -2,8 +2,8 @@
 //! (`gguf.quants.dequantize`), bit-exactly, on the fixtures written by
 //! `tests/fixtures/make_dequant_fixtures.py`.
 
-use burn_kvcompress::gguf::{dequantize, GgmlType, GgufError};
 use crate::common::{fixture, from_hex};
+use burn_kvcompress::gguf::{dequantize, GgmlType, GgufError};
 
 #[derive(serde::Deserialize)]
 struct Fixture {

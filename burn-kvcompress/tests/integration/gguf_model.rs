@@ -1,8 +1,8 @@
 //! The real SmolLM2-135M-Instruct Q4_1 GGUF against values read from it by the reference Python
 //! reader (`tests/fixtures/make_model_fixture.py` wrote `smollm2_q4_1_reference.json`).
 
-use burn_kvcompress::gguf::{GgmlType, GgufFile};
 use crate::common::{fixture, model_path};
+use burn_kvcompress::gguf::{GgmlType, GgufFile};
 use serde_json::Value;
 
 fn reference() -> Value {

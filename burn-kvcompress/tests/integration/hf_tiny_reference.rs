@@ -1,13 +1,13 @@
 //! Tiny random Llama and Mistral (sliding window 24) checkpoints against transformers' own
 //! logits and greedy generation (`fixtures/hf-tiny`).
 
+use crate::common::*;
 use burn_kvcompress::{
     cache::DenseScheme,
     generation::{generate, GenerateOptions, SamplingConfig},
     loading::load_hf_model,
     model::Logits,
 };
-use crate::common::*;
 
 /// transformers computes in f32 with the same operation order up to summation order; 1e-4 is
 /// the bound (logits here are O(1)).

@@ -2,13 +2,13 @@
 
 use std::path::Path;
 
+use crate::common::*;
 use burn_kvcompress::{
     error::LoadError,
     loading::{
         build_model, load_gguf_model, load_hf_model, parse_hf_config, HostTensor, SafetensorsWeights, WeightSource,
     },
 };
-use crate::common::*;
 
 fn tiny_config_json() -> serde_json::Value {
     let text = std::fs::read_to_string(hf_tiny_dir("tiny-llama").join("config.json")).unwrap();

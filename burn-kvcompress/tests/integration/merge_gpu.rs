@@ -2,9 +2,9 @@
 //! head widths that do and do not divide the cube, and fully masked splits.
 #![cfg(any(feature = "wgpu", feature = "cuda"))]
 
+use crate::common::{lcg_uniform, Gpu};
 use burn::tensor::{Tensor, TensorData, TensorPrimitive};
 use burn_kvcompress::kernels::{float_arg, merge_partials, SplitPartials, MASKED_SCORE};
-use crate::common::{lcg_uniform, Gpu};
 
 #[test]
 fn merge_equals_a_plain_log_sum_exp_merge() {

@@ -4,6 +4,7 @@
 //! many, positions anywhere in the tables.
 #![cfg(any(feature = "wgpu", feature = "cuda"))]
 
+use crate::common::{lcg_uniform, to_vec as host, Gpu};
 use burn::{
     nn::RmsNormConfig,
     tensor::{DType, FloatDType, Int, Tensor, TensorData},
@@ -12,7 +13,6 @@ use burn_kvcompress::{
     kernels::{rms_norm, rotary},
     model::RotaryEmbedding,
 };
-use crate::common::{lcg_uniform, to_vec as host, Gpu};
 
 const U_F32: f64 = 1.0 / 16_777_216.0;
 

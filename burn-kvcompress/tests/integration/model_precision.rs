@@ -3,6 +3,7 @@
 //! in f32, a typed refusal on a backend without f16 arithmetic, and (with the `wgpu` feature) the
 //! decode steps' row-product kernel in place of the matrix product.
 
+use crate::common::to_vec;
 use burn::tensor::{backend::Backend, DType, FloatDType};
 use burn_kvcompress::{
     backend::NdArray,
@@ -11,7 +12,6 @@ use burn_kvcompress::{
     loading::{build_model, RandomWeights},
     model::{CausalLm, Logits, ModelConfig},
 };
-use crate::common::to_vec;
 
 type Wgpu = burn::backend::Wgpu<f32, i32>;
 

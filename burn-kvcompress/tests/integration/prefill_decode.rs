@@ -1,8 +1,8 @@
 //! Prefill-then-decode through the dense cache equals one full forward pass at every position,
 //! and a left-padded batch of prompts of different lengths equals running each alone.
 
-use burn_kvcompress::{cache::DenseScheme, loading::load_hf_model, model::Logits};
 use crate::common::*;
+use burn_kvcompress::{cache::DenseScheme, loading::load_hf_model, model::Logits};
 
 /// Decode computes each position with different matrix shapes than the full pass (one row at a
 /// time), so summation order may differ in the last bits; logits are O(1).

@@ -5,9 +5,9 @@
 //! product rounds beyond the kernel's bound).
 #![cfg(any(feature = "wgpu", feature = "cuda"))]
 
+use crate::common::{lcg_uniform, to_vec as host, Gpu};
 use burn::tensor::{DType, FloatDType, Tensor, TensorData};
 use burn_kvcompress::kernels::{row_product, MAX_ROWS};
-use crate::common::{lcg_uniform, to_vec as host, Gpu};
 
 /// Checks `row_product` on `[rows, k] · [k, n]` in `dtype` against the f64 product of the
 /// operands as the kernel sees them (rounded to `dtype`): within `k · u_f32 · Σ|x||w|` for the

@@ -1,11 +1,11 @@
 //! Decode-perplexity of the dense cache on tempest.txt against llama.cpp's f32 figure.
 
+use crate::common::*;
 use burn_kvcompress::{
     cache::DenseScheme,
     eval::{decode_perplexity, PerplexityConfig},
     loading::load_gguf_model,
 };
-use crate::common::*;
 
 #[test]
 fn dense_perplexity_on_tempest_matches_llama_cpp_f32() {

@@ -3,13 +3,13 @@
 
 use std::sync::OnceLock;
 
+use crate::common::*;
 use burn_kvcompress::{
     cache::DenseScheme,
     generation::{generate, GenerateOptions, SamplingConfig},
     loading::{load_gguf_model, LoadedModel},
     model::Logits,
 };
-use crate::common::*;
 use serde_json::Value;
 
 /// Bound on the last position's logits (max-abs over the vocabulary).

@@ -1,9 +1,9 @@
 //! Tokenizer API on the real SmolLM2 vocabulary (special tokens, ids, streaming detokenization,
 //! tokenizer.json round trip) and typed errors on GGUF metadata built in the test.
 
+use crate::common::model_path;
 use burn_kvcompress::gguf::GgufFile;
 use burn_kvcompress::tokenizer::{Tokenizer, TokenizerError};
-use crate::common::model_path;
 
 fn tokenizer() -> Tokenizer {
     Tokenizer::from_gguf(&GgufFile::open(model_path()).unwrap()).unwrap()

@@ -1,9 +1,9 @@
 //! `chatml_prompt` against SmolLM2's real chat template rendered by Python jinja2
 //! (tests/fixtures/make_chat_fixture.py wrote smollm2_chat_reference.json).
 
+use crate::common::{fixture, model_path};
 use burn_kvcompress::gguf::GgufFile;
 use burn_kvcompress::tokenizer::{chatml_prompt, ChatMessage, Role};
-use crate::common::{fixture, model_path};
 use serde_json::Value;
 
 fn reference() -> Value {

@@ -3,9 +3,9 @@
 //! parsed, no BOS) and the full texts data/tempest.txt and gpl-3.txt (special=false,
 //! no BOS), plus decode round trips.
 
+use crate::common::{model_path, workspace_dir};
 use burn_kvcompress::gguf::GgufFile;
 use burn_kvcompress::tokenizer::Tokenizer;
-use crate::common::{model_path, workspace_dir};
 use serde_json::Value;
 
 fn tokenizer() -> Tokenizer {

@@ -1,11 +1,11 @@
 //! The model on wgpu (lavapipe on the CPU in CI) matches the ndarray reference.
 
+use crate::common::*;
 use burn_kvcompress::{
     cache::DenseScheme,
     loading::{load_gguf_model, load_hf_model},
     model::Logits,
 };
-use crate::common::*;
 
 type Wgpu = burn::backend::Wgpu<f32, i32>;
 

@@ -5,6 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::common::*;
 use burn_hack_attn::HackConfig;
 use burn_kvcompress::{
     backend::NdArray,
@@ -18,7 +19,6 @@ use burn_kvtransfer::{
     wire::{ErrorCode, FrameCodec, FrameKind, Message, Mode, WireError, MAGIC, VERSION},
     ModelFingerprint, SchemeDescriptor, TransferError,
 };
-use crate::common::*;
 use tokio::io::{ReadHalf, WriteHalf};
 
 const CODEC: FrameCodec = FrameCodec { max_payload: 1 << 20 };

@@ -3,12 +3,12 @@
 
 use std::time::{Duration, Instant};
 
+use crate::common::*;
 use burn_kvtransfer::{
     protocol::{ClientConfig, PrefillClient, RequestEvent, RequestHandle, ServerConfig},
     state_codec::encode_state,
     wire::Mode,
 };
-use crate::common::*;
 use sha2::{Digest, Sha256};
 
 /// Collects a request's layers (by index) and logits.

@@ -4,12 +4,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::common::*;
 use burn_kvtransfer::{
     protocol::{ClientConfig, PrefillClient, ServerConfig, StoreStats},
     rate::TokenBucket,
     transport::{FrameWriter, WireCounter},
 };
-use crate::common::*;
 use tokio::io::AsyncReadExt;
 
 #[test]

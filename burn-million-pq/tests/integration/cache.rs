@@ -1,16 +1,16 @@
 //! The PQ cache against an independent computation: attention over the host-reconstructed keys
 //! and values (codes for old slots, f32 for the recent window) with the core's dense reference.
 
+use crate::common::{
+    case::{cases, config, run, tensor, Case, Tables},
+    random_values, scheme,
+};
 use burn_kvcompress::{
     backend::NdArray,
     cache::{AttendOptions, CacheGeometry, KvCache, KvScheme, TransferableCache, TransferableScheme},
     error::CacheError,
 };
 use burn_million_pq::{cache::PqCache, CodebookScope};
-use crate::common::{
-    case::{cases, config, run, tensor, Case, Tables},
-    random_values, scheme,
-};
 
 type B = NdArray;
 

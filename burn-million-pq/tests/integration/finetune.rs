@@ -1,6 +1,7 @@
 //! Codebook fine-tuning: its code assignment and attention against the cache's, and a short run
 //! on the tiny Llama that must lower the held-out loss.
 
+use crate::common::{random_books, random_values, reconstruct_host, scheme};
 use burn::{
     backend::Autodiff,
     tensor::{Int, Tensor, TensorData},
@@ -19,7 +20,6 @@ use burn_million_pq::{
     kernels::attention::reconstruct,
     CodebookScope, KmeansConfig, PqConfig,
 };
-use crate::common::{random_books, random_values, reconstruct_host, scheme};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
 type B = NdArray;

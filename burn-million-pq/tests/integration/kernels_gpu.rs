@@ -2,6 +2,10 @@
 //! fused decode kernel within the derived bound of attention over host-reconstructed K/V.
 #![cfg(any(feature = "wgpu", feature = "cuda"))]
 
+use crate::common::{
+    case::{cases, config, run, tensor, Case, Tables},
+    random_books, random_values, scheme,
+};
 use burn::tensor::{Int, Tensor, TensorData};
 use burn_kvcompress::cache::{AttendOptions, CacheGeometry, KvCache, KvScheme, TransferableCache};
 use burn_million_pq::{
@@ -9,10 +13,6 @@ use burn_million_pq::{
     codebook::Codebooks,
     kernels::{encode_host, PqBackend},
     CodebookScope,
-};
-use crate::common::{
-    case::{cases, config, run, tensor, Case, Tables},
-    random_books, random_values, scheme,
 };
 
 /// The kernels' backend: CUDA when built with the `cuda` feature (on a GPU machine, where

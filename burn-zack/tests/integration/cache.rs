@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use crate::common::*;
 use burn::tensor::{Int, Tensor};
 use burn_kvcompress::{
     cache::{
@@ -16,7 +17,6 @@ use burn_zack::{
     rotation::{BlockWeighting, Centering, Pair, RotationConfig, Rotations, ValueSamples},
     RankRule, Ranks,
 };
-use crate::common::*;
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use crate::common::*;
 use burn::tensor::Tensor;
 use burn_hack_attn::{cache::key_group, HackConfig};
 use burn_kvcompress::{
@@ -16,7 +17,6 @@ use burn_zack::{
     rotation::{HeadRotation, RotationConfig, RotationGeometry, Rotations},
     Ranks, ZackError,
 };
-use crate::common::*;
 
 const D: usize = 64;
 const GEOMETRY: CacheGeometry = CacheGeometry { batch: 2, kv_heads: 2, heads: 4, head_dim: D };

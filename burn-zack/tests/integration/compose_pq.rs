@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use crate::common::*;
 use burn::tensor::{Int, Tensor};
 use burn_kvcompress::{
     cache::{AttendOptions, CacheGeometry, KvCache, KvScheme, LayerRecording, TransferableCache, TransferableScheme},
@@ -17,7 +18,6 @@ use burn_zack::{
     rotation::{Pair, RotationConfig, RotationGeometry},
     RankRule, Ranks, ZackError,
 };
-use crate::common::*;
 
 /// The tiny Llama's geometry: 3 layers, 4 query / 2 KV heads, head_dim 16.
 const D: usize = 16;

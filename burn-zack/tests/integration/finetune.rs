@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use crate::common::{calibrated, host, tensor, tiny_llama, token_rows, Cpu};
 use burn::{backend::Autodiff, tensor::Tensor};
 use burn_kvcompress::{
     cache::{AttendOptions, CacheGeometry, KvCache, KvScheme},
@@ -14,7 +15,6 @@ use burn_zack::{
     rotation::{Pair, RotationConfig, Rotations},
     RankRule, Ranks,
 };
-use crate::common::{calibrated, host, tensor, tiny_llama, token_rows, Cpu};
 
 /// Training and held-out samples of the tiny Llama on seeded random tokens.
 fn tiny_data(model: &burn_kvcompress::model::CausalLm<Cpu>) -> FinetuneData {

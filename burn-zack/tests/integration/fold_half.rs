@@ -5,10 +5,10 @@
 
 use std::sync::Arc;
 
+use crate::common::*;
 use burn::tensor::{DType, FloatDType};
 use burn_kvcompress::{loading::load_hf_model, model::CausalLm};
 use burn_zack::{cache::ZackScheme, rotation::RotationConfig, Ranks};
-use crate::common::*;
 
 /// The folded tensors of every layer: `v_proj`'s weight, `o_proj`'s weight and (where a layer
 /// drops value coordinates) bias, as f32 host values, and their float types.

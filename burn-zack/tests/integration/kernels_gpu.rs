@@ -3,13 +3,13 @@
 //! schedule's splits and the prefill's balanced tiles.
 #![cfg(any(feature = "wgpu", feature = "cuda"))]
 
+use crate::common::{host, uniform, Cpu, Gpu};
 use burn::tensor::{backend::Backend, f16, FloatDType, Tensor, TensorData};
 use burn_kvcompress::cache::AttendOptions;
 use burn_zack::{
     cache::HeadLayout,
     kernels::{attention::prefill_geometry, ZackBackend},
 };
-use crate::common::{host, uniform, Cpu, Gpu};
 
 /// f32's unit roundoff, 2^-24.
 const F32_ROUNDOFF: f64 = f32::EPSILON as f64 / 2.0;

@@ -1,6 +1,7 @@
 //! Calibrated rotations: orthogonal, and truncating a head's stacked samples to rank k loses
 //! exactly the norm of the dropped singular values.
 
+use crate::common::*;
 use burn_kvcompress::{cache::LayerRecording, fingerprint::ModelFingerprint};
 use burn_zack::{
     rotation::{
@@ -9,7 +10,6 @@ use burn_zack::{
     },
     ZackError,
 };
-use crate::common::*;
 
 /// `‖M − M R̃ R̃ᵀ‖_F` for rows `m` of length `d`, `R̃` the first `k` columns of `rotation`.
 fn truncation_error(rows: &[Vec<f64>], rotation: &HeadRotation, k: usize) -> f64 {

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use crate::common::*;
 use burn::tensor::{Tensor, TensorData};
 use burn_kvcompress::cache::{
     AttendOptions, CacheGeometry, KvCache, KvScheme, StateDType, TransferableCache, TransferableScheme,
@@ -14,7 +15,6 @@ use burn_zack::{
     rotation::{RotationConfig, Rotations},
     Ranks,
 };
-use crate::common::*;
 
 fn gpu<const D: usize>(values: Vec<f32>, shape: [usize; D]) -> Tensor<Gpu, D> {
     Tensor::from_data(TensorData::new(values, shape), &Default::default())
