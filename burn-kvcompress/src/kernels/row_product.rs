@@ -96,7 +96,8 @@ fn splits_for(column_cubes: u32, k: u32, sms: Option<u32>) -> u32 {
 }
 
 /// `x` `[rows, k]` times `w` `[k, n]` in their float type (the same for both): this kernel for
-/// `rows ≤ MAX_ROWS`, Burn's matrix product otherwise.
+/// `rows ≤ MAX_ROWS`, [`prompt_product`](super::prompt_product) for more rows, Burn's matrix
+/// product for operands of different types.
 #[allow(unsafe_code)] // An unchecked kernel launch; the SAFETY comment says why it is in bounds.
 pub fn row_product<R: CubeRuntime, BT: BoolElement>(
     x: Tensor<CubeF32<R, BT>, 2>,
@@ -105,7 +106,10 @@ pub fn row_product<R: CubeRuntime, BT: BoolElement>(
     let ([rows, k], [k_w, n]) = (x.dims(), w.dims());
     assert_eq!(k, k_w, "row_product: x is [{rows}, {k}], w is [{k_w}, {n}]");
     let dtype = w.dtype();
-    if rows == 0 || rows > MAX_ROWS || x.dtype() != dtype || !kernel_float(dtype) {
+    if rows > MAX_ROWS {
+        return super::prompt_product(x, w);
+    }
+    if rows == 0 || x.dtype() != dtype || !kernel_float(dtype) {
         return x.matmul(w);
     }
     let x_arg = into_contiguous(x.into_primitive().tensor());
