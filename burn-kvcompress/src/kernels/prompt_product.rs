@@ -3,9 +3,9 @@
 //!
 //! Without Burn's `autotune` feature (the workspace turns Burn's default features off) its
 //! matrix product always runs cubek's simplest tensor-core variant (`SimpleCyclicCmma`). On an
-//! H200, for a Llama-3-8B layer's products at 8192 rows, that reaches 101–118 TFLOP/s; the
-//! double-buffered TMA variant 209–242 and the double-buffered cyclic one 146–172, where cuBLAS
-//! (PyTorch) reaches 673–743 (`prompt_bench` beside `examples/bench/prompt_anchor.py`,
+//! H200, for a Llama-3-8B layer's products at 8192 rows, that reaches 104–120 TFLOP/s; the
+//! double-buffered TMA variant 219–245 and the double-buffered cyclic one 150–173, where cuBLAS
+//! (PyTorch) reaches 734–769 (`prompt_bench` beside `examples/bench/prompt_anchor.py`,
 //! `results/prompt-h200.md`). [`prompt_product`] tries those two in that order (the TMA one needs
 //! a device with TMA and operands whose rows are 16-byte aligned; the cyclic one warp matrix
 //! instructions) and falls back to Burn's matrix product where neither launches (wgpu, awkward
@@ -15,7 +15,9 @@
 //! the variants differ from it only in the order of the sums.
 
 use burn::tensor::{DType, Shape, Tensor, TensorPrimitive};
-use burn_cubecl::{kernel::into_contiguous, ops::numeric::empty_device_dtype, BoolElement, CubeRuntime};
+use burn_cubecl::{
+    kernel::into_contiguous, ops::numeric::empty_device_dtype, tensor::CubeTensor, BoolElement, CubeRuntime,
+};
 use cubek::{
     matmul::{
         definition::{MatmulElems, MatmulGlobalElems, MatmulSetupError},
@@ -32,15 +34,15 @@ pub fn prompt_product<R: CubeRuntime, BT: BoolElement>(
     x: Tensor<CubeF32<R, BT>, 2>,
     w: Tensor<CubeF32<R, BT>, 2>,
 ) -> Tensor<CubeF32<R, BT>, 2> {
-    if matches!(w.dtype(), DType::F16 | DType::BF16) && x.dtype() == w.dtype() {
-        let variants = [Strategy::DoubleTmaMma(Default::default()), Strategy::DoubleCyclicCmma(Default::default())];
-        for strategy in &variants {
-            if let Ok(out) = product_by(x.clone(), w.clone(), strategy) {
-                return out;
-            }
-        }
+    if !matches!(w.dtype(), DType::F16 | DType::BF16) || x.dtype() != w.dtype() {
+        return x.matmul(w);
     }
-    x.matmul(w)
+    let operands = Operands::new(x, w);
+    let variants = [Strategy::DoubleTmaMma(Default::default()), Strategy::DoubleCyclicCmma(Default::default())];
+    if variants.iter().any(|strategy| operands.launch(strategy).is_ok()) {
+        return operands.output();
+    }
+    operands.burn_product()
 }
 
 /// `x` `[rows, k]` times `w` `[k, n]` (the same float type) by cubek's `strategy`, or the reason
@@ -50,21 +52,50 @@ pub fn product_by<R: CubeRuntime, BT: BoolElement>(
     w: Tensor<CubeF32<R, BT>, 2>,
     strategy: &Strategy,
 ) -> Result<Tensor<CubeF32<R, BT>, 2>, MatmulSetupError> {
-    let ([rows, _], [_, n]) = (x.dims(), w.dims());
-    let dtype = w.dtype();
-    let x = into_contiguous(x.into_primitive().tensor());
-    let w = into_contiguous(w.into_primitive().tensor());
-    let client = w.client.clone();
-    let out = empty_device_dtype(client.clone(), w.device.clone(), Shape::new([rows, n]), dtype);
-    let mut elems =
-        MatmulElems::from_globals(&MatmulGlobalElems { lhs: dtype.into(), rhs: dtype.into(), out: dtype.into() });
-    launch_ref(
-        strategy,
-        &client,
-        InputBinding::new(x.binding(), dtype.into()),
-        InputBinding::new(w.binding(), dtype.into()),
-        out.clone().binding(),
-        &mut elems,
-    )?;
-    Ok(Tensor::from_primitive(TensorPrimitive::Float(out)))
+    let operands = Operands::new(x, w);
+    operands.launch(strategy)?;
+    Ok(operands.output())
+}
+
+/// A product's contiguous inputs and its output buffer, prepared once for every variant tried.
+struct Operands<R: CubeRuntime> {
+    x: CubeTensor<R>,
+    w: CubeTensor<R>,
+    out: CubeTensor<R>,
+}
+
+impl<R: CubeRuntime> Operands<R> {
+    fn new<BT: BoolElement>(x: Tensor<CubeF32<R, BT>, 2>, w: Tensor<CubeF32<R, BT>, 2>) -> Self {
+        let ([rows, _], [_, n]) = (x.dims(), w.dims());
+        let x = into_contiguous(x.into_primitive().tensor());
+        let w = into_contiguous(w.into_primitive().tensor());
+        let out = empty_device_dtype(w.client.clone(), w.device.clone(), Shape::new([rows, n]), w.dtype);
+        Self { x, w, out }
+    }
+
+    /// Launches `strategy` into the output, or says why it does not launch (launching nothing).
+    fn launch(&self, strategy: &Strategy) -> Result<(), MatmulSetupError> {
+        let dtype = self.w.dtype;
+        let mut elems =
+            MatmulElems::from_globals(&MatmulGlobalElems { lhs: dtype.into(), rhs: dtype.into(), out: dtype.into() });
+        launch_ref(
+            strategy,
+            &self.w.client,
+            InputBinding::new(self.x.clone().binding(), dtype.into()),
+            InputBinding::new(self.w.clone().binding(), dtype.into()),
+            self.out.clone().binding(),
+            &mut elems,
+        )
+    }
+
+    /// The output as a tensor (after a launch that succeeded).
+    fn output<BT: BoolElement>(self) -> Tensor<CubeF32<R, BT>, 2> {
+        Tensor::from_primitive(TensorPrimitive::Float(self.out))
+    }
+
+    /// Burn's matrix product of the inputs (the output buffer is dropped unused).
+    fn burn_product<BT: BoolElement>(self) -> Tensor<CubeF32<R, BT>, 2> {
+        let tensor = |t| Tensor::<CubeF32<R, BT>, 2>::from_primitive(TensorPrimitive::Float(t));
+        tensor(self.x).matmul(tensor(self.w))
+    }
 }
