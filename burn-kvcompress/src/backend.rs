@@ -47,3 +47,16 @@ pub(crate) fn keeps_tensors_on_host<B: Backend>() -> bool {
 pub(crate) fn host_f32<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> Vec<f32> {
     tensor.into_data().convert::<f32>().into_vec::<f32>().expect("host data of the converted type")
 }
+
+/// `tensor` as a tensor of backend `C`, where `B` is `C` (else `tensor` back): how code generic
+/// over the backend hands a tensor to a kernel written for one backend type.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub(crate) fn as_backend<B: Backend, C: Backend, const D: usize>(
+    tensor: Tensor<B, D>,
+) -> Result<Tensor<C, D>, Tensor<B, D>> {
+    let boxed: Box<dyn std::any::Any> = Box::new(tensor);
+    match boxed.downcast::<Tensor<C, D>>() {
+        Ok(tensor) => Ok(*tensor),
+        Err(boxed) => Err(*boxed.downcast::<Tensor<B, D>>().expect("the tensor boxed above")),
+    }
+}

@@ -1,13 +1,16 @@
 //! Attention over uncompressed K/V: the plain-tensor reference that compressed schemes' kernels
-//! are tested against, and the dense cache's implementation ([`dense_attention`]: the reference,
-//! or on the CPU backends the host's tiled attention for prompts).
+//! are tested against, and the dense caches' implementation ([`dense_attention`]: the reference,
+//! or on the CPU backends the host's tiled attention for prompts; [`half_attention`]: a prompt
+//! over f16 keys and values on tensor cores where the device has them).
 
-use burn::tensor::{activation::softmax, backend::Backend, Tensor, TensorData};
+use burn::tensor::{activation::softmax, backend::Backend, FloatDType, Tensor, TensorData};
 
 use super::{
     host_attention::{host_attention, HostShape},
     AttendOptions,
 };
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+use crate::backend::as_backend;
 use crate::{
     backend::{host_f32, keeps_tensors_on_host},
     error::CacheError,
@@ -100,4 +103,63 @@ pub fn dense_attention<B: Backend>(
     let device = q.device();
     let out = host_attention(&host_f32(q), &host_f32(k), &host_f32(v), shape, options);
     Ok(Tensor::from_data(TensorData::new(out, [batch, heads, q_len, value_dim]), &device))
+}
+
+/// Attention over f16 keys and values (same arguments and shapes as [`attention_reference`]; `q`
+/// in f32): a prompt (`q_len > 1`) on the CUDA or wgpu backend of a device with warp matrix
+/// instructions runs the tensor-core kernel ([`kernels::prompt_attention`](crate::kernels::prompt_attention),
+/// which also rounds the queries and the weights to f16 and states its bound); anything else
+/// [`dense_attention`] on the keys and values cast to f32.
+pub fn half_attention<B: Backend>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    options: &AttendOptions,
+) -> Result<Tensor<B, 4>, CacheError> {
+    let (_, _, q_len, _) = check_attend_shapes(q.dims(), k.dims(), options)?;
+    if q_len > 1 {
+        if let Some(out) = kernel_prompt_attention(&q, &k, &v, options) {
+            return Ok(out);
+        }
+    }
+    dense_attention(q, k.cast(FloatDType::F32), v.cast(FloatDType::F32), options)
+}
+
+/// The tensor-core prompt attention where `B` is one of the crate's CubeCL backends and the kernel
+/// applies to these operands on this device.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn kernel_prompt_attention<B: Backend>(
+    q: &Tensor<B, 4>,
+    k: &Tensor<B, 4>,
+    v: &Tensor<B, 4>,
+    options: &AttendOptions,
+) -> Option<Tensor<B, 4>> {
+    fn on<B: Backend, C: Backend>(
+        q: &Tensor<B, 4>,
+        k: &Tensor<B, 4>,
+        v: &Tensor<B, 4>,
+    ) -> Option<(Tensor<C, 4>, Tensor<C, 4>, Tensor<C, 4>)> {
+        let cast = |t: &Tensor<B, 4>| as_backend::<B, C, 4>(t.clone()).ok();
+        Some((cast(q)?, cast(k)?, cast(v)?))
+    }
+    #[cfg(feature = "cuda")]
+    if let Some((q, k, v)) = on::<B, crate::backend::Cuda>(q, k, v) {
+        return crate::kernels::prompt_attention(q, k, v, options).and_then(|out| as_backend(out).ok());
+    }
+    #[cfg(feature = "wgpu")]
+    if let Some((q, k, v)) = on::<B, crate::backend::Wgpu>(q, k, v) {
+        return crate::kernels::prompt_attention(q, k, v, options).and_then(|out| as_backend(out).ok());
+    }
+    None
+}
+
+/// No CubeCL backend in this build: never a kernel.
+#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+fn kernel_prompt_attention<B: Backend>(
+    _q: &Tensor<B, 4>,
+    _k: &Tensor<B, 4>,
+    _v: &Tensor<B, 4>,
+    _options: &AttendOptions,
+) -> Option<Tensor<B, 4>> {
+    None
 }

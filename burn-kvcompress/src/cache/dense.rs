@@ -10,8 +10,8 @@ use burn::tensor::{
 use serde::{Deserialize, Serialize};
 
 use super::{
-    dense_attention, AttendOptions, CacheGeometry, KvCache, KvScheme, LayerState, StateTensor, TransferableCache,
-    TransferableScheme,
+    dense_attention, half_attention, AttendOptions, CacheGeometry, KvCache, KvScheme, LayerState, StateTensor,
+    TransferableCache, TransferableScheme,
 };
 use crate::error::CacheError;
 
@@ -21,7 +21,10 @@ pub struct DenseScheme;
 
 /// Keys and values stored in IEEE half precision (`--kv dense:storage=f16`): half the bytes of
 /// [`DenseScheme`] in memory and on the wire, the baseline a transfer of an fp16 model's cache
-/// sends. Attention computes in f32 on the stored values (cast back per step).
+/// sends. Attention computes in f32 on the stored values (cast back per step), but for a prompt
+/// on a CUDA device with warp matrix instructions, which runs on tensor cores as an fp16 serving
+/// stack's does ([`half_attention`]; the queries and the weights are rounded to f16 too, within
+/// the bound `kernels::prompt_attention` states).
 ///
 /// Error bound: every stored element is rounded to nearest f16, a relative error of at most
 /// `u = 2^-11` within f16's normal range (`|x| ≥ 6.1e-5`; smaller values move by at most `2^-25`,
@@ -92,8 +95,11 @@ impl<B: Backend> KvCache<B> for DenseCache<B> {
     }
 
     fn attend(&self, q: Tensor<B, 4>, options: &AttendOptions) -> Result<Tensor<B, 4>, CacheError> {
-        let (k, v) = self.keys_values().ok_or_else(|| CacheError::Request("attention over an empty cache".into()))?;
-        dense_attention(q, k, v, options)
+        let (k, v) = self.stored().ok_or_else(|| CacheError::Request("attention over an empty cache".into()))?;
+        match self.storage {
+            FloatDType::F32 => dense_attention(q, k, v, options),
+            _ => half_attention(q, k, v, options),
+        }
     }
 
     fn len(&self) -> usize {

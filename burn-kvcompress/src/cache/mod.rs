@@ -12,7 +12,7 @@ mod recording;
 mod scheme;
 mod state;
 
-pub use attention::{attention_reference, check_attend_shapes, dense_attention};
+pub use attention::{attention_reference, check_attend_shapes, dense_attention, half_attention};
 pub use dense::{append_slots, DenseCache, DenseScheme, HalfDenseScheme};
 pub use host_attention::{host_attention, HostShape};
 pub use options::AttendOptions;

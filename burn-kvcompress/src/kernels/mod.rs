@@ -3,8 +3,9 @@
 //! reductions over runs of shared memory, the log-sum-exp merge of split-sequence
 //! (flash-decoding) partial results, and the model's own ops in one or two launches where Burn's
 //! take many (a decode step is bound by launching them): the products of a few activation rows
-//! with the weights, RMSNorm and the rotary embedding; and a prompt's products through the
-//! fastest of cubek's matrix-product variants that launches.
+//! with the weights, RMSNorm and the rotary embedding; a prompt's products through the fastest
+//! of cubek's matrix-product variants that launches; and a prompt's attention over an f16 cache
+//! on tensor cores.
 //!
 //! # Bounds
 //!
@@ -32,6 +33,7 @@ mod mask;
 #[allow(missing_docs)]
 mod merge;
 mod model_ops;
+mod prompt_attention;
 mod prompt_product;
 // `#[cube]` expands each kernel into undocumented helper items.
 #[allow(missing_docs)]
@@ -56,6 +58,7 @@ mod warp_splits;
 pub use buffers::{dense_output, dense_output_of, float_arg, int_arg, kernel_float, pitched_rows_arg, CubeF32};
 pub use mask::{decode_slot_visible, first_visible_slot, slot_visible};
 pub use merge::{masked_score, merge_partials, SplitOut, SplitPartials, MASKED_SCORE, SM_UNITS};
+pub use prompt_attention::{prompt_attention, prompt_geometry, PromptGeometry, MAX_HEAD_DIM};
 pub use prompt_product::{product_by, prompt_product};
 pub use rms_norm::rms_norm;
 pub use rotary::rotary;

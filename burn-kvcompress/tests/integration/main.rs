@@ -19,6 +19,7 @@ mod merge_gpu;
 mod model_ops_gpu;
 mod model_precision;
 mod prefill_decode;
+mod prompt_attention_gpu;
 mod row_product_gpu;
 mod smollm2_perplexity;
 mod smollm2_reference;

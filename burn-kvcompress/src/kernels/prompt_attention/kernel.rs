@@ -1,0 +1,423 @@
+//! The prompt-attention kernel: see the [module documentation](super).
+
+use cubecl::{
+    cmma::{MatrixIdent, MmaDefinition},
+    prelude::*,
+};
+
+use crate::kernels::{first_visible_slot, masked_score, slot_visible};
+
+/// Lanes of a warp.
+const WARP: u32 = 32;
+/// Warps per cube; each takes [`WARP_ROWS`] of the cube's query rows.
+pub const WARPS: u32 = 4;
+/// Query rows of one warp: the rows of a `16 × 8 × 16` product.
+const WARP_ROWS: u32 = 16;
+/// Query rows of one cube.
+pub const QUERY_ROWS: u32 = WARPS * WARP_ROWS;
+/// Key slots of one tile.
+pub const KEY_ROWS: u32 = 64;
+/// Elements of a 16-byte piece: one vector of a staged row, one row of an `ldmatrix` 8 × 8 matrix.
+pub const PIECE: u32 = 8;
+/// Pieces a staged row is padded by, so that the eight rows an `ldmatrix` reads at one column
+/// fall in distinct banks.
+const PAD_PIECES: u32 = 1;
+
+/// Two f16 of a product operand (one 32-bit register).
+type Halves<E> = Vector<E, Const<2>>;
+/// Two f32 of a product accumulator.
+type Pair = Vector<f32, Const<2>>;
+
+/// Shapes fixed at compile time: one kernel per head dimension and GQA group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PromptGeometry {
+    /// Channels of a head: a multiple of 16, at most 128.
+    pub head_dim: u32,
+    /// Query heads per KV head.
+    pub group: u32,
+}
+
+impl PromptGeometry {
+    /// 16-byte pieces of a head's row.
+    pub fn pieces(&self) -> u32 {
+        self.head_dim / PIECE
+    }
+
+    /// Pieces between two staged rows.
+    pub fn stride(&self) -> u32 {
+        self.pieces() + PAD_PIECES
+    }
+
+    /// Bytes of shared memory of one cube: the staged queries, keys and values (f16).
+    pub fn shared_bytes(&self) -> u32 {
+        (QUERY_ROWS + 2 * KEY_ROWS) * self.stride() * PIECE * 2
+    }
+}
+
+/// Causal attention of [`QUERY_ROWS`] queries of one head over their visible keys; see the
+/// module documentation.
+///
+/// - `q`: `[batch, heads, q_len, head_dim]` f32, the last `q_len` of `total_len` slots;
+/// - `keys`, `values`: `[batch, kv_heads, total_len, head_dim]` f16, in pieces of [`PIECE`];
+/// - `key_start`: `[batch]`, each row's first real slot;
+/// - `out`: `[batch, heads, q_len, head_dim]` f32;
+/// - cube `(block of query rows, head, batch row)`; [`WARPS`] warps.
+#[allow(clippy::too_many_arguments)]
+#[cube(launch_unchecked)]
+pub fn prompt_attention_kernel<E: Float, N: Size>(
+    q: &Array<f32>,
+    keys: &Array<Vector<E, N>>,
+    values: &Array<Vector<E, N>>,
+    key_start: &Array<u32>,
+    out: &mut Array<f32>,
+    q_len: u32,
+    total_len: u32,
+    window: u32,
+    scale: f32,
+    #[comptime] geo: PromptGeometry,
+) {
+    let (block, head, batch_row) = (CUBE_POS_X, CUBE_POS_Y, CUBE_POS_Z);
+    let heads = CUBE_COUNT_Y;
+    let kv_head = head / geo.group;
+    let rows_at = (batch_row * heads + head) * q_len;
+    let kv_at = (batch_row * (heads / geo.group) + kv_head) * total_len;
+    let start = key_start[batch_row as usize];
+    // Slot of the cube's first query row, and of its last real one.
+    let first_query = total_len - q_len + block * QUERY_ROWS;
+    let last_query = first_query + u32::min(QUERY_ROWS, q_len - block * QUERY_ROWS) - 1;
+
+    let mut queries =
+        SharedMemory::<Vector<E, N>>::new_aligned(comptime!((QUERY_ROWS * geo.stride()) as usize), 16usize);
+    let mut key_tile =
+        SharedMemory::<Vector<E, N>>::new_aligned(comptime!((KEY_ROWS * geo.stride()) as usize), 16usize);
+    let mut value_tile =
+        SharedMemory::<Vector<E, N>>::new_aligned(comptime!((KEY_ROWS * geo.stride()) as usize), 16usize);
+    stage_queries(q, &mut queries, rows_at, block * QUERY_ROWS, q_len, scale, geo);
+    sync_cube();
+    let query_ops = query_operands(&queries, geo);
+
+    let mut max = Array::<f32>::new(2usize);
+    let mut mass = Array::<f32>::new(2usize);
+    #[unroll]
+    for r in 0..2u32 {
+        max[r as usize] = masked_score();
+        mass[r as usize] = 0.0;
+    }
+    let mut sums = Array::<Pair>::new(comptime!((2 * geo.head_dim / PIECE) as usize));
+    #[unroll]
+    for i in 0..comptime!(2 * geo.head_dim / PIECE) {
+        sums[i as usize] = Pair::new(0.0);
+    }
+
+    // Tiles from the one holding the first slot any of the cube's queries sees to the one
+    // holding its last query's slot: the causal mask skips the tiles past it.
+    let first_tile = first_visible_slot(first_query, start, window) / KEY_ROWS;
+    let last_tile = last_query / KEY_ROWS;
+    let mut tile = first_tile;
+    while tile <= last_tile {
+        let first_key = tile * KEY_ROWS;
+        stage_keys(keys, &mut key_tile, kv_at, first_key, total_len, geo);
+        stage_keys(values, &mut value_tile, kv_at, first_key, total_len, geo);
+        sync_cube();
+        let mut scores = tile_scores(&key_tile, &query_ops, geo);
+        // Every query of the cube sees every key of the tile: no mask to apply.
+        let seen_whole = first_key + KEY_ROWS - 1 <= first_query
+            && first_key >= start
+            && (window == 0 || last_query - first_key < window);
+        if !seen_whole {
+            mask_scores(&mut scores, first_query, first_key, start, window);
+        }
+        weigh_scores(&mut scores, &mut max, &mut mass, &mut sums, geo);
+        add_values(&value_tile, &scores, &mut sums, geo);
+        sync_cube();
+        tile += 1;
+    }
+    write_rows(&sums, &mass, out, rows_at, block * QUERY_ROWS, q_len, geo);
+}
+
+/// Stages the cube's query rows `first_row ..` (of `q_len` from element `rows_at · head_dim`)
+/// times `scale`, rounded to f16; rows past `q_len` as zeros.
+#[cube]
+fn stage_queries<E: Float, N: Size>(
+    q: &Array<f32>,
+    queries: &mut SharedMemory<Vector<E, N>>,
+    rows_at: u32,
+    first_row: u32,
+    q_len: u32,
+    scale: f32,
+    #[comptime] geo: PromptGeometry,
+) {
+    #[unroll]
+    for i in 0..comptime!(QUERY_ROWS * geo.pieces() / (WARPS * WARP)) {
+        let cell = i * WARPS * WARP + UNIT_POS;
+        let (row, piece) = (cell / geo.pieces(), cell % geo.pieces());
+        let mut staged = Vector::<E, N>::new(E::cast_from(0.0f32));
+        if first_row + row < q_len {
+            let at = (rows_at + first_row + row) * geo.head_dim + piece * PIECE;
+            #[unroll]
+            for e in 0..PIECE {
+                staged[e as usize] = E::cast_from(q[(at + e) as usize] * scale);
+            }
+        }
+        queries[(row * geo.stride() + piece) as usize] = staged;
+    }
+}
+
+/// Stages the [`KEY_ROWS`] rows from slot `first_key` of one head's keys or values (rows from
+/// `kv_at`); rows past `total_len` as zeros.
+#[cube]
+fn stage_keys<E: Float, N: Size>(
+    rows: &Array<Vector<E, N>>,
+    tile: &mut SharedMemory<Vector<E, N>>,
+    kv_at: u32,
+    first_key: u32,
+    total_len: u32,
+    #[comptime] geo: PromptGeometry,
+) {
+    #[unroll]
+    for i in 0..comptime!(KEY_ROWS * geo.pieces() / (WARPS * WARP)) {
+        let cell = i * WARPS * WARP + UNIT_POS;
+        let (row, piece) = (cell / geo.pieces(), cell % geo.pieces());
+        let mut staged = Vector::<E, N>::new(E::cast_from(0.0f32));
+        if first_key + row < total_len {
+            staged = rows[((kv_at + first_key + row) * geo.pieces() + piece) as usize];
+        }
+        tile[(row * geo.stride() + piece) as usize] = staged;
+    }
+}
+
+/// The calling warp's queries as the score products' `A` operands (`[16 rows × 16 channels]`,
+/// four registers per lane), one per block of 16 channels: `ldmatrix` of four 8 × 8 matrices, lane
+/// `l` giving row `l mod 8` of matrix `m = l / 8` (rows `8 (m mod 2) ..`, channels `8 (m / 2) ..`
+/// of the block).
+#[cube]
+fn query_operands<E: Float, N: Size>(
+    queries: &SharedMemory<Vector<E, N>>,
+    #[comptime] geo: PromptGeometry,
+) -> Array<Halves<E>> {
+    let product = MmaDefinition::<E, E, f32>::new(16usize, 8usize, 16usize);
+    let lane = UNIT_POS % WARP;
+    let (matrix, piece_row) = (lane / 8, lane % 8);
+    let row = (UNIT_POS / WARP) * WARP_ROWS + (matrix % 2) * 8 + piece_row;
+    let mut operands = Array::<Halves<E>>::new(comptime!((4 * geo.head_dim / 16) as usize));
+    #[unroll]
+    for d in 0..comptime!(geo.head_dim / 16) {
+        let at = row * geo.stride() + 2 * d + matrix / 2;
+        let a = product.load_matrix::<Vector<E, N>, Const<2>>(
+            &queries.slice(at as usize, (at + 1) as usize),
+            MatrixIdent::A,
+            4usize,
+            false,
+        );
+        #[unroll]
+        for i in 0..4u32 {
+            operands[(4 * d + i) as usize] = a[i as usize];
+        }
+    }
+    operands
+}
+
+/// The scores `Q Kᵀ` of the calling warp's 16 queries against the tile's keys: per block of 8
+/// keys `j`, `scores[2j]` holds lane `(g, t)`'s query `g` (`scores[2j + 1]`: `g + 8`), keys `8j +
+/// 2t`, `8j + 2t + 1`. The key operands are loaded four 8 × 8 matrices at a time, lane `l` giving
+/// row `l mod 8` of matrix `m = l / 8`: keys `8 (m / 2) ..` of a pair of key blocks, channels
+/// `8 (m mod 2) ..` of a block of 16.
+#[cube]
+fn tile_scores<E: Float, N: Size>(
+    key_tile: &SharedMemory<Vector<E, N>>,
+    query_ops: &Array<Halves<E>>,
+    #[comptime] geo: PromptGeometry,
+) -> Array<Pair> {
+    let product = MmaDefinition::<E, E, f32>::new(16usize, 8usize, 16usize);
+    let lane = UNIT_POS % WARP;
+    let (matrix, piece_row) = (lane / 8, lane % 8);
+    let mut scores = Array::<Pair>::new(comptime!((2 * KEY_ROWS / 8) as usize));
+    #[unroll]
+    for i in 0..comptime!(2 * KEY_ROWS / 8) {
+        scores[i as usize] = Pair::new(0.0);
+    }
+    #[unroll]
+    for pair in 0..comptime!(KEY_ROWS / 16) {
+        let key = pair * 16 + (matrix / 2) * 8 + piece_row;
+        #[unroll]
+        for d in 0..comptime!(geo.head_dim / 16) {
+            let at = key * geo.stride() + 2 * d + matrix % 2;
+            let b = product.load_matrix::<Vector<E, N>, Const<2>>(
+                &key_tile.slice(at as usize, (at + 1) as usize),
+                MatrixIdent::B,
+                4usize,
+                false,
+            );
+            let mut a = Array::<Halves<E>>::new(4usize);
+            #[unroll]
+            for i in 0..4u32 {
+                a[i as usize] = query_ops[(4 * d + i) as usize];
+            }
+            #[unroll]
+            for half in 0..2u32 {
+                let block = 2 * pair + half;
+                let mut operand = Array::<Halves<E>>::new(2usize);
+                operand[0] = b[(2 * half) as usize];
+                operand[1] = b[(2 * half + 1) as usize];
+                let mut acc = Array::<Pair>::new(2usize);
+                acc[0] = scores[(2 * block) as usize];
+                acc[1] = scores[(2 * block + 1) as usize];
+                product.execute_inplace(&a, &operand, &mut acc);
+                scores[(2 * block) as usize] = acc[0];
+                scores[(2 * block + 1) as usize] = acc[1];
+            }
+        }
+    }
+    scores
+}
+
+/// Sets the scores of the keys a query does not see ([`slot_visible`]) to [`masked_score`]:
+/// queries from slot `first_query` (the cube's first row), keys from slot `first_key`.
+#[cube]
+fn mask_scores(scores: &mut Array<Pair>, first_query: u32, first_key: u32, start: u32, window: u32) {
+    let lane = UNIT_POS % WARP;
+    let (g, t) = (lane / 4, lane % 4);
+    #[unroll]
+    for r in 0..2u32 {
+        let query = first_query + (UNIT_POS / WARP) * WARP_ROWS + g + 8 * r;
+        #[unroll]
+        for j in 0..comptime!(KEY_ROWS / 8) {
+            let mut pair = scores[(2 * j + r) as usize];
+            #[unroll]
+            for c in 0..2u32 {
+                let key = first_key + 8 * j + 2 * t + c;
+                pair[c as usize] = select(slot_visible(key, query, start, window), pair[c as usize], masked_score());
+            }
+            scores[(2 * j + r) as usize] = pair;
+        }
+    }
+}
+
+/// The online softmax of one tile for the calling lane's two queries (`g`, `g + 8`): each query's
+/// reference `max` moves to the tile's max (over the four lanes holding its keys), its `mass`
+/// (the lane's share) and value `sums` are rescaled by `exp(old − new)`, and the scores become the
+/// weights `exp(s − max)` (0 for a masked key), whose share the lane adds to the mass.
+#[cube]
+fn weigh_scores(
+    scores: &mut Array<Pair>,
+    max: &mut Array<f32>,
+    mass: &mut Array<f32>,
+    sums: &mut Array<Pair>,
+    #[comptime] geo: PromptGeometry,
+) {
+    #[unroll]
+    for r in 0..2u32 {
+        let mut top = masked_score();
+        #[unroll]
+        for j in 0..comptime!(KEY_ROWS / 8) {
+            let pair = scores[(2 * j + r) as usize];
+            top = f32::max(top, f32::max(pair[0], pair[1]));
+        }
+        // The four lanes `(g, 0..4)` hold one query's keys.
+        top = f32::max(top, plane_shuffle_xor(top, 1));
+        top = f32::max(top, plane_shuffle_xor(top, 2));
+        let reference = f32::max(max[r as usize], top);
+        let factor = f32::exp(max[r as usize] - reference);
+        max[r as usize] = reference;
+        let mut share = mass[r as usize] * factor;
+        #[unroll]
+        for j in 0..comptime!(KEY_ROWS / 8) {
+            let mut pair = scores[(2 * j + r) as usize];
+            #[unroll]
+            for c in 0..2u32 {
+                let s = pair[c as usize];
+                let w = select(s > masked_score(), f32::exp(s - reference), 0.0);
+                share += w;
+                pair[c as usize] = w;
+            }
+            scores[(2 * j + r) as usize] = pair;
+        }
+        mass[r as usize] = share;
+        #[unroll]
+        for i in 0..comptime!(geo.head_dim / PIECE) {
+            sums[(2 * i + r) as usize] = sums[(2 * i + r) as usize] * Pair::new(factor);
+        }
+    }
+}
+
+/// `O += P V` for the calling warp's queries over the tile: the weights (rounded to f16) are the
+/// `A` operands as they lie in the lane's registers (an accumulator's two key blocks are one
+/// operand's two halves of depth), the values loaded transposed four 8 × 8 matrices at a time,
+/// lane `l` giving row `l mod 8` of matrix `m = l / 8`: keys `8 (m mod 2) ..` of a block of 16,
+/// channels `8 (m / 2) ..` of a pair of channel blocks. `sums[2i]` holds lane `(g, t)`'s query `g`
+/// (`sums[2i + 1]`: `g + 8`), channels `8i + 2t`, `8i + 2t + 1`.
+#[cube]
+fn add_values<E: Float, N: Size>(
+    value_tile: &SharedMemory<Vector<E, N>>,
+    weights: &Array<Pair>,
+    sums: &mut Array<Pair>,
+    #[comptime] geo: PromptGeometry,
+) {
+    let product = MmaDefinition::<E, E, f32>::new(16usize, 8usize, 16usize);
+    let lane = UNIT_POS % WARP;
+    let (matrix, piece_row) = (lane / 8, lane % 8);
+    #[unroll]
+    for depth in 0..comptime!(KEY_ROWS / 16) {
+        let mut a = Array::<Halves<E>>::new(4usize);
+        #[unroll]
+        for i in 0..4u32 {
+            a[i as usize] = Halves::<E>::cast_from(weights[(4 * depth + i) as usize]);
+        }
+        let key = depth * 16 + (matrix % 2) * 8 + piece_row;
+        #[unroll]
+        for pair in 0..comptime!(geo.head_dim / 16) {
+            let at = key * geo.stride() + 2 * pair + matrix / 2;
+            let b = product.load_matrix::<Vector<E, N>, Const<2>>(
+                &value_tile.slice(at as usize, (at + 1) as usize),
+                MatrixIdent::B,
+                4usize,
+                true,
+            );
+            #[unroll]
+            for half in 0..2u32 {
+                let block = 2 * pair + half;
+                let mut operand = Array::<Halves<E>>::new(2usize);
+                operand[0] = b[(2 * half) as usize];
+                operand[1] = b[(2 * half + 1) as usize];
+                let mut acc = Array::<Pair>::new(2usize);
+                acc[0] = sums[(2 * block) as usize];
+                acc[1] = sums[(2 * block + 1) as usize];
+                product.execute_inplace(&a, &operand, &mut acc);
+                sums[(2 * block) as usize] = acc[0];
+                sums[(2 * block + 1) as usize] = acc[1];
+            }
+        }
+    }
+}
+
+/// Writes the calling lane's outputs: its two queries' value sums over their masses (summed over
+/// the four lanes of a query), rows `first_row + …` below `q_len` from row `rows_at`.
+#[cube]
+fn write_rows(
+    sums: &Array<Pair>,
+    mass: &Array<f32>,
+    out: &mut Array<f32>,
+    rows_at: u32,
+    first_row: u32,
+    q_len: u32,
+    #[comptime] geo: PromptGeometry,
+) {
+    let lane = UNIT_POS % WARP;
+    let (g, t) = (lane / 4, lane % 4);
+    #[unroll]
+    for r in 0..2u32 {
+        let mut total = mass[r as usize];
+        total += plane_shuffle_xor(total, 1);
+        total += plane_shuffle_xor(total, 2);
+        let row = first_row + (UNIT_POS / WARP) * WARP_ROWS + g + 8 * r;
+        if row < q_len {
+            let at = (rows_at + row) * geo.head_dim + 2 * t;
+            #[unroll]
+            for i in 0..comptime!(geo.head_dim / PIECE) {
+                let pair = sums[(2 * i + r) as usize];
+                out[(at + i * PIECE) as usize] = pair[0] / total;
+                out[(at + i * PIECE + 1) as usize] = pair[1] / total;
+            }
+        }
+    }
+}
