@@ -35,7 +35,11 @@ for binary in "$@"; do
     fi
     "$binary" _gpu:: --test-threads=1 --nocapture > "$logs/$name.log" 2>&1
     result=$?
-    reports=$(grep -c "VALIDATION" "$logs/$name.log")
+    # Burn's `select` (burn-cubecl 0.21, `kernel/index/select.rs`) evaluates the index read of
+    # every dimension and keeps the selected one, reading past its index buffer where another
+    # dimension's coordinate exceeds it (the value is discarded); the tests that compare our
+    # kernels with Burn's ops run it. Every other kernel's report counts.
+    reports=$(grep "VALIDATION" "$logs/$name.log" | grep -vc "VALIDATION select_kernel_")
     summary=$(grep "^test result" "$logs/$name.log" | tail -1)
     echo "$name: exit $result, $reports out-of-bounds reports; $summary"
     if [[ $result -ne 0 || $reports -ne 0 ]]; then status=1; fi
