@@ -26,6 +26,8 @@
 //! bounds.)
 
 mod buffers;
+#[cfg(feature = "cuda")]
+mod cublas_product;
 // `#[cube]` expands each function into undocumented helper items.
 #[allow(missing_docs)]
 mod mask;
@@ -56,6 +58,8 @@ pub mod warp_mma;
 mod warp_splits;
 
 pub use buffers::{dense_output, dense_output_of, float_arg, int_arg, kernel_float, pitched_rows_arg, CubeF32};
+#[cfg(feature = "cuda")]
+pub use cublas_product::{cublas_product, CublasUnavailable};
 pub use mask::{decode_slot_visible, first_visible_slot, slot_visible};
 pub use merge::{masked_score, merge_partials, SplitOut, SplitPartials, MASKED_SCORE, SM_UNITS};
 pub use prompt_attention::{prompt_attention, prompt_geometry, PromptGeometry, MAX_HEAD_DIM};

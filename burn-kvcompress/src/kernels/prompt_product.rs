@@ -1,5 +1,6 @@
-//! Products of many activation rows (a prompt's) with a weight matrix in f16 or bf16, through
-//! cubek (the kernels Burn's matrix product runs) with a variant chosen here.
+//! Products of many activation rows (a prompt's) with a weight matrix in f16 or bf16: through
+//! cuBLAS on the CUDA backend where the library loads ([`cublas_product`](super::cublas_product)),
+//! else through cubek (the kernels Burn's matrix product runs) with a variant chosen here.
 //!
 //! Without Burn's `autotune` feature (the workspace turns Burn's default features off) its
 //! matrix product always runs cubek's simplest tensor-core variant (`SimpleCyclicCmma`). On an
@@ -28,8 +29,9 @@ use cubek::{
 
 use super::CubeF32;
 
-/// `x` `[rows, k]` times `w` `[k, n]` (the same float type) to `[rows, n]`: the fastest of cubek's
-/// variants that launches for these operands, else Burn's matrix product.
+/// `x` `[rows, k]` times `w` `[k, n]` (the same float type) to `[rows, n]`: cuBLAS where it
+/// runs (CUDA, f16 or bf16), else the fastest of cubek's variants that launches for these
+/// operands, else Burn's matrix product.
 pub fn prompt_product<R: CubeRuntime, BT: BoolElement>(
     x: Tensor<CubeF32<R, BT>, 2>,
     w: Tensor<CubeF32<R, BT>, 2>,
@@ -38,6 +40,10 @@ pub fn prompt_product<R: CubeRuntime, BT: BoolElement>(
         return x.matmul(w);
     }
     let operands = Operands::new(x, w);
+    #[cfg(feature = "cuda")]
+    if super::cublas_product(&operands.x, &operands.w, &operands.out).is_ok() {
+        return operands.output();
+    }
     let variants = [Strategy::DoubleTmaMma(Default::default()), Strategy::DoubleCyclicCmma(Default::default())];
     if variants.iter().any(|strategy| operands.launch(strategy).is_ok()) {
         return operands.output();

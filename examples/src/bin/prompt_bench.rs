@@ -1,16 +1,16 @@
 //! A prompt's weight products and causal attention on the GPU, Llama-3-8B shapes in f16: Burn's
-//! matrix product, `kernels::prompt_product` (the model's products of many rows) and each of
-//! cubek's variants (checked against Burn's), the attention reference (scores materialized) and
-//! cubek's flash-attention variants (checked against the reference). Medians of
-//! device-synchronized runs, with TFLOP/s. The PyTorch anchor, run in the same call:
-//! `examples/bench/prompt_anchor.py`.
+//! matrix product, `kernels::prompt_product` (the model's products of many rows: cuBLAS where it
+//! loads) and each of cubek's variants (checked against Burn's), the attention reference (scores
+//! materialized), `kernels::prompt_attention` (the dense f16 cache's prompt path) and cubek's
+//! flash-attention variants (checked against the reference). Medians of device-synchronized runs,
+//! with TFLOP/s. The PyTorch anchor, run in the same call: `examples/bench/prompt_anchor.py`.
 
 use burn::tensor::{ops::AttentionModuleOptions, DType, Distribution, Tensor, TensorPrimitive};
 use burn_cubecl::kernel::{attention::flash_attention as cubek_flash_attention, into_contiguous};
 use burn_kvcompress::{
     backend::Cuda,
     cache::{attention_reference, AttendOptions},
-    kernels::{product_by, prompt_product},
+    kernels::{cublas_product, product_by, prompt_attention, prompt_product},
     model::ModelConfig,
 };
 use clap::Parser;
@@ -54,9 +54,15 @@ fn main() -> anyhow::Result<()> {
     }
     println!();
     println!("|---:|---:|---:|---:|{}", "---:|".repeat(strategies.len()));
+    let mut cublas_status = None;
     for (k, n) in [(h, h + 2 * kv), (h, h), (h, 2 * ff), (ff, h)] {
         let x = f16(Tensor::random([rows, k], Distribution::Normal(0.0, 1.0), &device));
         let w = f16(Tensor::random([k, n], Distribution::Normal(0.0, 0.02), &device));
+        if cublas_status.is_none() {
+            let out = x.clone().matmul(w.clone()).into_primitive().tensor();
+            let (xp, wp) = (x.clone().into_primitive().tensor(), w.clone().into_primitive().tensor());
+            cublas_status = Some(cublas_product(&xp, &wp, &out));
+        }
         let flop = 2.0 * (rows * k * n) as f64;
         let cell = |us: f64| format!("{:.2} ({:.0})", us / 1e3, flop / us / 1e6);
         let want = x.clone().matmul(w.clone());
@@ -77,6 +83,10 @@ fn main() -> anyhow::Result<()> {
         }
         println!();
     }
+    match cublas_status {
+        Some(Ok(())) => println!("\nprompt_product runs cuBLAS."),
+        other => println!("\nprompt_product runs cubek's variants: cuBLAS does not run ({other:?})."),
+    }
 
     let (heads, kv_heads, d, s, b) = (c.num_heads, c.num_kv_heads, c.head_dim, args.context, args.batch);
     println!(
@@ -96,6 +106,18 @@ fn main() -> anyhow::Result<()> {
         drop(attention_reference(q.clone(), k.clone(), v.clone(), &options).expect("reference"))
     });
     println!("| reference (Burn's ops) | {} | 0 |", cell(t.median));
+    // The dense f16 cache's prompt path: f32 queries (as the model's rotary embedding gives them).
+    let q32 = q.clone().cast(DType::F32);
+    match prompt_attention(q32.clone(), k.clone(), v.clone(), &options) {
+        None => println!("| ours (kernels::prompt_attention) | n/a | | does not apply on this device |"),
+        Some(got) => {
+            let (max, _) = diffs(got, reference.clone().cast(DType::F32));
+            let t = time::<Cuda>(&device, args.runs, || {
+                drop(prompt_attention(q32.clone(), k.clone(), v.clone(), &options).expect("launched once"))
+            });
+            println!("| ours (kernels::prompt_attention) | {} | {max:.1e} |", cell(t.median));
+        }
+    }
     let mut plans: Vec<Option<(u8, u8, u8)>> = vec![None];
     for planes in [2, 4, 8] {
         for seq_q in [1, 2] {
