@@ -1,7 +1,7 @@
 //! Attention over uncompressed K/V: the plain-tensor reference that compressed schemes' kernels
 //! are tested against, and the dense caches' implementation ([`dense_attention`]: the reference,
-//! or on the CPU backends the host's tiled attention for prompts; [`half_attention`]: a prompt
-//! over f16 keys and values on tensor cores where the device has them).
+//! or on the CPU backends the host's tiled attention for prompts; [`half_attention`]: over f16
+//! keys and values, on tensor cores where the device has them).
 
 use burn::tensor::{activation::softmax, backend::Backend, FloatDType, Tensor, TensorData};
 
@@ -106,29 +106,27 @@ pub fn dense_attention<B: Backend>(
 }
 
 /// Attention over f16 keys and values (same arguments and shapes as [`attention_reference`]; `q`
-/// in f32): a prompt (`q_len > 1`) on the CUDA or wgpu backend of a device with warp matrix
-/// instructions runs the tensor-core kernel ([`kernels::prompt_attention`](crate::kernels::prompt_attention),
-/// which also rounds the queries and the weights to f16 and states its bound); anything else
-/// [`dense_attention`] on the keys and values cast to f32.
+/// in f32): on the CUDA or wgpu backend of a device with warp matrix instructions, the
+/// tensor-core kernel ([`kernels::flash_attention`](crate::kernels::flash_attention), which also
+/// rounds the queries and the weights to f16 and states its bound), for a prompt and a decode
+/// step alike; anything else [`dense_attention`] on the keys and values cast to f32.
 pub fn half_attention<B: Backend>(
     q: Tensor<B, 4>,
     k: Tensor<B, 4>,
     v: Tensor<B, 4>,
     options: &AttendOptions,
 ) -> Result<Tensor<B, 4>, CacheError> {
-    let (_, _, q_len, _) = check_attend_shapes(q.dims(), k.dims(), options)?;
-    if q_len > 1 {
-        if let Some(out) = kernel_prompt_attention(&q, &k, &v, options) {
-            return Ok(out);
-        }
+    check_attend_shapes(q.dims(), k.dims(), options)?;
+    if let Some(out) = kernel_attention(&q, &k, &v, options) {
+        return Ok(out);
     }
     dense_attention(q, k.cast(FloatDType::F32), v.cast(FloatDType::F32), options)
 }
 
-/// The tensor-core prompt attention where `B` is one of the crate's CubeCL backends and the kernel
+/// The tensor-core attention where `B` is one of the crate's CubeCL backends and the kernel
 /// applies to these operands on this device.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-fn kernel_prompt_attention<B: Backend>(
+fn kernel_attention<B: Backend>(
     q: &Tensor<B, 4>,
     k: &Tensor<B, 4>,
     v: &Tensor<B, 4>,
@@ -144,18 +142,18 @@ fn kernel_prompt_attention<B: Backend>(
     }
     #[cfg(feature = "cuda")]
     if let Some((q, k, v)) = on::<B, crate::backend::Cuda>(q, k, v) {
-        return crate::kernels::prompt_attention(q, k, v, options).and_then(|out| as_backend(out).ok());
+        return crate::kernels::flash_attention(q, k, v, options).and_then(|out| as_backend(out).ok());
     }
     #[cfg(feature = "wgpu")]
     if let Some((q, k, v)) = on::<B, crate::backend::Wgpu>(q, k, v) {
-        return crate::kernels::prompt_attention(q, k, v, options).and_then(|out| as_backend(out).ok());
+        return crate::kernels::flash_attention(q, k, v, options).and_then(|out| as_backend(out).ok());
     }
     None
 }
 
 /// No CubeCL backend in this build: never a kernel.
 #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
-fn kernel_prompt_attention<B: Backend>(
+fn kernel_attention<B: Backend>(
     _q: &Tensor<B, 4>,
     _k: &Tensor<B, 4>,
     _v: &Tensor<B, 4>,

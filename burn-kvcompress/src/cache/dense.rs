@@ -21,10 +21,10 @@ pub struct DenseScheme;
 
 /// Keys and values stored in IEEE half precision (`--kv dense:storage=f16`): half the bytes of
 /// [`DenseScheme`] in memory and on the wire, the baseline a transfer of an fp16 model's cache
-/// sends. Attention computes in f32 on the stored values (cast back per step), but for a prompt
-/// on a CUDA device with warp matrix instructions, which runs on tensor cores as an fp16 serving
-/// stack's does ([`half_attention`]; the queries and the weights are rounded to f16 too, within
-/// the bound `kernels::prompt_attention` states).
+/// sends. On a CUDA device with warp matrix instructions, attention runs on tensor cores as an
+/// fp16 serving stack's does ([`half_attention`]; the queries and the weights are rounded to f16
+/// too, within the bound `kernels::flash_attention` states); elsewhere it computes in f32 on the
+/// stored values (cast back per call).
 ///
 /// Error bound: every stored element is rounded to nearest f16, a relative error of at most
 /// `u = 2^-11` within f16's normal range (`|x| ≥ 6.1e-5`; smaller values move by at most `2^-25`,

@@ -4,8 +4,8 @@
 //! (flash-decoding) partial results, and the model's own ops in one or two launches where Burn's
 //! take many (a decode step is bound by launching them): the products of a few activation rows
 //! with the weights, RMSNorm and the rotary embedding; a prompt's products through the fastest
-//! of cubek's matrix-product variants that launches; and a prompt's attention over an f16 cache
-//! on tensor cores.
+//! of cubek's matrix-product variants that launches (or cuBLAS); and attention over an f16 cache
+//! on tensor cores (flash attention for a prompt, flash decoding for a step).
 //!
 //! # Bounds
 //!
@@ -28,6 +28,7 @@
 mod buffers;
 #[cfg(feature = "cuda")]
 mod cublas_product;
+mod flash_attention;
 // `#[cube]` expands each function into undocumented helper items.
 #[allow(missing_docs)]
 mod mask;
@@ -35,7 +36,6 @@ mod mask;
 #[allow(missing_docs)]
 mod merge;
 mod model_ops;
-mod prompt_attention;
 mod prompt_product;
 // `#[cube]` expands each kernel into undocumented helper items.
 #[allow(missing_docs)]
@@ -60,9 +60,9 @@ mod warp_splits;
 pub use buffers::{dense_output, dense_output_of, float_arg, int_arg, kernel_float, pitched_rows_arg, CubeF32};
 #[cfg(feature = "cuda")]
 pub use cublas_product::{cublas_product, CublasUnavailable};
+pub use flash_attention::{flash_attention, flash_geometry, FlashGeometry, MAX_HEAD_DIM};
 pub use mask::{decode_slot_visible, first_visible_slot, slot_visible};
 pub use merge::{masked_score, merge_partials, SplitOut, SplitPartials, MASKED_SCORE, SM_UNITS};
-pub use prompt_attention::{prompt_attention, prompt_geometry, PromptGeometry, MAX_HEAD_DIM};
 pub use prompt_product::{product_by, prompt_product};
 pub use rms_norm::rms_norm;
 pub use rotary::rotary;

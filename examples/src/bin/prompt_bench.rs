@@ -1,7 +1,7 @@
 //! A prompt's weight products and causal attention on the GPU, Llama-3-8B shapes in f16: Burn's
 //! matrix product, `kernels::prompt_product` (the model's products of many rows: cuBLAS where it
 //! loads) and each of cubek's variants (checked against Burn's), the attention reference (scores
-//! materialized), `kernels::prompt_attention` (the dense f16 cache's prompt path) and cubek's
+//! materialized), `kernels::flash_attention` (the dense f16 cache's path) and cubek's
 //! flash-attention variants (checked against the reference). Medians of device-synchronized runs,
 //! with TFLOP/s. The PyTorch anchor, run in the same call: `examples/bench/prompt_anchor.py`.
 
@@ -10,7 +10,7 @@ use burn_cubecl::kernel::{attention::flash_attention as cubek_flash_attention, i
 use burn_kvcompress::{
     backend::Cuda,
     cache::{attention_reference, AttendOptions},
-    kernels::{cublas_product, product_by, prompt_attention, prompt_product},
+    kernels::{cublas_product, flash_attention, product_by, prompt_product},
     model::ModelConfig,
 };
 use clap::Parser;
@@ -108,14 +108,14 @@ fn main() -> anyhow::Result<()> {
     println!("| reference (Burn's ops) | {} | 0 |", cell(t.median));
     // The dense f16 cache's prompt path: f32 queries (as the model's rotary embedding gives them).
     let q32 = q.clone().cast(DType::F32);
-    match prompt_attention(q32.clone(), k.clone(), v.clone(), &options) {
-        None => println!("| ours (kernels::prompt_attention) | n/a | | does not apply on this device |"),
+    match flash_attention(q32.clone(), k.clone(), v.clone(), &options) {
+        None => println!("| ours (kernels::flash_attention) | n/a | | does not apply on this device |"),
         Some(got) => {
             let (max, _) = diffs(got, reference.clone().cast(DType::F32));
             let t = time::<Cuda>(&device, args.runs, || {
-                drop(prompt_attention(q32.clone(), k.clone(), v.clone(), &options).expect("launched once"))
+                drop(flash_attention(q32.clone(), k.clone(), v.clone(), &options).expect("launched once"))
             });
-            println!("| ours (kernels::prompt_attention) | {} | {max:.1e} |", cell(t.median));
+            println!("| ours (kernels::flash_attention) | {} | {max:.1e} |", cell(t.median));
         }
     }
     let mut plans: Vec<Option<(u8, u8, u8)>> = vec![None];
@@ -128,12 +128,12 @@ fn main() -> anyhow::Result<()> {
     }
     for plan in plans {
         let name = plan.map_or("unit".to_string(), |(p, q, k)| format!("accelerated {p} planes, partition {q}×{k}"));
-        match flash_attention(q.clone(), k.clone(), v.clone(), plan) {
+        match cubek_flash(q.clone(), k.clone(), v.clone(), plan) {
             Err(e) => println!("| {name} | n/a | | {} |", format!("{e:?}").chars().take(60).collect::<String>()),
             Ok(got) => {
                 let (max, _) = diffs(got.cast(DType::F32), reference.clone().cast(DType::F32));
                 let t = time::<Cuda>(&device, args.runs, || {
-                    drop(flash_attention(q.clone(), k.clone(), v.clone(), plan).expect("launched once"))
+                    drop(cubek_flash(q.clone(), k.clone(), v.clone(), plan).expect("launched once"))
                 });
                 println!("| {name} | {} | {max:.1e} |", cell(t.median));
             }
@@ -163,7 +163,7 @@ fn product_strategies() -> Vec<(&'static str, Strategy)> {
 /// `[batch, kv_heads, len, head_dim]` (their heads repeated: the kernel has no GQA), scale
 /// `1/√head_dim`; `plan` its tile plan (planes, partition of queries × keys), `None` the unit
 /// variant (no tensor cores).
-fn flash_attention(
+fn cubek_flash(
     q: Tensor<Cuda, 4>,
     k: Tensor<Cuda, 4>,
     v: Tensor<Cuda, 4>,

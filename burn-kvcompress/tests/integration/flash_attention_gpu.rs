@@ -1,7 +1,8 @@
-//! The prompt-attention kernel (tensor cores, f16 keys and values) against exact attention in f64
+//! The flash-attention kernel (tensor cores, f16 keys and values) against exact attention in f64
 //! on the same f16 keys and values, within the bound its documentation derives, for awkward
-//! shapes: partial query blocks and key tiles, GQA groups, left padding, sliding windows, a cache
-//! longer than the prompt, head dimensions from 16 to 128. On CUDA (an H200 or H100) the kernel
+//! shapes: prompts (partial query blocks and key tiles, a cache longer than the prompt) and
+//! decode steps (the keys split and merged, GQA groups of 1 to 20 heads), left padding, sliding
+//! windows, head dimensions from 16 to 128. On CUDA (an H200 or H100) the kernel
 //! must launch; on a device without warp matrix instructions (lavapipe in CI) it must decline, and
 //! the f16 cache then takes the f32 path (`dense_half.rs` checks that one).
 #![cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -10,7 +11,7 @@ use crate::common::{lcg_uniform, to_vec as host, Gpu};
 use burn::tensor::{DType, FloatDType, Tensor, TensorData};
 use burn_kvcompress::{
     cache::{AttendOptions, CacheGeometry, HalfDenseScheme, KvCache, KvScheme},
-    kernels::{prompt_attention, prompt_geometry},
+    kernels::{flash_attention, flash_geometry},
 };
 
 /// f16's unit roundoff.
@@ -144,18 +145,25 @@ fn cases() -> Vec<Case> {
         case(1, 3, 1, 17, 17, 16, &[5], None, 1.0),
         // A head of 80 channels (not a power of two), a window wider than the cache.
         case(1, 2, 2, 129, 129, 80, &[0], Some(200), 1.0),
+        // Decode steps: Llama-3-8B's heads over a window; a group of 3 with padding; a cache
+        // shorter than a tile; a group of 20 (two blocks of rows); a group of 16 over many tiles.
+        case(1, 32, 8, 1, 1000, 128, &[0], Some(300), 2.0),
+        case(2, 6, 2, 1, 300, 64, &[0, 37], None, 4.0),
+        case(1, 9, 3, 1, 5, 64, &[0], None, 1.0),
+        case(1, 20, 1, 1, 70, 16, &[3], None, 1.0),
+        case(1, 16, 1, 1, 2100, 32, &[0], None, 1.0),
     ]
 }
 
 #[test]
-fn prompt_attention_stays_within_its_bound_of_exact_attention() {
+fn flash_attention_stays_within_its_bound_of_exact_attention() {
     let device = Default::default();
     let properties = Tensor::<Gpu, 1>::zeros([1], &device).into_primitive().tensor().client.properties().clone();
     for (n, case) in cases().into_iter().enumerate() {
         let (q, k, v) = case.operands(10 * n as u64);
-        let geometry =
-            prompt_geometry(case.head_dim, case.heads / case.kv_heads, (DType::F32, DType::F16), &properties);
-        let out = prompt_attention(q.clone(), k.clone(), v.clone(), &case.options());
+        let group = case.heads / case.kv_heads;
+        let geometry = flash_geometry(case.q_len, case.head_dim, group, (DType::F32, DType::F16), &properties);
+        let out = flash_attention(q.clone(), k.clone(), v.clone(), &case.options());
         let Some(out) = out else {
             assert!(geometry.is_none(), "{}: the kernel applies but did not launch", case.name());
             if cfg!(feature = "cuda") {
@@ -170,15 +178,15 @@ fn prompt_attention_stays_within_its_bound_of_exact_attention() {
 }
 
 #[test]
-fn prompt_attention_declines_what_it_does_not_take() {
+fn flash_attention_declines_what_it_does_not_take() {
     let device = Default::default();
     let properties = Tensor::<Gpu, 1>::zeros([1], &device).into_primitive().tensor().client.properties().clone();
     let f16 = (DType::F32, DType::F16);
     // Heads not in blocks of 16 channels, or past 128; keys in another type; f16 queries.
-    assert!(prompt_geometry(72, 1, f16, &properties).is_none());
-    assert!(prompt_geometry(256, 1, f16, &properties).is_none());
-    assert!(prompt_geometry(64, 1, (DType::F32, DType::BF16), &properties).is_none());
-    assert!(prompt_geometry(64, 1, (DType::F16, DType::F16), &properties).is_none());
+    assert!(flash_geometry(8, 72, 1, f16, &properties).is_none());
+    assert!(flash_geometry(1, 256, 1, f16, &properties).is_none());
+    assert!(flash_geometry(8, 64, 1, (DType::F32, DType::BF16), &properties).is_none());
+    assert!(flash_geometry(1, 64, 1, (DType::F16, DType::F16), &properties).is_none());
     let case = Case {
         batch: 1,
         heads: 2,
@@ -191,21 +199,27 @@ fn prompt_attention_declines_what_it_does_not_take() {
         query_scale: 1.0,
     };
     let (q, k, v) = case.operands(7);
-    assert!(prompt_attention(q, k, v, &case.options()).is_none());
+    assert!(flash_attention(q, k, v, &case.options()).is_none());
 }
 
 #[test]
-fn the_half_cache_runs_a_prompt_through_the_kernel_where_it_applies() {
+fn the_half_cache_attends_through_the_kernel_where_it_applies() {
+    // A prompt and a decode step.
+    for case in [&cases()[1], &cases()[6]] {
+        half_cache_attends_through_the_kernel(case);
+    }
+}
+
+fn half_cache_attends_through_the_kernel(case: &Case) {
     let device = Default::default();
-    let case = &cases()[1];
     let (q, k, v) = case.operands(3);
     let geometry =
         CacheGeometry { batch: case.batch, kv_heads: case.kv_heads, heads: case.heads, head_dim: case.head_dim };
     let mut cache = KvScheme::<Gpu>::new_cache(&HalfDenseScheme, 0, geometry, &device);
     cache.append(k.clone().cast(DType::F32), v.clone().cast(DType::F32)).unwrap();
     let attended = host(cache.attend(q.clone(), &case.options()).unwrap());
-    match prompt_attention(q.clone(), k.clone(), v.clone(), &case.options()) {
-        Some(direct) => assert_eq!(attended, host(direct), "the cache's prompt is the kernel's"),
+    match flash_attention(q.clone(), k.clone(), v.clone(), &case.options()) {
+        Some(direct) => assert_eq!(attended, host(direct), "{}: the cache's attention is the kernel's", case.name()),
         None => {
             let (k, v) = (host(k.cast(DType::F32)), host(v.cast(DType::F32)));
             case.check(&host(q), &k, &v, &attended);

@@ -1,12 +1,16 @@
-//! A prompt's causal attention over an f16 cache on tensor cores (flash-attention tiles), what
-//! the dense f16 cache runs for a prompt on CUDA devices.
+//! Attention over f16 keys and values on tensor cores: flash-attention tiles for a prompt,
+//! flash-decoding splits for a decode step. What the dense f16 cache runs on CUDA devices.
 //!
 //! The reference ([`attention_reference`](crate::cache::attention_reference)) materializes the
 //! `[q_len × total_len]` f32 scores, a mask and the weights: 44 ms for an 8192-token prompt of
-//! Llama-3-8B's 32 query / 8 KV heads on an H200, where PyTorch's SDPA takes 0.96 ms. Here a cube
-//! takes 64 queries of one head (four warps of 16) and walks the keys in tiles of 64 slots, from
-//! the first slot any of its queries sees to its last query's own (the causal mask skips the
-//! tiles past it; a sliding window and left padding, the tiles before):
+//! Llama-3-8B's 32 query / 8 KV heads on an H200, where PyTorch's SDPA takes 0.94 ms, and for a
+//! decode step some twenty launches a layer. Here the rows of one KV head (its group's query
+//! heads, head-major) are taken in blocks: 64 per cube for a prompt (four warps of 16), 16 for a
+//! decode step (one warp; the rows are the group's heads). A cube walks the keys in tiles of 64
+//! slots, from the first slot any of its queries sees to its last query's own (the causal mask
+//! skips the tiles past it; a sliding window and left padding, the tiles before); a decode step
+//! deals those tiles to splits, one cube each, and merges their partials by log-sum-exp
+//! ([`merge_partials`](crate::kernels::merge_partials)). Per tile:
 //! 1. staging: the queries (times the softmax scale, rounded to f16) once, then each tile's keys
 //!    and values, into shared memory in rows of 16-byte pieces, padded by one piece so that the
 //!    eight rows an `ldmatrix` reads fall in distinct banks;
@@ -25,12 +29,12 @@
 //! mass sums the unrounded weights); the f32 sums over `total_len` slots and `head_dim` channels
 //! add at most `(total_len + head_dim) · 2^-24 · max|v|`. In all: `|o − o_exact| ≤ (e^(2δ_max) −
 //! 1 + 2^-11 + (total_len + head_dim) · 2^-24) · max|v|` (tested in
-//! `tests/integration/prompt_attention_gpu.rs`).
+//! `tests/integration/flash_attention_gpu.rs`).
 
 // `#[cube]` expands each function into undocumented helper items.
 #[allow(missing_docs)]
 mod kernel;
 mod launch;
 
-pub use kernel::PromptGeometry;
-pub use launch::{prompt_attention, prompt_geometry, MAX_HEAD_DIM};
+pub use kernel::FlashGeometry;
+pub use launch::{flash_attention, flash_geometry, MAX_HEAD_DIM};

@@ -1,4 +1,4 @@
-//! The prompt-attention kernel: see the [module documentation](super).
+//! The flash-attention kernel: see the [module documentation](super).
 
 use cubecl::{
     cmma::{MatrixIdent, MmaDefinition},
@@ -9,12 +9,8 @@ use crate::kernels::{first_visible_slot, masked_score, slot_visible};
 
 /// Lanes of a warp.
 const WARP: u32 = 32;
-/// Warps per cube; each takes [`WARP_ROWS`] of the cube's query rows.
-pub const WARPS: u32 = 4;
 /// Query rows of one warp: the rows of a `16 × 8 × 16` product.
-const WARP_ROWS: u32 = 16;
-/// Query rows of one cube.
-pub const QUERY_ROWS: u32 = WARPS * WARP_ROWS;
+pub const WARP_ROWS: u32 = 16;
 /// Key slots of one tile.
 pub const KEY_ROWS: u32 = 64;
 /// Elements of a 16-byte piece: one vector of a staged row, one row of an `ldmatrix` 8 × 8 matrix.
@@ -28,16 +24,32 @@ type Halves<E> = Vector<E, Const<2>>;
 /// Two f32 of a product accumulator.
 type Pair = Vector<f32, Const<2>>;
 
-/// Shapes fixed at compile time: one kernel per head dimension and GQA group.
+/// Shapes fixed at compile time: one kernel per head dimension, GQA group, cube size and output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct PromptGeometry {
+pub struct FlashGeometry {
     /// Channels of a head: a multiple of 16, at most 128.
     pub head_dim: u32,
     /// Query heads per KV head.
     pub group: u32,
+    /// Warps per cube, each taking [`WARP_ROWS`] query rows: 4 for a prompt, 1 for a decode step
+    /// (whose rows are the group's heads).
+    pub warps: u32,
+    /// Whether the cubes split each row's keys and write partial results for the log-sum-exp
+    /// merge (a decode step) rather than normalized outputs.
+    pub split: bool,
 }
 
-impl PromptGeometry {
+impl FlashGeometry {
+    /// Query rows of one cube.
+    pub fn rows(&self) -> u32 {
+        self.warps * WARP_ROWS
+    }
+
+    /// Units of one cube.
+    pub fn units(&self) -> u32 {
+        self.warps * WARP
+    }
+
     /// 16-byte pieces of a head's row.
     pub fn pieces(&self) -> u32 {
         self.head_dim / PIECE
@@ -50,49 +62,86 @@ impl PromptGeometry {
 
     /// Bytes of shared memory of one cube: the staged queries, keys and values (f16).
     pub fn shared_bytes(&self) -> u32 {
-        (QUERY_ROWS + 2 * KEY_ROWS) * self.stride() * PIECE * 2
+        (self.rows() + 2 * KEY_ROWS) * self.stride() * PIECE * 2
     }
 }
 
-/// Causal attention of [`QUERY_ROWS`] queries of one head over their visible keys; see the
-/// module documentation.
+/// The query rows of one KV head, `group · q_len` of them, head-major: row `ρ` is query `ρ mod
+/// q_len` of the group's head `ρ / q_len` (the heads of a group are adjacent, so a KV head's rows
+/// are contiguous in `[batch, heads, q_len, head_dim]`).
+#[derive(CubeType, Clone, Copy)]
+struct Rows {
+    /// The KV head's first row among all (batch rows and heads flattened).
+    first: u32,
+    /// Rows of the KV head.
+    count: u32,
+    q_len: u32,
+    total_len: u32,
+}
+
+#[cube]
+impl Rows {
+    /// The cache slot of row `row`'s query.
+    fn slot(&self, row: u32) -> u32 {
+        self.total_len - self.q_len + row % self.q_len
+    }
+}
+
+/// Attention of the query rows `rows() · CUBE_POS_X ..` of one KV head (its group's query heads)
+/// over one split of their visible keys; see the module documentation.
 ///
 /// - `q`: `[batch, heads, q_len, head_dim]` f32, the last `q_len` of `total_len` slots;
 /// - `keys`, `values`: `[batch, kv_heads, total_len, head_dim]` f16, in pieces of [`PIECE`];
 /// - `key_start`: `[batch]`, each row's first real slot;
-/// - `out`: `[batch, heads, q_len, head_dim]` f32;
-/// - cube `(block of query rows, head, batch row)`; [`WARPS`] warps.
+/// - `out`: normalized `[batch, heads, q_len, head_dim]` f32; split: `[rows, splits, head_dim]`
+///   unnormalized, with `out_max`, `out_sum` `[rows, splits]` (rows = `batch · heads · q_len`);
+/// - cube `(block of rows, KV head, batch row · splits + split)`.
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked)]
-pub fn prompt_attention_kernel<E: Float, N: Size>(
+pub fn flash_attention_kernel<E: Float, N: Size>(
     q: &Array<f32>,
     keys: &Array<Vector<E, N>>,
     values: &Array<Vector<E, N>>,
     key_start: &Array<u32>,
     out: &mut Array<f32>,
+    out_max: &mut Array<f32>,
+    out_sum: &mut Array<f32>,
     q_len: u32,
     total_len: u32,
     window: u32,
     scale: f32,
-    #[comptime] geo: PromptGeometry,
+    splits: u32,
+    #[comptime] geo: FlashGeometry,
 ) {
-    let (block, head, batch_row) = (CUBE_POS_X, CUBE_POS_Y, CUBE_POS_Z);
-    let heads = CUBE_COUNT_Y;
-    let kv_head = head / geo.group;
-    let rows_at = (batch_row * heads + head) * q_len;
-    let kv_at = (batch_row * (heads / geo.group) + kv_head) * total_len;
+    let (block, kv_head) = (CUBE_POS_X, CUBE_POS_Y);
+    let (batch_row, split) = (CUBE_POS_Z / splits, CUBE_POS_Z % splits);
+    let kv_heads = CUBE_COUNT_Y;
+    let rows = Rows {
+        first: (batch_row * kv_heads + kv_head) * geo.group * q_len,
+        count: geo.group * q_len,
+        q_len,
+        total_len,
+    };
+    let kv_at = (batch_row * kv_heads + kv_head) * total_len;
     let start = key_start[batch_row as usize];
-    // Slot of the cube's first query row, and of its last real one.
-    let first_query = total_len - q_len + block * QUERY_ROWS;
-    let last_query = first_query + u32::min(QUERY_ROWS, q_len - block * QUERY_ROWS) - 1;
+    // The slots of the cube's queries span `first_query ..= last_query` (the whole prompt where
+    // its rows run from one head into the next).
+    let first_row = block * geo.rows();
+    let last_row = u32::min(first_row + geo.rows(), rows.count) - 1;
+    let mut first_query = rows.slot(first_row);
+    let mut last_query = rows.slot(last_row);
+    if first_row / q_len != last_row / q_len {
+        first_query = total_len - q_len;
+        last_query = total_len - 1;
+    }
 
     let mut queries =
-        SharedMemory::<Vector<E, N>>::new_aligned(comptime!((QUERY_ROWS * geo.stride()) as usize), 16usize);
+        SharedMemory::<Vector<E, N>>::new_aligned(comptime!((geo.rows() * geo.stride()) as usize), 16usize);
     let mut key_tile =
         SharedMemory::<Vector<E, N>>::new_aligned(comptime!((KEY_ROWS * geo.stride()) as usize), 16usize);
     let mut value_tile =
         SharedMemory::<Vector<E, N>>::new_aligned(comptime!((KEY_ROWS * geo.stride()) as usize), 16usize);
-    stage_queries(q, &mut queries, rows_at, block * QUERY_ROWS, q_len, scale, geo);
+    stage_queries(q, &mut queries, &rows, first_row, scale, geo);
     sync_cube();
     let query_ops = query_operands(&queries, geo);
 
@@ -109,12 +158,17 @@ pub fn prompt_attention_kernel<E: Float, N: Size>(
         sums[i as usize] = Pair::new(0.0);
     }
 
-    // Tiles from the one holding the first slot any of the cube's queries sees to the one
-    // holding its last query's slot: the causal mask skips the tiles past it.
+    // The tiles from the one holding the first slot any of the cube's queries sees to the one
+    // holding its last query's slot (the causal mask skips those past it), dealt to the splits
+    // in contiguous runs.
     let first_tile = first_visible_slot(first_query, start, window) / KEY_ROWS;
-    let last_tile = last_query / KEY_ROWS;
-    let mut tile = first_tile;
-    while tile <= last_tile {
+    let span = last_query / KEY_ROWS + 1 - first_tile;
+    let per_split = span.div_ceil(splits);
+    let mut tile = first_tile + split * per_split;
+    let end = first_tile + u32::min(span, (split + 1) * per_split);
+    let lane = UNIT_POS % WARP;
+    let own_row = first_row + (UNIT_POS / WARP) * WARP_ROWS + lane / 4;
+    while tile < end {
         let first_key = tile * KEY_ROWS;
         stage_keys(keys, &mut key_tile, kv_at, first_key, total_len, geo);
         stage_keys(values, &mut value_tile, kv_at, first_key, total_len, geo);
@@ -125,35 +179,34 @@ pub fn prompt_attention_kernel<E: Float, N: Size>(
             && first_key >= start
             && (window == 0 || last_query - first_key < window);
         if !seen_whole {
-            mask_scores(&mut scores, first_query, first_key, start, window);
+            mask_scores(&mut scores, &rows, own_row, first_key, start, window);
         }
         weigh_scores(&mut scores, &mut max, &mut mass, &mut sums, geo);
         add_values(&value_tile, &scores, &mut sums, geo);
         sync_cube();
         tile += 1;
     }
-    write_rows(&sums, &mass, out, rows_at, block * QUERY_ROWS, q_len, geo);
+    write_rows(&sums, &max, &mass, out, out_max, out_sum, &rows, own_row, split, splits, geo);
 }
 
-/// Stages the cube's query rows `first_row ..` (of `q_len` from element `rows_at · head_dim`)
-/// times `scale`, rounded to f16; rows past `q_len` as zeros.
+/// Stages the cube's query rows `first_row ..` times `scale`, rounded to f16; rows past the KV
+/// head's as zeros.
 #[cube]
 fn stage_queries<E: Float, N: Size>(
     q: &Array<f32>,
     queries: &mut SharedMemory<Vector<E, N>>,
-    rows_at: u32,
+    rows: &Rows,
     first_row: u32,
-    q_len: u32,
     scale: f32,
-    #[comptime] geo: PromptGeometry,
+    #[comptime] geo: FlashGeometry,
 ) {
     #[unroll]
-    for i in 0..comptime!(QUERY_ROWS * geo.pieces() / (WARPS * WARP)) {
-        let cell = i * WARPS * WARP + UNIT_POS;
+    for i in 0..comptime!(geo.rows() * geo.pieces() / geo.units()) {
+        let cell = i * geo.units() + UNIT_POS;
         let (row, piece) = (cell / geo.pieces(), cell % geo.pieces());
         let mut staged = Vector::<E, N>::new(E::cast_from(0.0f32));
-        if first_row + row < q_len {
-            let at = (rows_at + first_row + row) * geo.head_dim + piece * PIECE;
+        if first_row + row < rows.count {
+            let at = (rows.first + first_row + row) * geo.head_dim + piece * PIECE;
             #[unroll]
             for e in 0..PIECE {
                 staged[e as usize] = E::cast_from(q[(at + e) as usize] * scale);
@@ -167,20 +220,20 @@ fn stage_queries<E: Float, N: Size>(
 /// `kv_at`); rows past `total_len` as zeros.
 #[cube]
 fn stage_keys<E: Float, N: Size>(
-    rows: &Array<Vector<E, N>>,
+    source: &Array<Vector<E, N>>,
     tile: &mut SharedMemory<Vector<E, N>>,
     kv_at: u32,
     first_key: u32,
     total_len: u32,
-    #[comptime] geo: PromptGeometry,
+    #[comptime] geo: FlashGeometry,
 ) {
     #[unroll]
-    for i in 0..comptime!(KEY_ROWS * geo.pieces() / (WARPS * WARP)) {
-        let cell = i * WARPS * WARP + UNIT_POS;
+    for i in 0..comptime!(KEY_ROWS * geo.pieces() / geo.units()) {
+        let cell = i * geo.units() + UNIT_POS;
         let (row, piece) = (cell / geo.pieces(), cell % geo.pieces());
         let mut staged = Vector::<E, N>::new(E::cast_from(0.0f32));
         if first_key + row < total_len {
-            staged = rows[((kv_at + first_key + row) * geo.pieces() + piece) as usize];
+            staged = source[((kv_at + first_key + row) * geo.pieces() + piece) as usize];
         }
         tile[(row * geo.stride() + piece) as usize] = staged;
     }
@@ -193,7 +246,7 @@ fn stage_keys<E: Float, N: Size>(
 #[cube]
 fn query_operands<E: Float, N: Size>(
     queries: &SharedMemory<Vector<E, N>>,
-    #[comptime] geo: PromptGeometry,
+    #[comptime] geo: FlashGeometry,
 ) -> Array<Halves<E>> {
     let product = MmaDefinition::<E, E, f32>::new(16usize, 8usize, 16usize);
     let lane = UNIT_POS % WARP;
@@ -226,7 +279,7 @@ fn query_operands<E: Float, N: Size>(
 fn tile_scores<E: Float, N: Size>(
     key_tile: &SharedMemory<Vector<E, N>>,
     query_ops: &Array<Halves<E>>,
-    #[comptime] geo: PromptGeometry,
+    #[comptime] geo: FlashGeometry,
 ) -> Array<Pair> {
     let product = MmaDefinition::<E, E, f32>::new(16usize, 8usize, 16usize);
     let lane = UNIT_POS % WARP;
@@ -271,15 +324,14 @@ fn tile_scores<E: Float, N: Size>(
     scores
 }
 
-/// Sets the scores of the keys a query does not see ([`slot_visible`]) to [`masked_score`]:
-/// queries from slot `first_query` (the cube's first row), keys from slot `first_key`.
+/// Sets the scores of the keys a query does not see ([`slot_visible`]) to [`masked_score`]: the
+/// calling lane's rows `own_row`, `own_row + 8`, keys from slot `first_key`.
 #[cube]
-fn mask_scores(scores: &mut Array<Pair>, first_query: u32, first_key: u32, start: u32, window: u32) {
-    let lane = UNIT_POS % WARP;
-    let (g, t) = (lane / 4, lane % 4);
+fn mask_scores(scores: &mut Array<Pair>, rows: &Rows, own_row: u32, first_key: u32, start: u32, window: u32) {
+    let t = UNIT_POS % 4;
     #[unroll]
     for r in 0..2u32 {
-        let query = first_query + (UNIT_POS / WARP) * WARP_ROWS + g + 8 * r;
+        let query = rows.slot(own_row + 8 * r);
         #[unroll]
         for j in 0..comptime!(KEY_ROWS / 8) {
             let mut pair = scores[(2 * j + r) as usize];
@@ -303,7 +355,7 @@ fn weigh_scores(
     max: &mut Array<f32>,
     mass: &mut Array<f32>,
     sums: &mut Array<Pair>,
-    #[comptime] geo: PromptGeometry,
+    #[comptime] geo: FlashGeometry,
 ) {
     #[unroll]
     for r in 0..2u32 {
@@ -351,7 +403,7 @@ fn add_values<E: Float, N: Size>(
     value_tile: &SharedMemory<Vector<E, N>>,
     weights: &Array<Pair>,
     sums: &mut Array<Pair>,
-    #[comptime] geo: PromptGeometry,
+    #[comptime] geo: FlashGeometry,
 ) {
     let product = MmaDefinition::<E, E, f32>::new(16usize, 8usize, 16usize);
     let lane = UNIT_POS % WARP;
@@ -390,33 +442,48 @@ fn add_values<E: Float, N: Size>(
     }
 }
 
-/// Writes the calling lane's outputs: its two queries' value sums over their masses (summed over
-/// the four lanes of a query), rows `first_row + …` below `q_len` from row `rows_at`.
+/// Writes the calling lane's two rows (`own_row`, `own_row + 8`, those of the KV head): the value
+/// sums over their masses (summed over the four lanes of a row), or with `geo.split` the
+/// unnormalized sums, the reference max and the mass as split `split`'s partials.
+#[allow(clippy::too_many_arguments)]
 #[cube]
 fn write_rows(
     sums: &Array<Pair>,
+    max: &Array<f32>,
     mass: &Array<f32>,
     out: &mut Array<f32>,
-    rows_at: u32,
-    first_row: u32,
-    q_len: u32,
-    #[comptime] geo: PromptGeometry,
+    out_max: &mut Array<f32>,
+    out_sum: &mut Array<f32>,
+    rows: &Rows,
+    own_row: u32,
+    split: u32,
+    splits: u32,
+    #[comptime] geo: FlashGeometry,
 ) {
-    let lane = UNIT_POS % WARP;
-    let (g, t) = (lane / 4, lane % 4);
+    let t = UNIT_POS % 4;
     #[unroll]
     for r in 0..2u32 {
         let mut total = mass[r as usize];
         total += plane_shuffle_xor(total, 1);
         total += plane_shuffle_xor(total, 2);
-        let row = first_row + (UNIT_POS / WARP) * WARP_ROWS + g + 8 * r;
-        if row < q_len {
-            let at = (rows_at + row) * geo.head_dim + 2 * t;
+        let row = own_row + 8 * r;
+        if row < rows.count {
+            let flat = rows.first + row;
+            let mut at = flat * geo.head_dim + 2 * t;
+            let mut divisor = total;
+            if comptime!(geo.split) {
+                at = (flat * splits + split) * geo.head_dim + 2 * t;
+                divisor = 1.0;
+                if t == 0 {
+                    out_max[(flat * splits + split) as usize] = max[r as usize];
+                    out_sum[(flat * splits + split) as usize] = total;
+                }
+            }
             #[unroll]
             for i in 0..comptime!(geo.head_dim / PIECE) {
                 let pair = sums[(2 * i + r) as usize];
-                out[(at + i * PIECE) as usize] = pair[0] / total;
-                out[(at + i * PIECE + 1) as usize] = pair[1] / total;
+                out[(at + i * PIECE) as usize] = pair[0] / divisor;
+                out[(at + i * PIECE + 1) as usize] = pair[1] / divisor;
             }
         }
     }
