@@ -35,6 +35,11 @@ pub const SCRATCH_LD: u32 = 36;
 /// `exp(s − m)` stay below `e^8 ≈ 2981`, well within f16.
 pub const RESCALE_MARGIN: f32 = 8.0;
 
+/// Two f16 of a manual warp product's operand (`MmaDefinition`: one 32-bit register).
+pub type Halves<E> = Vector<E, Const<2>>;
+/// Two f32 of a manual warp product's accumulator.
+pub type Pair = Vector<f32, Const<2>>;
+
 /// Bytes of shared memory of one warp's weights tile and scratch.
 pub const WARP_SHARED_BYTES: u32 = 2 * MMA_HEADS * WARP + 4 * MMA_HEADS * SCRATCH_LD;
 

@@ -5,7 +5,10 @@ use cubecl::{
     prelude::*,
 };
 
-use crate::kernels::{first_visible_slot, masked_score, slot_visible};
+use crate::kernels::{
+    first_visible_slot, masked_score, slot_visible,
+    warp_mma::{Halves, Pair},
+};
 
 /// Lanes of a warp.
 const WARP: u32 = 32;
@@ -18,11 +21,6 @@ pub const PIECE: u32 = 8;
 /// Pieces a staged row is padded by, so that the eight rows an `ldmatrix` reads at one column
 /// fall in distinct banks.
 const PAD_PIECES: u32 = 1;
-
-/// Two f16 of a product operand (one 32-bit register).
-type Halves<E> = Vector<E, Const<2>>;
-/// Two f32 of a product accumulator.
-type Pair = Vector<f32, Const<2>>;
 
 /// Shapes fixed at compile time: one kernel per head dimension, GQA group, cube size and output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -306,19 +304,7 @@ fn tile_scores<E: Float, N: Size>(
             for i in 0..4u32 {
                 a[i as usize] = query_ops[(4 * d + i) as usize];
             }
-            #[unroll]
-            for half in 0..2u32 {
-                let block = 2 * pair + half;
-                let mut operand = Array::<Halves<E>>::new(2usize);
-                operand[0] = b[(2 * half) as usize];
-                operand[1] = b[(2 * half + 1) as usize];
-                let mut acc = Array::<Pair>::new(2usize);
-                acc[0] = scores[(2 * block) as usize];
-                acc[1] = scores[(2 * block + 1) as usize];
-                product.execute_inplace(&a, &operand, &mut acc);
-                scores[(2 * block) as usize] = acc[0];
-                scores[(2 * block + 1) as usize] = acc[1];
-            }
+            add_products(&a, &b, &mut scores, pair);
         }
     }
     scores
@@ -425,20 +411,29 @@ fn add_values<E: Float, N: Size>(
                 4usize,
                 true,
             );
-            #[unroll]
-            for half in 0..2u32 {
-                let block = 2 * pair + half;
-                let mut operand = Array::<Halves<E>>::new(2usize);
-                operand[0] = b[(2 * half) as usize];
-                operand[1] = b[(2 * half + 1) as usize];
-                let mut acc = Array::<Pair>::new(2usize);
-                acc[0] = sums[(2 * block) as usize];
-                acc[1] = sums[(2 * block + 1) as usize];
-                product.execute_inplace(&a, &operand, &mut acc);
-                sums[(2 * block) as usize] = acc[0];
-                sums[(2 * block + 1) as usize] = acc[1];
-            }
+            add_products(&a, &b, sums, pair);
         }
+    }
+}
+
+/// Adds the products of the `A` operand `a` with the two `B` operands of an `ldmatrix` of four
+/// matrices (`b[0..2]`, `b[2..4]`: blocks of 8 columns `2 · pair` and `2 · pair + 1`) to those
+/// blocks' accumulators in `accs` (two pairs of floats per block).
+#[cube]
+fn add_products<E: Float>(a: &Array<Halves<E>>, b: &Array<Halves<E>>, accs: &mut Array<Pair>, pair: u32) {
+    let product = MmaDefinition::<E, E, f32>::new(16usize, 8usize, 16usize);
+    #[unroll]
+    for half in 0..2u32 {
+        let block = 2 * pair + half;
+        let mut operand = Array::<Halves<E>>::new(2usize);
+        operand[0] = b[(2 * half) as usize];
+        operand[1] = b[(2 * half + 1) as usize];
+        let mut acc = Array::<Pair>::new(2usize);
+        acc[0] = accs[(2 * block) as usize];
+        acc[1] = accs[(2 * block + 1) as usize];
+        product.execute_inplace(a, &operand, &mut acc);
+        accs[(2 * block) as usize] = acc[0];
+        accs[(2 * block + 1) as usize] = acc[1];
     }
 }
 

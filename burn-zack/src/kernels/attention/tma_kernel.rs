@@ -34,8 +34,8 @@
 use burn_kvcompress::kernels::{
     decode_slot_visible,
     warp_mma::{
-        clear_weights, move_references, store_weights, warp_softmax, write_warp_stats, WarpSoftmax, MMA_HEADS,
-        SCRATCH_LD, WARP, WARP_SHARED_BYTES,
+        clear_weights, move_references, store_weights, warp_softmax, write_warp_stats, Halves, Pair, WarpSoftmax,
+        MMA_HEADS, SCRATCH_LD, WARP, WARP_SHARED_BYTES,
     },
     SplitOut,
 };
@@ -59,11 +59,6 @@ const CHUNK: u32 = 8;
 const PRODUCT_ROWS: u32 = 16;
 /// Depth of a product: coordinates of a score product, slots of a value product.
 const PRODUCT_DEPTH: u32 = 16;
-
-/// Two f16 of a product operand (one 32-bit register).
-type Halves<E> = Vector<E, Const<2>>;
-/// Two f32 of a product accumulator.
-type Pair = Vector<f32, Const<2>>;
 
 /// Shapes fixed at compile time (one compiled kernel per model geometry and head layout).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
