@@ -29,7 +29,7 @@ pub struct FlashGeometry {
     pub head_dim: u32,
     /// Query heads per KV head.
     pub group: u32,
-    /// Warps per cube, each taking [`WARP_ROWS`] query rows: 4 for a prompt, 1 for a decode step
+    /// Warps per cube, each taking 16 query rows: 4 for a prompt, 1 for a decode step
     /// (whose rows are the group's heads).
     pub warps: u32,
     /// Whether the cubes split each row's keys and write partial results for the log-sum-exp
