@@ -132,23 +132,31 @@ fn kernel_attention<B: Backend>(
     v: &Tensor<B, 4>,
     options: &AttendOptions,
 ) -> Option<Tensor<B, 4>> {
-    fn on<B: Backend, C: Backend>(
-        q: &Tensor<B, 4>,
-        k: &Tensor<B, 4>,
-        v: &Tensor<B, 4>,
-    ) -> Option<(Tensor<C, 4>, Tensor<C, 4>, Tensor<C, 4>)> {
-        let cast = |t: &Tensor<B, 4>| as_backend::<B, C, 4>(t.clone()).ok();
-        Some((cast(q)?, cast(k)?, cast(v)?))
-    }
+    let out = None;
     #[cfg(feature = "cuda")]
-    if let Some((q, k, v)) = on::<B, crate::backend::Cuda>(q, k, v) {
-        return crate::kernels::flash_attention(q, k, v, options).and_then(|out| as_backend(out).ok());
-    }
+    let out = out.or_else(|| on_backend::<B, crate::backend::Cuda>(q, k, v, options, crate::kernels::flash_attention));
     #[cfg(feature = "wgpu")]
-    if let Some((q, k, v)) = on::<B, crate::backend::Wgpu>(q, k, v) {
-        return crate::kernels::flash_attention(q, k, v, options).and_then(|out| as_backend(out).ok());
-    }
-    None
+    let out = out.or_else(|| on_backend::<B, crate::backend::Wgpu>(q, k, v, options, crate::kernels::flash_attention));
+    out
+}
+
+/// An attention kernel written for backend `C` (queries, keys, values, options); `None` where it
+/// does not apply.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+type KernelAttention<C> = fn(Tensor<C, 4>, Tensor<C, 4>, Tensor<C, 4>, &AttendOptions) -> Option<Tensor<C, 4>>;
+
+/// Attention of the operands by `kernel`, written for backend `C`, where `B` is `C`.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn on_backend<B: Backend, C: Backend>(
+    q: &Tensor<B, 4>,
+    k: &Tensor<B, 4>,
+    v: &Tensor<B, 4>,
+    options: &AttendOptions,
+    kernel: KernelAttention<C>,
+) -> Option<Tensor<B, 4>> {
+    let cast = |t: &Tensor<B, 4>| as_backend::<B, C, 4>(t.clone()).ok();
+    let out = kernel(cast(q)?, cast(k)?, cast(v)?, options)?;
+    as_backend(out).ok()
 }
 
 /// No CubeCL backend in this build: never a kernel.

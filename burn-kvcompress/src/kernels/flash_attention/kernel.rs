@@ -246,7 +246,6 @@ fn query_operands<E: Float, N: Size>(
     queries: &SharedMemory<Vector<E, N>>,
     #[comptime] geo: FlashGeometry,
 ) -> Array<Halves<E>> {
-    let product = MmaDefinition::<E, E, f32>::new(16usize, 8usize, 16usize);
     let lane = UNIT_POS % WARP;
     let (matrix, piece_row) = (lane / 8, lane % 8);
     let row = (UNIT_POS / WARP) * WARP_ROWS + (matrix % 2) * 8 + piece_row;
@@ -254,12 +253,7 @@ fn query_operands<E: Float, N: Size>(
     #[unroll]
     for d in 0..comptime!(geo.head_dim / 16) {
         let at = row * geo.stride() + 2 * d + matrix / 2;
-        let a = product.load_matrix::<Vector<E, N>, Const<2>>(
-            &queries.slice(at as usize, (at + 1) as usize),
-            MatrixIdent::A,
-            4usize,
-            false,
-        );
+        let a = load_four(queries, at, MatrixIdent::A, false);
         #[unroll]
         for i in 0..4u32 {
             operands[(4 * d + i) as usize] = a[i as usize];
@@ -279,7 +273,6 @@ fn tile_scores<E: Float, N: Size>(
     query_ops: &Array<Halves<E>>,
     #[comptime] geo: FlashGeometry,
 ) -> Array<Pair> {
-    let product = MmaDefinition::<E, E, f32>::new(16usize, 8usize, 16usize);
     let lane = UNIT_POS % WARP;
     let (matrix, piece_row) = (lane / 8, lane % 8);
     let mut scores = Array::<Pair>::new(comptime!((2 * KEY_ROWS / 8) as usize));
@@ -293,12 +286,7 @@ fn tile_scores<E: Float, N: Size>(
         #[unroll]
         for d in 0..comptime!(geo.head_dim / 16) {
             let at = key * geo.stride() + 2 * d + matrix % 2;
-            let b = product.load_matrix::<Vector<E, N>, Const<2>>(
-                &key_tile.slice(at as usize, (at + 1) as usize),
-                MatrixIdent::B,
-                4usize,
-                false,
-            );
+            let b = load_four(key_tile, at, MatrixIdent::B, false);
             let mut a = Array::<Halves<E>>::new(4usize);
             #[unroll]
             for i in 0..4u32 {
@@ -391,7 +379,6 @@ fn add_values<E: Float, N: Size>(
     sums: &mut Array<Pair>,
     #[comptime] geo: FlashGeometry,
 ) {
-    let product = MmaDefinition::<E, E, f32>::new(16usize, 8usize, 16usize);
     let lane = UNIT_POS % WARP;
     let (matrix, piece_row) = (lane / 8, lane % 8);
     #[unroll]
@@ -405,15 +392,23 @@ fn add_values<E: Float, N: Size>(
         #[unroll]
         for pair in 0..comptime!(geo.head_dim / 16) {
             let at = key * geo.stride() + 2 * pair + matrix / 2;
-            let b = product.load_matrix::<Vector<E, N>, Const<2>>(
-                &value_tile.slice(at as usize, (at + 1) as usize),
-                MatrixIdent::B,
-                4usize,
-                true,
-            );
+            let b = load_four(value_tile, at, MatrixIdent::B, true);
             add_products(&a, &b, sums, pair);
         }
     }
+}
+
+/// Four 8 × 8 f16 matrices of a product's `ident` operand by `ldmatrix` (transposed with
+/// `transpose`), the calling lane giving the 16-byte row at piece `at` of `tile`.
+#[cube]
+fn load_four<E: Float, N: Size>(
+    tile: &SharedMemory<Vector<E, N>>,
+    at: u32,
+    #[comptime] ident: MatrixIdent,
+    #[comptime] transpose: bool,
+) -> Array<Halves<E>> {
+    let product = MmaDefinition::<E, E, f32>::new(16usize, 8usize, 16usize);
+    product.load_matrix::<Vector<E, N>, Const<2>>(&tile.slice(at as usize, (at + 1) as usize), ident, 4usize, transpose)
 }
 
 /// Adds the products of the `A` operand `a` with the two `B` operands of an `ldmatrix` of four

@@ -88,11 +88,11 @@ pub fn flash_attention<R: CubeRuntime, BT: BoolElement>(
     let starts: Vec<i32> = options.key_start.iter().map(|&s| s as i32).collect();
     let key_start = int_arg(&Tensor::<CubeF32<R, BT>, 1, Int>::from_data(TensorData::new(starts, [batch]), &device));
     let rows = batch * heads * q_len;
-    let partials = SplitPartials::allocate(&q, rows, splits, head_dim);
-    let (out, out_max, out_sum) = match geo.split {
-        true => (partials.output.clone(), partials.max.clone(), partials.sum.clone()),
+    let partials = geo.split.then(|| SplitPartials::allocate(&q, rows, splits, head_dim));
+    let (out, out_max, out_sum) = match &partials {
+        Some(partials) => (partials.output.clone(), partials.max.clone(), partials.sum.clone()),
         // Normalized outputs need no statistics: one-element stand-ins.
-        false => {
+        None => {
             (dense_output::<R, f32>(&q, rows * head_dim), dense_output::<R, f32>(&q, 1), dense_output::<R, f32>(&q, 1))
         }
     };
@@ -128,7 +128,10 @@ pub fn flash_attention<R: CubeRuntime, BT: BoolElement>(
             geo,
         )
     };
-    let out = if geo.split { merge_partials(partials) } else { out };
+    let out = match partials {
+        Some(partials) => merge_partials(partials),
+        None => out,
+    };
     let out = Tensor::<CubeF32<R, BT>, 1>::from_primitive(TensorPrimitive::Float(out));
     Some(out.reshape([batch, heads, q_len, head_dim]))
 }
