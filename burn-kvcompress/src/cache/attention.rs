@@ -105,22 +105,35 @@ pub fn dense_attention<B: Backend>(
     Ok(Tensor::from_data(TensorData::new(out, [batch, heads, q_len, value_dim]), &device))
 }
 
-/// Attention over f16 keys and values (same arguments and shapes as [`attention_reference`]; `q`
-/// in f32): on the CUDA or wgpu backend of a device with warp matrix instructions, the
-/// tensor-core kernel ([`kernels::flash_attention`](crate::kernels::flash_attention), which also
-/// rounds the queries and the weights to f16 and states its bound), for a prompt and a decode
-/// step alike; anything else [`dense_attention`] on the keys and values cast to f32.
+/// Attention over the first `len` slots of f16 key and value buffers `k`, `v` `[batch,
+/// kv_heads, capacity ≥ len, head_dim]` (a [`SlotBuffer`](super::SlotBuffer)'s; otherwise the
+/// arguments and shapes of [`attention_reference`], `q` in f32): on the CUDA or wgpu backend of a
+/// device with warp matrix instructions, the tensor-core kernel
+/// ([`kernels::flash_attention`](crate::kernels::flash_attention), which reads the buffers in
+/// place, rounds the queries and the weights to f16 and states its bound), for a prompt and a
+/// decode step alike; anything else [`dense_attention`] on the filled slots cast to f32.
 pub fn half_attention<B: Backend>(
     q: Tensor<B, 4>,
     k: Tensor<B, 4>,
     v: Tensor<B, 4>,
+    len: usize,
     options: &AttendOptions,
 ) -> Result<Tensor<B, 4>, CacheError> {
-    check_attend_shapes(q.dims(), k.dims(), options)?;
-    if let Some(out) = kernel_attention(&q, &k, &v, options) {
+    let [batch, kv_heads, capacity, head_dim] = k.dims();
+    if len > capacity || v.dims() != k.dims() {
+        let found = v.dims().to_vec();
+        return Err(CacheError::Shape {
+            what: "value buffer",
+            expected: format!("{:?}, ≥ {len} slots", k.dims()),
+            found,
+        });
+    }
+    check_attend_shapes(q.dims(), [batch, kv_heads, len, head_dim], options)?;
+    if let Some(out) = kernel_attention(&q, &k, &v, len, options) {
         return Ok(out);
     }
-    dense_attention(q, k.cast(FloatDType::F32), v.cast(FloatDType::F32), options)
+    let filled = |t: Tensor<B, 4>| t.narrow(2, 0, len).cast(FloatDType::F32);
+    dense_attention(q, filled(k), filled(v), options)
 }
 
 /// The tensor-core attention where `B` is one of the crate's CubeCL backends and the kernel
@@ -130,20 +143,23 @@ fn kernel_attention<B: Backend>(
     q: &Tensor<B, 4>,
     k: &Tensor<B, 4>,
     v: &Tensor<B, 4>,
+    len: usize,
     options: &AttendOptions,
 ) -> Option<Tensor<B, 4>> {
     let out = None;
     #[cfg(feature = "cuda")]
-    let out = out.or_else(|| on_backend::<B, crate::backend::Cuda>(q, k, v, options, crate::kernels::flash_attention));
+    let out =
+        out.or_else(|| on_backend::<B, crate::backend::Cuda>(q, k, v, len, options, crate::kernels::flash_attention));
     #[cfg(feature = "wgpu")]
-    let out = out.or_else(|| on_backend::<B, crate::backend::Wgpu>(q, k, v, options, crate::kernels::flash_attention));
+    let out =
+        out.or_else(|| on_backend::<B, crate::backend::Wgpu>(q, k, v, len, options, crate::kernels::flash_attention));
     out
 }
 
-/// An attention kernel written for backend `C` (queries, keys, values, options); `None` where it
-/// does not apply.
+/// An attention kernel written for backend `C` (queries, key and value buffers, filled slots,
+/// options); `None` where it does not apply.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-type KernelAttention<C> = fn(Tensor<C, 4>, Tensor<C, 4>, Tensor<C, 4>, &AttendOptions) -> Option<Tensor<C, 4>>;
+type KernelAttention<C> = fn(Tensor<C, 4>, Tensor<C, 4>, Tensor<C, 4>, usize, &AttendOptions) -> Option<Tensor<C, 4>>;
 
 /// Attention of the operands by `kernel`, written for backend `C`, where `B` is `C`.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -151,11 +167,12 @@ fn on_backend<B: Backend, C: Backend>(
     q: &Tensor<B, 4>,
     k: &Tensor<B, 4>,
     v: &Tensor<B, 4>,
+    len: usize,
     options: &AttendOptions,
     kernel: KernelAttention<C>,
 ) -> Option<Tensor<B, 4>> {
     let cast = |t: &Tensor<B, 4>| as_backend::<B, C, 4>(t.clone()).ok();
-    let out = kernel(cast(q)?, cast(k)?, cast(v)?, options)?;
+    let out = kernel(cast(q)?, cast(k)?, cast(v)?, len, options)?;
     as_backend(out).ok()
 }
 
@@ -165,6 +182,7 @@ fn kernel_attention<B: Backend>(
     _q: &Tensor<B, 4>,
     _k: &Tensor<B, 4>,
     _v: &Tensor<B, 4>,
+    _len: usize,
     _options: &AttendOptions,
 ) -> Option<Tensor<B, 4>> {
     None

@@ -10,8 +10,8 @@ use burn::tensor::{
 use serde::{Deserialize, Serialize};
 
 use super::{
-    dense_attention, half_attention, AttendOptions, CacheGeometry, KvCache, KvScheme, LayerState, StateTensor,
-    TransferableCache, TransferableScheme,
+    dense_attention, half_attention, slot_buffer::SlotBuffer, AttendOptions, CacheGeometry, KvCache, KvScheme,
+    LayerState, StateTensor, TransferableCache, TransferableScheme,
 };
 use crate::error::CacheError;
 
@@ -35,13 +35,14 @@ pub struct DenseScheme;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HalfDenseScheme;
 
-/// Uncompressed K/V of one layer, `[batch, kv_heads, len, head_dim]` each, in f32 or f16.
+/// Uncompressed K/V of one layer, `[batch, kv_heads, len, head_dim]` each, in f32 or f16, held
+/// in [`SlotBuffer`]s: a decode step writes its slots in place.
 #[derive(Debug, Clone)]
 pub struct DenseCache<B: Backend> {
     geometry: CacheGeometry,
     storage: FloatDType,
-    k: Option<Tensor<B, 4>>,
-    v: Option<Tensor<B, 4>>,
+    k: Option<SlotBuffer<B>>,
+    v: Option<SlotBuffer<B>>,
 }
 
 impl<B: Backend> DenseCache<B> {
@@ -67,7 +68,7 @@ impl<B: Backend> DenseCache<B> {
 
     /// The cached keys and values in their storage type.
     fn stored(&self) -> Option<(Tensor<B, 4>, Tensor<B, 4>)> {
-        Some((self.k.clone()?, self.v.clone()?))
+        Some((self.k.as_ref()?.filled(), self.v.as_ref()?.filled()))
     }
 }
 
@@ -82,33 +83,41 @@ pub fn append_slots<B: Backend>(old: Option<Tensor<B, 4>>, new: Tensor<B, 4>) ->
 impl<B: Backend> KvCache<B> for DenseCache<B> {
     fn append(&mut self, k: Tensor<B, 4>, v: Tensor<B, 4>) -> Result<(), CacheError> {
         self.geometry.check_append(k.dims(), v.dims())?;
-        let (k, v) = match self.storage {
-            FloatDType::F32 => (k, v),
-            storage => {
-                check_storage::<B>(storage, &k.device())?;
-                (k.cast(storage), v.cast(storage))
-            }
+        if self.storage != FloatDType::F32 {
+            check_storage::<B>(self.storage, &k.device())?;
+        }
+        let (k, v) = (k.cast(self.storage), v.cast(self.storage));
+        let append = |buffer: Option<SlotBuffer<B>>, slots| match buffer {
+            Some(buffer) => buffer.appended(slots),
+            None => SlotBuffer::new(slots),
         };
-        self.k = Some(append_slots(self.k.take(), k));
-        self.v = Some(append_slots(self.v.take(), v));
+        self.k = Some(append(self.k.take(), k));
+        self.v = Some(append(self.v.take(), v));
         Ok(())
     }
 
     fn attend(&self, q: Tensor<B, 4>, options: &AttendOptions) -> Result<Tensor<B, 4>, CacheError> {
-        let (k, v) = self.stored().ok_or_else(|| CacheError::Request("attention over an empty cache".into()))?;
+        let empty = || CacheError::Request("attention over an empty cache".into());
+        let (k, v) = (self.k.as_ref().ok_or_else(empty)?, self.v.as_ref().ok_or_else(empty)?);
         match self.storage {
-            FloatDType::F32 => dense_attention(q, k, v, options),
-            _ => half_attention(q, k, v, options),
+            FloatDType::F32 => dense_attention(q, k.filled(), v.filled(), options),
+            _ => half_attention(q, k.buffer().clone(), v.buffer().clone(), k.len(), options),
         }
     }
 
     fn len(&self) -> usize {
-        self.k.as_ref().map_or(0, |k| k.dims()[2])
+        self.k.as_ref().map_or(0, SlotBuffer::len)
     }
 
+    fn input_dtype(&self) -> FloatDType {
+        self.storage
+    }
+
+    /// The bytes of the buffers, room for later slots included.
     fn memory_bytes(&self) -> usize {
         let g = self.geometry;
-        2 * g.batch * g.kv_heads * self.len() * g.head_dim * DType::from(self.storage).size()
+        let capacity = self.k.as_ref().map_or(0, SlotBuffer::capacity);
+        2 * g.batch * g.kv_heads * capacity * g.head_dim * DType::from(self.storage).size()
     }
 }
 

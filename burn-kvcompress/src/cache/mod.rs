@@ -10,6 +10,7 @@ mod host_attention;
 mod options;
 mod recording;
 mod scheme;
+mod slot_buffer;
 mod state;
 
 pub use attention::{attention_reference, check_attend_shapes, dense_attention, half_attention};
@@ -18,4 +19,5 @@ pub use host_attention::{host_attention, HostShape};
 pub use options::AttendOptions;
 pub use recording::{KvRecorder, LayerRecording, RecordedTensor, RecordingCache, RecordingScheme};
 pub use scheme::{CacheGeometry, KvCache, KvScheme, LayerCaches};
+pub use slot_buffer::{SlotBuffer, GROWTH_SLOTS};
 pub use state::{Bytes, LayerState, StateDType, StateTensor, TransferableCache, TransferableScheme};

@@ -1,6 +1,6 @@
 //! The [`KvCache`] and [`KvScheme`] traits and the per-model collection of layer caches.
 
-use burn::tensor::{backend::Backend, Tensor};
+use burn::tensor::{backend::Backend, FloatDType, Tensor};
 
 use super::AttendOptions;
 use crate::error::CacheError;
@@ -30,6 +30,14 @@ pub trait KvCache<B: Backend> {
 
     /// Bytes the cached state occupies, all metadata included.
     fn memory_bytes(&self) -> usize;
+
+    /// The float type the cache takes its keys and values in: f32 unless it says otherwise. The
+    /// model's layers cast to it, so that a cache storing f16 takes an f16 model's value
+    /// projections without a round trip through f32 (two launches a layer in a decode step).
+    /// [`append`](Self::append) must take any float type all the same.
+    fn input_dtype(&self) -> FloatDType {
+        FloatDType::F32
+    }
 }
 
 /// The geometry a layer cache is built for.

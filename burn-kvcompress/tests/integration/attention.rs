@@ -118,7 +118,9 @@ fn reference_matches_naive_loops_on_awkward_shapes() {
         }
         cache.append(k.narrow(2, split, total - split), v.narrow(2, split, total - split)).unwrap();
         assert_eq!(cache.len(), total);
-        assert_eq!(cache.memory_bytes(), 2 * batch * kv_heads * total * d * 4);
+        // The buffers keep room in steps of 256 slots (`GROWTH_SLOTS`), at least one slot free.
+        let capacity = if total < 256 { 256 } else { 512 };
+        assert_eq!(cache.memory_bytes(), 2 * batch * kv_heads * capacity * d * 4);
         let diff = max_abs_diff(&to_vec(cache.attend(q, &options).unwrap()), &expected);
         assert!(diff < TOLERANCE, "dense cache: {diff}");
     }

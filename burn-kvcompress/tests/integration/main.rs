@@ -21,6 +21,7 @@ mod model_ops_gpu;
 mod model_precision;
 mod prefill_decode;
 mod row_product_gpu;
+mod slot_buffer;
 mod smollm2_perplexity;
 mod smollm2_reference;
 mod tokenizer_api;

@@ -3,7 +3,7 @@
 //! then layer 1's, ..., so each layer is published while later layers still compute. It is meant
 //! for a one-shot prefill (one append per layer): the server refuses a layer published twice.
 
-use burn::tensor::{backend::Backend, Tensor};
+use burn::tensor::{backend::Backend, FloatDType, Tensor};
 use burn_kvcompress::{
     cache::{AttendOptions, CacheGeometry, KvCache, KvScheme, LayerState, TransferableCache},
     error::CacheError,
@@ -45,6 +45,10 @@ impl<B: Backend, C: TransferableCache<B>> KvCache<B> for PublishingCache<'_, C> 
 
     fn memory_bytes(&self) -> usize {
         self.inner.memory_bytes()
+    }
+
+    fn input_dtype(&self) -> FloatDType {
+        self.inner.input_dtype()
     }
 }
 

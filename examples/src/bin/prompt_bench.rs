@@ -108,12 +108,12 @@ fn main() -> anyhow::Result<()> {
     println!("| reference (Burn's ops) | {} | 0 |", cell(t.median));
     // The dense f16 cache's prompt path: f32 queries (as the model's rotary embedding gives them).
     let q32 = q.clone().cast(DType::F32);
-    match flash_attention(q32.clone(), k.clone(), v.clone(), &options) {
+    match flash_attention(q32.clone(), k.clone(), v.clone(), s, &options) {
         None => println!("| ours (kernels::flash_attention) | n/a | | does not apply on this device |"),
         Some(got) => {
             let (max, _) = diffs(got, reference.clone().cast(DType::F32));
             let t = time::<Cuda>(&device, args.runs, || {
-                drop(flash_attention(q32.clone(), k.clone(), v.clone(), &options).expect("launched once"))
+                drop(flash_attention(q32.clone(), k.clone(), v.clone(), s, &options).expect("launched once"))
             });
             println!("| ours (kernels::flash_attention) | {} | {max:.1e} |", cell(t.median));
         }

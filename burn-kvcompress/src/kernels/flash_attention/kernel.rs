@@ -18,6 +18,9 @@ pub const WARP_ROWS: u32 = 16;
 pub const KEY_ROWS: u32 = 64;
 /// Elements of a 16-byte piece: one vector of a staged row, one row of an `ldmatrix` 8 × 8 matrix.
 pub const PIECE: u32 = 8;
+/// Most pieces of the keys and of the values a unit loads before storing them (a round of
+/// [`stage_tiles`]): 32 registers each.
+const MAX_STAGED_LOADS: u32 = 8;
 /// Pieces a staged row is padded by, so that the eight rows an `ldmatrix` reads at one column
 /// fall in distinct banks.
 const PAD_PIECES: u32 = 1;
@@ -51,6 +54,30 @@ impl FlashGeometry {
     /// 16-byte pieces of a head's row.
     pub fn pieces(&self) -> u32 {
         self.head_dim / PIECE
+    }
+
+    /// Pieces of the keys (and as many of the values) each unit stages per tile.
+    pub fn staged_per_unit(&self) -> u32 {
+        KEY_ROWS * self.pieces() / self.units()
+    }
+
+    /// Whether the units stage the queries and each tile in whole pieces, every unit as many
+    /// (at least one): the staging loops' counts are these quotients.
+    pub fn stages_evenly(&self) -> bool {
+        let divides = |pieces: u32| pieces >= self.units() && pieces.is_multiple_of(self.units());
+        divides(KEY_ROWS * self.pieces()) && divides(self.rows() * self.pieces())
+    }
+
+    /// Pieces of the keys (and of the values) a unit loads in one round of `stage_tiles`: all
+    /// of its tile's up to 8, else 8 or 4, whichever divides them (the per-unit count is a
+    /// multiple of 4 wherever it exceeds 8: heads of multiples of 16 channels, one warp).
+    pub fn staged_loads(&self) -> u32 {
+        let per_unit = self.staged_per_unit();
+        match per_unit {
+            _ if per_unit <= MAX_STAGED_LOADS => per_unit,
+            _ if per_unit.is_multiple_of(MAX_STAGED_LOADS) => MAX_STAGED_LOADS,
+            _ => 4,
+        }
     }
 
     /// Pieces between two staged rows.
@@ -89,7 +116,8 @@ impl Rows {
 /// over one split of their visible keys; see the module documentation.
 ///
 /// - `q`: `[batch, heads, q_len, head_dim]` f32, the last `q_len` of `total_len` slots;
-/// - `keys`, `values`: `[batch, kv_heads, total_len, head_dim]` f16, in pieces of [`PIECE`];
+/// - `keys`, `values`: `[batch, kv_heads, capacity ≥ total_len, head_dim]` f16, in pieces of
+///   [`PIECE`] (slots from `total_len` on are not read);
 /// - `key_start`: `[batch]`, each row's first real slot;
 /// - `out`: normalized `[batch, heads, q_len, head_dim]` f32; split: `[rows, splits, head_dim]`
 ///   unnormalized, with `out_max`, `out_sum` `[rows, splits]` (rows = `batch · heads · q_len`);
@@ -106,6 +134,7 @@ pub fn flash_attention_kernel<E: Float, N: Size>(
     out_sum: &mut Array<f32>,
     q_len: u32,
     total_len: u32,
+    capacity: u32,
     window: u32,
     scale: f32,
     splits: u32,
@@ -120,7 +149,7 @@ pub fn flash_attention_kernel<E: Float, N: Size>(
         q_len,
         total_len,
     };
-    let kv_at = (batch_row * kv_heads + kv_head) * total_len;
+    let kv_at = (batch_row * kv_heads + kv_head) * capacity;
     let start = key_start[batch_row as usize];
     // The slots of the cube's queries span `first_query ..= last_query` (the whole prompt where
     // its rows run from one head into the next).
@@ -168,8 +197,7 @@ pub fn flash_attention_kernel<E: Float, N: Size>(
     let own_row = first_row + (UNIT_POS / WARP) * WARP_ROWS + lane / 4;
     while tile < end {
         let first_key = tile * KEY_ROWS;
-        stage_keys(keys, &mut key_tile, kv_at, first_key, total_len, geo);
-        stage_keys(values, &mut value_tile, kv_at, first_key, total_len, geo);
+        stage_tiles(keys, values, &mut key_tile, &mut value_tile, kv_at, first_key, total_len, geo);
         sync_cube();
         let mut scores = tile_scores(&key_tile, &query_ops, geo);
         // Every query of the cube sees every key of the tile: no mask to apply.
@@ -214,10 +242,54 @@ fn stage_queries<E: Float, N: Size>(
     }
 }
 
-/// Stages the [`KEY_ROWS`] rows from slot `first_key` of one head's keys or values (rows from
-/// `kv_at`); rows past `total_len` as zeros.
+/// Stages the [`KEY_ROWS`] rows from slot `first_key` of one head's keys and values (rows from
+/// `kv_at`) into `key_tile` and `value_tile`; rows past `total_len` as zeros.
+///
+/// A tile that `total_len` does not cut is loaded in rounds of `geo.staged_loads()` pieces of each,
+/// all of a round's loads issued before its stores: a load guarded per row, as the cut tile's
+/// are, waits for the one before it, and a tile's 64 such round trips cost more than its
+/// products.
 #[cube]
-fn stage_keys<E: Float, N: Size>(
+fn stage_tiles<E: Float, N: Size>(
+    keys: &Array<Vector<E, N>>,
+    values: &Array<Vector<E, N>>,
+    key_tile: &mut SharedMemory<Vector<E, N>>,
+    value_tile: &mut SharedMemory<Vector<E, N>>,
+    kv_at: u32,
+    first_key: u32,
+    total_len: u32,
+    #[comptime] geo: FlashGeometry,
+) {
+    if first_key + KEY_ROWS <= total_len {
+        #[unroll]
+        for round in 0..comptime!(geo.staged_per_unit() / geo.staged_loads()) {
+            let mut staged_keys = Array::<Vector<E, N>>::new(comptime!(geo.staged_loads() as usize));
+            let mut staged_values = Array::<Vector<E, N>>::new(comptime!(geo.staged_loads() as usize));
+            #[unroll]
+            for i in 0..comptime!(geo.staged_loads()) {
+                let cell = (round * comptime!(geo.staged_loads()) + i) * geo.units() + UNIT_POS;
+                let at = (kv_at + first_key + cell / geo.pieces()) * geo.pieces() + cell % geo.pieces();
+                staged_keys[i as usize] = keys[at as usize];
+                staged_values[i as usize] = values[at as usize];
+            }
+            #[unroll]
+            for i in 0..comptime!(geo.staged_loads()) {
+                let cell = (round * comptime!(geo.staged_loads()) + i) * geo.units() + UNIT_POS;
+                let at = (cell / geo.pieces()) * geo.stride() + cell % geo.pieces();
+                key_tile[at as usize] = staged_keys[i as usize];
+                value_tile[at as usize] = staged_values[i as usize];
+            }
+        }
+    } else {
+        stage_cut_tile(keys, key_tile, kv_at, first_key, total_len, geo);
+        stage_cut_tile(values, value_tile, kv_at, first_key, total_len, geo);
+    }
+}
+
+/// Stages the rows from slot `first_key` of one head's keys or values (rows from `kv_at`) that
+/// lie below `total_len`, and zeros for the rest of the tile.
+#[cube]
+fn stage_cut_tile<E: Float, N: Size>(
     source: &Array<Vector<E, N>>,
     tile: &mut SharedMemory<Vector<E, N>>,
     kv_at: u32,
@@ -226,7 +298,7 @@ fn stage_keys<E: Float, N: Size>(
     #[comptime] geo: FlashGeometry,
 ) {
     #[unroll]
-    for i in 0..comptime!(KEY_ROWS * geo.pieces() / geo.units()) {
+    for i in 0..comptime!(geo.staged_per_unit()) {
         let cell = i * geo.units() + UNIT_POS;
         let (row, piece) = (cell / geo.pieces(), cell % geo.pieces());
         let mut staged = Vector::<E, N>::new(E::cast_from(0.0f32));
@@ -476,5 +548,23 @@ fn write_rows(
                 out[(at + i * PIECE + 1) as usize] = pair[1] / divisor;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FlashGeometry;
+
+    #[test]
+    fn the_launched_geometries_stage_evenly_in_rounds_that_divide_them() {
+        for head_dim in (16..=128).step_by(16) {
+            for (warps, split) in [(1, true), (4, false)] {
+                let geo = FlashGeometry { head_dim, group: 4, warps, split };
+                assert!(geo.stages_evenly(), "{geo:?}");
+                assert!(geo.staged_per_unit().is_multiple_of(geo.staged_loads()), "{geo:?}");
+            }
+        }
+        // Eight warps would leave units of a 16-channel tile without a piece.
+        assert!(!FlashGeometry { head_dim: 16, group: 4, warps: 8, split: false }.stages_evenly());
     }
 }

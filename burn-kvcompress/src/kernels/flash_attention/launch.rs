@@ -50,38 +50,46 @@ pub fn flash_geometry(
         && head_dim.is_multiple_of(16)
         && (16..=MAX_HEAD_DIM).contains(&head_dim)
         && group > 0
+        && geo.stages_evenly()
         && features.mma.contains(&product)
         && features.ldmatrix.contains(&f16)
         && geo.shared_bytes() as usize <= properties.hardware.max_shared_memory_size;
     applies.then_some(geo)
 }
 
-/// Splits of each row's keys for a decode step: enough cubes for two per multiprocessor, at most
-/// one per tile of keys.
+/// Cubes per multiprocessor a decode step's splits aim for.
+const DECODE_CUBES_PER_SM: usize = 2;
+
+/// Splits of each row's keys for a decode step: enough cubes for [`DECODE_CUBES_PER_SM`] per
+/// multiprocessor, at most one per tile of keys.
 fn decode_splits(cubes: usize, total_len: usize, properties: &DeviceProperties) -> usize {
-    let target = 2 * properties.hardware.num_streaming_multiprocessors.unwrap_or(1).max(1) as usize;
+    let sms = properties.hardware.num_streaming_multiprocessors.unwrap_or(1).max(1) as usize;
+    let target = DECODE_CUBES_PER_SM * sms;
     target.div_ceil(cubes.max(1)).clamp(1, total_len.div_ceil(KEY_ROWS as usize))
 }
 
 /// Attention of the queries `q` `[batch, heads, q_len, head_dim]` (f32, the last `q_len` of
-/// `total_len` slots) over the f16 keys and values `k`, `v` `[batch, kv_heads, total_len,
-/// head_dim]` with `options` (causal, left padding, sliding window), to `[batch, heads, q_len,
-/// head_dim]` f32, by the tensor-core kernel (a decode step: split over the keys, then merged);
-/// `None` (nothing launched) where it does not apply ([`flash_geometry`]). The shapes must be
-/// those `cache::check_attend_shapes` accepts.
+/// `total_len` slots) over the first `total_len` slots of the f16 key and value buffers `k`, `v`
+/// `[batch, kv_heads, capacity ≥ total_len, head_dim]` (read in place: a cache's buffers with room
+/// for later slots) with `options` (causal, left padding, sliding window), to `[batch, heads,
+/// q_len, head_dim]` f32, by the tensor-core kernel (a decode step: split over the keys, then
+/// merged); `None` (nothing launched) where it does not apply ([`flash_geometry`]). The shapes
+/// must be those `cache::check_attend_shapes` accepts for `total_len` slots.
 #[allow(unsafe_code)] // An unchecked kernel launch; the SAFETY comment says why it is in bounds.
 pub fn flash_attention<R: CubeRuntime, BT: BoolElement>(
     q: Tensor<CubeF32<R, BT>, 4>,
     k: Tensor<CubeF32<R, BT>, 4>,
     v: Tensor<CubeF32<R, BT>, 4>,
+    total_len: usize,
     options: &AttendOptions,
 ) -> Option<Tensor<CubeF32<R, BT>, 4>> {
     let [batch, heads, q_len, head_dim] = q.dims();
-    let [_, kv_heads, total_len, _] = k.dims();
+    let [_, kv_heads, capacity, _] = k.dims();
     let device = q.device();
     let q = float_arg(&q);
     let properties = q.client.properties();
     let geo = flash_geometry(q_len, head_dim, heads / kv_heads, (q.dtype, k.dtype()), properties)?;
+    assert!(total_len <= capacity, "flash_attention: {total_len} slots of buffers of {capacity}");
     let blocks = (geo.group as usize * q_len).div_ceil(geo.rows() as usize);
     let splits = if geo.split { decode_splits(blocks * kv_heads * batch, total_len, properties) } else { 1 };
     let (keys, values) = (float_arg(&k), float_arg(&v));
@@ -99,8 +107,9 @@ pub fn flash_attention<R: CubeRuntime, BT: BoolElement>(
     // SAFETY: cube `(x, h, b · splits + s)` reads query rows `rows() · x ..` below `group · q_len`
     // of KV head `h`'s rows (`q`: `batch · heads · q_len` rows of `head_dim`, the KV head's rows
     // contiguous from `(b · kv_heads + h) · group · q_len`; `heads = kv_heads · group` as the
-    // callers check), key and value rows below `total_len` of KV head `h` of row `b` (`keys`,
-    // `values`: `batch · kv_heads · total_len` rows of `head_dim / 8` pieces) and entry `b <
+    // callers check), key and value rows below `total_len ≤ capacity` of KV head `h` of row `b`
+    // (`keys`, `values`: `batch · kv_heads · capacity` rows of `head_dim / 8` pieces, contiguous
+    // as `float_arg` makes them) and entry `b <
     // batch` of `key_start`. It writes the same rows of `out` (`rows · head_dim`, or with splits
     // `rows · splits · head_dim`, split `s < splits`) and, with splits, entries `row · splits + s`
     // of `out_max`, `out_sum` (`rows · splits`). Its shared arrays hold `rows()` or 64 rows of
@@ -122,6 +131,7 @@ pub fn flash_attention<R: CubeRuntime, BT: BoolElement>(
             out_sum.into_array_arg(),
             q_len as u32,
             total_len as u32,
+            capacity as u32,
             options.window.unwrap_or(0) as u32,
             options.scale,
             splits as u32,
