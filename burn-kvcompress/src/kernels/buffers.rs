@@ -1,4 +1,4 @@
-//! Kernel buffers: flat outputs and contiguous inputs.
+//! Kernel buffers: flat outputs and dense inputs.
 
 use burn::tensor::{DType, Int, Shape, Tensor};
 use burn_cubecl::{
@@ -29,14 +29,39 @@ pub fn kernel_float(dtype: DType) -> bool {
     matches!(dtype, DType::F16 | DType::BF16 | DType::F32)
 }
 
-/// A float tensor as a contiguous kernel argument.
+/// A float tensor as a dense kernel argument ([`dense_arg`]).
 pub fn float_arg<R: CubeRuntime, BT: BoolElement, const D: usize>(t: &Tensor<CubeF32<R, BT>, D>) -> CubeTensor<R> {
-    into_contiguous(t.clone().into_primitive().tensor())
+    dense_arg(t.clone().into_primitive().tensor())
 }
 
-/// An integer tensor as a contiguous kernel argument.
+/// An integer tensor as a dense kernel argument ([`dense_arg`]).
 pub fn int_arg<R: CubeRuntime, BT: BoolElement, const D: usize>(t: &Tensor<CubeF32<R, BT>, D, Int>) -> CubeTensor<R> {
-    into_contiguous(t.clone().into_primitive())
+    dense_arg(t.clone().into_primitive())
+}
+
+/// A tensor whose buffer a kernel can index as the row-major array of its shape: the tensor as
+/// it is where its elements already lie that way ([`lies_dense`]), else a contiguous copy.
+pub fn dense_arg<R: CubeRuntime>(tensor: CubeTensor<R>) -> CubeTensor<R> {
+    match lies_dense(tensor.meta.shape(), tensor.meta.strides()) {
+        true => tensor,
+        false => into_contiguous(tensor),
+    }
+}
+
+/// Whether a tensor of `shape` and `strides` lies in memory as the contiguous tensor of its
+/// shape does. Burn's contiguity check also asks dimensions of one element for their contiguous
+/// stride, which a swap of such a dimension changes without moving anything: a decode step's
+/// queries `[batch, 1, heads, dim]` viewed as `[batch, heads, 1, dim]` lie dense, and copying them
+/// costs a launch per layer.
+pub fn lies_dense(shape: &[usize], strides: &[usize]) -> bool {
+    let mut expected = 1;
+    for (&dim, &stride) in shape.iter().zip(strides).rev() {
+        if dim != 1 && stride != expected {
+            return false;
+        }
+        expected *= dim;
+    }
+    true
 }
 
 /// A tensor as a kernel argument whose rows (its last dimension; the leading dimensions
@@ -54,5 +79,23 @@ pub fn pitched_rows_arg<R: CubeRuntime>(tensor: CubeTensor<R>) -> (CubeTensor<R>
         (tensor, pitch)
     } else {
         (into_contiguous(tensor), width)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lies_dense;
+
+    #[test]
+    fn dimensions_of_one_element_may_have_any_stride() {
+        assert!(lies_dense(&[2, 3, 4], &[12, 4, 1]));
+        // `[2, 1, 3, 4]` viewed with axes 1 and 2 swapped: `[2, 3, 1, 4]`, strides `[12, 4, 12, 1]`.
+        assert!(lies_dense(&[2, 3, 1, 4], &[12, 4, 12, 1]));
+        assert!(lies_dense(&[1, 1], &[7, 9]));
+        assert!(lies_dense(&[], &[]));
+        // A true transpose, padded rows, a broadcast.
+        assert!(!lies_dense(&[3, 4], &[1, 3]));
+        assert!(!lies_dense(&[3, 2], &[4, 1]));
+        assert!(!lies_dense(&[3, 4], &[0, 1]));
     }
 }

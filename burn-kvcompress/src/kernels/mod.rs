@@ -3,7 +3,7 @@
 //! reductions over runs of shared memory, the log-sum-exp merge of split-sequence
 //! (flash-decoding) partial results, and the model's own ops in one or two launches where Burn's
 //! take many (a decode step is bound by launching them): the products of a few activation rows
-//! with the weights, RMSNorm and the rotary embedding; a prompt's products through the fastest
+//! with the weights, RMSNorm, the rotary embedding and SwiGLU's gating; a prompt's products through the fastest
 //! of cubek's matrix-product variants that launches (or cuBLAS); and attention over an f16 cache
 //! on tensor cores (flash attention for a prompt, flash decoding for a step).
 //!
@@ -52,12 +52,17 @@ mod runs;
 // `#[cube]` expands each function into undocumented helper items.
 #[allow(missing_docs)]
 mod softmax;
+// `#[cube]` expands each kernel into undocumented helper items.
+#[allow(missing_docs)]
+mod swiglu;
 // `#[cube]` expands each function into undocumented helper items.
 #[allow(missing_docs)]
 pub mod warp_mma;
 mod warp_splits;
 
-pub use buffers::{dense_output, dense_output_of, float_arg, int_arg, kernel_float, pitched_rows_arg, CubeF32};
+pub use buffers::{
+    dense_arg, dense_output, dense_output_of, float_arg, int_arg, kernel_float, lies_dense, pitched_rows_arg, CubeF32,
+};
 #[cfg(feature = "cuda")]
 pub use cublas_product::{cublas_product, CublasUnavailable};
 pub use flash_attention::{flash_attention, flash_geometry, FlashGeometry, MAX_HEAD_DIM};
@@ -66,7 +71,8 @@ pub use merge::{masked_score, merge_partials, SplitOut, SplitPartials, MASKED_SC
 pub use prompt_product::{product_by, prompt_product};
 pub use rms_norm::rms_norm;
 pub use rotary::rotary;
-pub use row_product::{row_product, MAX_ROWS};
+pub use row_product::{row_product, row_products, MAX_ROWS, MAX_WEIGHTS};
 pub use runs::{min_max_runs, sum_runs};
 pub use softmax::{split_masses, split_softmax};
+pub use swiglu::swiglu;
 pub use warp_splits::{WarpSplits, SM_REGISTERS};

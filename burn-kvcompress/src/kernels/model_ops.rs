@@ -1,5 +1,6 @@
-//! The CubeCL backends' [`ModelOpsBackend`]: the model's products, norms and rotary embedding
-//! through this module's kernels (the row product two launches, the others one).
+//! The CubeCL backends' [`ModelOpsBackend`]: the model's products, norms, rotary embedding and
+//! SwiGLU gating through this module's kernels (the row product two launches for up to three
+//! weights, the others one).
 
 use burn::{
     nn::RmsNorm,
@@ -7,12 +8,23 @@ use burn::{
 };
 use burn_cubecl::{BoolElement, CubeRuntime};
 
-use super::{rms_norm, rotary, row_product, CubeF32};
+use super::{rms_norm, rotary, row_product, row_products, swiglu, CubeF32};
 use crate::model::{ModelOpsBackend, RotaryEmbedding};
 
 impl<R: CubeRuntime, BT: BoolElement> ModelOpsBackend for CubeF32<R, BT> {
     fn row_product(x: Tensor<Self, 2>, w: Tensor<Self, 2>) -> Tensor<Self, 2> {
         row_product(x, w)
+    }
+
+    fn row_products(x: Tensor<Self, 2>, weights: Vec<Tensor<Self, 2>>) -> Vec<Tensor<Self, 2>> {
+        let weights = match <[_; 3]>::try_from(weights) {
+            Ok(three) => return row_products(x, three).into(),
+            Err(weights) => weights,
+        };
+        match <[_; 2]>::try_from(weights) {
+            Ok(two) => row_products(x, two).into(),
+            Err(weights) => weights.into_iter().map(|w| row_product(x.clone(), w)).collect(),
+        }
     }
 
     fn rms_norm(norm: &RmsNorm<Self>, x: Tensor<Self, 2>) -> Tensor<Self, 2> {
@@ -27,5 +39,9 @@ impl<R: CubeRuntime, BT: BoolElement> ModelOpsBackend for CubeF32<R, BT> {
     ) -> Tensor<Self, 2> {
         let (cos, sin) = rope.tables();
         rotary(x, heads, cos, sin, positions)
+    }
+
+    fn swiglu(gate: Tensor<Self, 2>, up: Tensor<Self, 2>) -> Tensor<Self, 2> {
+        swiglu(gate, up)
     }
 }

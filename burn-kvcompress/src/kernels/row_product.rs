@@ -16,10 +16,10 @@
 //! before the final rounding to the operands' type.
 
 use burn::tensor::{DType, Tensor, TensorPrimitive};
-use burn_cubecl::{kernel::into_contiguous, tensor::CubeTensor, BoolElement, CubeRuntime};
+use burn_cubecl::{tensor::CubeTensor, BoolElement, CubeRuntime};
 use cubecl::prelude::*;
 
-use super::{dense_output, dense_output_of, kernel_float, CubeF32};
+use super::{dense_arg, dense_output, dense_output_of, kernel_float, CubeF32};
 
 /// Most activation rows the kernel takes; more go through the matrix product.
 pub const MAX_ROWS: usize = 8;
@@ -33,27 +33,89 @@ const LANES: u32 = 32;
 /// Cubes the grid aims for per multiprocessor (or in all, where the count is unknown: 128).
 const CUBES_PER_SM: u32 = 4;
 
-/// Partial sums of the cube's split: `partial[split, row, column vector]`.
+/// Most weights one launch multiplies the rows by ([`row_products`]): a layer's query, key and
+/// value projections.
+pub const MAX_WEIGHTS: usize = 3;
+
+/// Partial sums of the cube's split: `partial[split, row, column vector]`, the columns of the
+/// weights concatenated. Weight `i` has `columns_i` column vectors, taken by the cubes from
+/// `first_cube_i` (`first_cube_0` = 0) and written from column vector `columns_0 + … +
+/// columns_(i−1)`.
+#[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked)]
 fn row_product_kernel<F: Float, N: Size>(
     x: &Array<F>,
-    w: &Array<Vector<F, N>>,
+    w_0: &Array<Vector<F, N>>,
+    w_1: &Array<Vector<F, N>>,
+    w_2: &Array<Vector<F, N>>,
     partial: &mut Array<Vector<f32, N>>,
     k: u32,
-    columns: u32,
+    columns_0: u32,
+    columns_1: u32,
+    columns_2: u32,
+    first_cube_1: u32,
+    first_cube_2: u32,
     split_rows: u32,
     #[comptime] rows: u32,
     #[define(F)] _dtype: StorageType,
 ) {
-    let column = CUBE_POS_X * LANES + UNIT_POS_X;
+    let total = columns_0 + columns_1 + columns_2;
     let split = CUBE_POS_Y;
-    let end = u32::min((split + 1) * split_rows, k);
     let mut sums = Array::<Vector<f32, N>>::new(rows as usize);
     #[unroll]
     for m in 0..rows {
         sums[m as usize] = Vector::new(0.0f32);
     }
+    // The cube's weight: a uniform branch, each arm its own loop over that weight.
+    let in_0 = CUBE_POS_X < first_cube_1;
+    let in_1 = !in_0 && CUBE_POS_X < first_cube_2;
+    let first_cube = select(in_0, 0u32, select(in_1, first_cube_1, first_cube_2));
+    let columns = select(in_0, columns_0, select(in_1, columns_1, columns_2));
+    let column = (CUBE_POS_X - first_cube) * LANES + UNIT_POS_X;
+    let at = select(in_0, 0u32, select(in_1, columns_0, columns_0 + columns_1)) + column;
+    if in_0 {
+        accumulate(x, w_0, &mut sums, column, columns, k, split, split_rows, rows);
+    } else if in_1 {
+        accumulate(x, w_1, &mut sums, column, columns, k, split, split_rows, rows);
+    } else {
+        accumulate(x, w_2, &mut sums, column, columns, k, split, split_rows, rows);
+    }
+    let mut shared = SharedMemory::<Vector<f32, N>>::new(comptime!((rows * WARPS * LANES) as usize));
+    #[unroll]
+    for m in 0..rows {
+        shared[((m * WARPS + UNIT_POS_Y) * LANES + UNIT_POS_X) as usize] = sums[m as usize];
+    }
+    sync_cube();
+    // Warp `m` adds up activation row `m`'s sums of the cube's warps (rows ≤ WARPS).
+    let m = UNIT_POS_Y;
+    if m < rows && column < columns {
+        let mut total_sum = Vector::<f32, N>::new(0.0f32);
+        #[unroll]
+        for warp in 0..WARPS {
+            total_sum += shared[((m * WARPS + warp) * LANES + UNIT_POS_X) as usize];
+        }
+        partial[((split * rows + m) * total + at) as usize] = total_sum;
+    }
+}
+
+/// Adds the products of the activation rows `x` with column vector `column` (below `columns`)
+/// of `w` `[k, columns]` over the weight rows of split `split` that the calling warp takes to
+/// `sums` (one per activation row).
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn accumulate<F: Float, N: Size>(
+    x: &Array<F>,
+    w: &Array<Vector<F, N>>,
+    sums: &mut Array<Vector<f32, N>>,
+    column: u32,
+    columns: u32,
+    k: u32,
+    split: u32,
+    split_rows: u32,
+    #[comptime] rows: u32,
+) {
     if column < columns {
+        let end = u32::min((split + 1) * split_rows, k);
         let mut r = split * split_rows + UNIT_POS_Y;
         while r < end {
             let weights = Vector::<f32, N>::cast_from(w[(r * columns + column) as usize]);
@@ -65,27 +127,13 @@ fn row_product_kernel<F: Float, N: Size>(
             r += WARPS;
         }
     }
-    let mut shared = SharedMemory::<Vector<f32, N>>::new(comptime!((rows * WARPS * LANES) as usize));
-    #[unroll]
-    for m in 0..rows {
-        shared[((m * WARPS + UNIT_POS_Y) * LANES + UNIT_POS_X) as usize] = sums[m as usize];
-    }
-    sync_cube();
-    // Warp `m` adds up activation row `m`'s sums of the cube's warps (rows ≤ WARPS).
-    let m = UNIT_POS_Y;
-    if m < rows && column < columns {
-        let mut total = Vector::<f32, N>::new(0.0f32);
-        #[unroll]
-        for warp in 0..WARPS {
-            total += shared[((m * WARPS + warp) * LANES + UNIT_POS_X) as usize];
-        }
-        partial[((split * rows + m) * columns + column) as usize] = total;
-    }
 }
 
-/// The widest vector of `elem_bytes`-byte elements the device loads well that divides `n`.
-fn vector_size<R: CubeRuntime>(client: &ComputeClient<R>, elem_bytes: usize, n: usize) -> usize {
-    client.io_optimized_vector_sizes(elem_bytes).filter(|v| n.is_multiple_of(*v)).max().unwrap_or(1)
+/// The widest vector of `elem_bytes`-byte elements the device loads well that divides every
+/// width of `widths`.
+fn vector_size<R: CubeRuntime>(client: &ComputeClient<R>, elem_bytes: usize, widths: &[usize]) -> usize {
+    let divides = |v: &usize| widths.iter().all(|n| n.is_multiple_of(*v));
+    client.io_optimized_vector_sizes(elem_bytes).filter(divides).max().unwrap_or(1)
 }
 
 /// Splits of `k` for `column_cubes` cubes of columns: enough for `CUBES_PER_SM` cubes per
@@ -98,35 +146,64 @@ fn splits_for(column_cubes: u32, k: u32, sms: Option<u32>) -> u32 {
 /// `x` `[rows, k]` times `w` `[k, n]` in their float type (the same for both): this kernel for
 /// `rows ≤ MAX_ROWS`, [`prompt_product`](super::prompt_product) for more rows, Burn's matrix
 /// product for operands of different types.
-#[allow(unsafe_code)] // An unchecked kernel launch; the SAFETY comment says why it is in bounds.
 pub fn row_product<R: CubeRuntime, BT: BoolElement>(
     x: Tensor<CubeF32<R, BT>, 2>,
     w: Tensor<CubeF32<R, BT>, 2>,
 ) -> Tensor<CubeF32<R, BT>, 2> {
-    let ([rows, k], [k_w, n]) = (x.dims(), w.dims());
-    assert_eq!(k, k_w, "row_product: x is [{rows}, {k}], w is [{k_w}, {n}]");
-    let dtype = w.dtype();
-    if rows > MAX_ROWS {
-        return super::prompt_product(x, w);
+    let [out] = row_products(x, [w]);
+    out
+}
+
+/// `x` `[rows, k]` times each weight `[k, n_i]` of `weights` (up to [`MAX_WEIGHTS`], all of
+/// `x`'s float type), in that type: one launch of this kernel for all of them (and one for the
+/// splits' sums) where `rows ≤ MAX_ROWS`, a decode step's projections sharing their input (a
+/// layer's query, key and value projections; its gate and up projections); otherwise each
+/// product as [`row_product`] computes it alone.
+///
+/// # Panics
+/// If more than [`MAX_WEIGHTS`] weights are given or a weight has other than `k` rows.
+#[allow(unsafe_code)] // An unchecked kernel launch; the SAFETY comment says why it is in bounds.
+pub fn row_products<R: CubeRuntime, BT: BoolElement, const W: usize>(
+    x: Tensor<CubeF32<R, BT>, 2>,
+    weights: [Tensor<CubeF32<R, BT>, 2>; W],
+) -> [Tensor<CubeF32<R, BT>, 2>; W] {
+    assert!((1..=MAX_WEIGHTS).contains(&W), "row_products: {W} weights, 1 to {MAX_WEIGHTS} per launch");
+    let [rows, k] = x.dims();
+    for w in &weights {
+        assert_eq!(w.dims()[0], k, "row_products: x is [{rows}, {k}], a weight {:?}", w.dims());
     }
-    if rows == 0 || x.dtype() != dtype || !kernel_float(dtype) {
-        return x.matmul(w);
+    let dtype = weights[0].dtype();
+    let kernel_takes =
+        rows > 0 && rows <= MAX_ROWS && kernel_float(dtype) && weights.iter().all(|w| w.dtype() == dtype);
+    if !kernel_takes || x.dtype() != dtype {
+        return weights.map(|w| match rows > MAX_ROWS {
+            true => super::prompt_product(x.clone(), w),
+            false => x.clone().matmul(w),
+        });
     }
-    let x_arg = into_contiguous(x.into_primitive().tensor());
-    let w_arg = into_contiguous(w.into_primitive().tensor());
-    let client = w_arg.client.clone();
-    let vector = vector_size(&client, dtype.size(), n);
-    let columns = (n / vector) as u32;
-    let column_cubes = columns.div_ceil(LANES);
+    let widths = weights.clone().map(|w| w.dims()[1]);
+    let x_arg = dense_arg(x.into_primitive().tensor());
+    let w_args = weights.map(|w| dense_arg(w.into_primitive().tensor()));
+    let client = x_arg.client.clone();
+    let vector = vector_size(&client, dtype.size(), &widths);
+    // Three weight slots: the absent ones repeat the first with no columns.
+    let columns: [u32; MAX_WEIGHTS] = std::array::from_fn(|i| widths.get(i).map_or(0, |n| (n / vector) as u32));
+    let cubes = columns.map(|c| c.div_ceil(LANES));
+    let column_cubes = cubes.iter().sum::<u32>();
     let sms = client.properties().hardware.num_streaming_multiprocessors;
     let splits = splits_for(column_cubes, k as u32, sms);
     let split_rows = (k as u32).div_ceil(splits);
-    let partial = dense_output::<R, f32>(&w_arg, splits as usize * rows * n);
-    // SAFETY: cube (c, s) has lanes of columns `c · LANES + lane`, guarded `< columns` before
-    // every access of `w` (`[k, columns]` vectors, rows `< min((s + 1) · split_rows, k)`) and of
-    // `partial` (`[splits, rows, columns]` vectors, allocated above, `s < splits`); `x` is read
-    // at rows `m < rows` and columns `r < k` of its contiguous `[rows, k]`; shared memory holds
-    // `rows · WARPS · LANES` vectors, indexed by `m < rows`, warp `< WARPS`, lane `< LANES`.
+    let n_total: usize = widths.iter().sum();
+    let partial = dense_output::<R, f32>(&x_arg, splits as usize * rows * n_total);
+    let weight_arg = |i: usize| w_args[i.min(W - 1)].clone().into_array_arg();
+    // SAFETY: cube (c, s) takes weight `i` (the cubes from `first_cube_i`, `cubes_i` of them:
+    // `columns_i` vectors in lanes of `LANES`) at its column vector `(c − first_cube_i) · LANES +
+    // lane`, guarded `< columns_i` before every access of `w_i` (`[k, columns_i]` vectors; rows
+    // `< min((s + 1) · split_rows, k)`) and of `partial` (`[splits, rows, Σ columns_i]` vectors,
+    // allocated above, `s < splits`, the weight's columns from `columns_0 + … + columns_(i−1)`);
+    // absent weights have no columns and no cubes. `x` is read at rows `m < rows` and columns `r
+    // < k` of its dense `[rows, k]`; shared memory holds `rows · WARPS · LANES` vectors, indexed
+    // by `m < rows`, warp `< WARPS`, lane `< LANES`.
     unsafe {
         row_product_kernel::launch_unchecked(
             &client,
@@ -134,66 +211,111 @@ pub fn row_product<R: CubeRuntime, BT: BoolElement>(
             CubeDim::new_2d(LANES, WARPS),
             vector,
             x_arg.into_array_arg(),
-            w_arg.into_array_arg(),
+            weight_arg(0),
+            weight_arg(1),
+            weight_arg(2),
             partial.clone().into_array_arg(),
             k as u32,
-            columns,
+            columns[0],
+            columns[1],
+            columns[2],
+            cubes[0],
+            cubes[0] + cubes[1],
             split_rows,
             rows as u32,
             dtype.into(),
         )
     };
-    let out = match (splits, dtype) {
-        (1, DType::F32) => partial,
-        _ => sum_splits(partial, splits, rows * n, dtype),
+    let outputs = match (W, splits, dtype) {
+        (1, 1, DType::F32) => vec![partial],
+        _ => sum_splits(partial, splits, rows, &widths, dtype),
     };
-    Tensor::<CubeF32<R, BT>, 1>::from_primitive(TensorPrimitive::Float(out)).reshape([rows, n])
+    let mut outputs = outputs.into_iter();
+    widths.map(|n| {
+        let out = outputs.next().expect("one output per weight");
+        Tensor::<CubeF32<R, BT>, 1>::from_primitive(TensorPrimitive::Float(out)).reshape([rows, n])
+    })
 }
 
 /// Units per cube of [`sum_splits_kernel`].
 const SUM_UNITS: u32 = 256;
 
-/// `out[i] = Σ_s partial[s · len + i]`, rounded to `out`'s type once.
+/// `out_i[row, c] = Σ_s partial[s, row, first_i + c]` (the splits' sums of weight `i`'s columns,
+/// which start at column `first_i` of the concatenated row of `width` columns), rounded to the
+/// outputs' type once; unit `j < rows · width` takes row `j / width`, column `j mod width`.
+#[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked)]
 fn sum_splits_kernel<F: Float>(
     partial: &Array<f32>,
-    out: &mut Array<F>,
+    out_0: &mut Array<F>,
+    out_1: &mut Array<F>,
+    out_2: &mut Array<F>,
     splits: u32,
+    width: u32,
+    first_1: u32,
+    first_2: u32,
     len: u32,
     #[define(F)] _dtype: StorageType,
 ) {
-    let i = ABSOLUTE_POS as u32;
-    if i >= len {
+    let j = ABSOLUTE_POS as u32;
+    if j >= len {
         terminate!();
     }
     let mut total = 0.0f32;
     for s in 0..splits {
-        total += partial[(s * len + i) as usize];
+        total += partial[(s * len + j) as usize];
     }
-    out[i as usize] = F::cast_from(total);
+    let (row, column) = (j / width, j % width);
+    let value = F::cast_from(total);
+    if column < first_1 {
+        out_0[(row * first_1 + column) as usize] = value;
+    } else if column < first_2 {
+        out_1[(row * (first_2 - first_1) + column - first_1) as usize] = value;
+    } else {
+        out_2[(row * (width - first_2) + column - first_2) as usize] = value;
+    }
 }
 
-/// The splits' partial sums `[splits, len]` (f32) added up and rounded to `dtype`: one launch
-/// where Burn's sum and cast take two or more.
+/// The splits' partial sums `[splits, rows, Σ widths]` (f32) added up, rounded to `dtype` and
+/// parted into one `[rows, width_i]` output per weight: one launch where Burn's sum, cast and
+/// slices take several.
 #[allow(unsafe_code)] // An unchecked kernel launch; the SAFETY comment says why it is in bounds.
-fn sum_splits<R: CubeRuntime>(partial: CubeTensor<R>, splits: u32, len: usize, dtype: DType) -> CubeTensor<R> {
-    let out = dense_output_of(&partial, len, dtype);
-    // SAFETY: unit `i < len` (the kernel's guard) reads `partial[s · len + i]` for `s < splits`
-    // (`splits · len` entries, the row kernel's output) and writes `out[i]` (`len`, allocated
-    // above).
+fn sum_splits<R: CubeRuntime>(
+    partial: CubeTensor<R>,
+    splits: u32,
+    rows: usize,
+    widths: &[usize],
+    dtype: DType,
+) -> Vec<CubeTensor<R>> {
+    let outputs: Vec<CubeTensor<R>> = widths.iter().map(|n| dense_output_of(&partial, rows * n, dtype)).collect();
+    let width: usize = widths.iter().sum();
+    let first_1 = widths[0];
+    let first_2 = first_1 + widths.get(1).copied().unwrap_or(0);
+    let len = rows * width;
+    let out_arg = |i: usize| outputs[i.min(outputs.len() - 1)].clone().into_array_arg();
+    // SAFETY: unit `j < len = rows · width` (the kernel's guard) reads `partial[s · len + j]`
+    // for `s < splits` (`splits · len` entries, the row kernel's output) and writes one element
+    // of the output of the columns `j mod width` falls in: `out_i[row · width_i + column −
+    // first_i]` with `row < rows` and `0 ≤ column − first_i < width_i` (`rows · width_i` each,
+    // allocated above); an absent weight has no columns, so its stand-in is never written.
     unsafe {
         sum_splits_kernel::launch_unchecked(
             &partial.client.clone(),
             CubeCount::Static((len as u32).div_ceil(SUM_UNITS), 1, 1),
             CubeDim::new_1d(SUM_UNITS),
             partial.into_array_arg(),
-            out.clone().into_array_arg(),
+            out_arg(0),
+            out_arg(1),
+            out_arg(2),
             splits,
+            width as u32,
+            first_1 as u32,
+            first_2 as u32,
             len as u32,
             dtype.into(),
         )
     };
-    out
+    outputs
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 use burn::{
     module::Module,
     nn::{Linear, RmsNorm},
-    tensor::{activation::silu, backend::Backend, DType, Int, Tensor},
+    tensor::{backend::Backend, Int, Tensor},
 };
 
 use super::{ModelOps, RotaryEmbedding};
@@ -35,10 +35,11 @@ pub struct SelfAttention<B: Backend> {
 impl<B: Backend> SelfAttention<B> {
     /// `x`: `[batch * seq, hidden]` (batch-major) at RoPE `positions` (`[batch * seq]`, the same
     /// order, each `< rope.max_position()`); appends the new keys/values to `cache` and returns
-    /// the attention output `[batch * seq, hidden]`. Projections run on 2-D tensors: one matrix
-    /// product per weight (a 3-D input makes ndarray run one product per sequence, 4x slower when
-    /// decoding). `x` and the output are in the weights' float type; queries, keys and values are
-    /// f32 from RoPE (and the values' cast) on, for the cache.
+    /// the attention output `[batch * seq, hidden]`. Projections run on 2-D tensors (a 3-D input
+    /// makes ndarray run one product per sequence, 4x slower when decoding), the query, key and
+    /// value projections together ([`ModelOps::project_all`]: one launch on the CubeCL backends). `x` and the output are in the weights' float type; queries and keys are f32
+    /// from RoPE on, and the keys and values go to the cache in its
+    /// [`input_dtype`](KvCache::input_dtype).
     pub fn forward<C: KvCache<B>>(
         &self,
         x: Tensor<B, 2>,
@@ -51,15 +52,21 @@ impl<B: Backend> SelfAttention<B> {
         let seq = x.dims()[0] / batch;
         let dtype = x.dtype();
         let heads_of = |t: Tensor<B, 2>, heads: usize| t.reshape([batch, seq, heads, self.head_dim]).swap_dims(1, 2);
-        let rotated = |linear: &Linear<B>, heads: usize| {
-            heads_of(self.ops.rotary(rope, self.ops.project(linear, x.clone()), heads, positions), heads)
-        };
-        let q = rotated(&self.q_proj, self.num_heads);
-        let k = rotated(&self.k_proj, self.num_kv_heads);
-        let v = heads_of(self.ops.project(&self.v_proj, x).cast(DType::F32), self.num_kv_heads);
-        cache.append(k, v)?;
+        let rotated = |t: Tensor<B, 2>, heads: usize| heads_of(self.ops.rotary(rope, t, heads, positions), heads);
+        let [q, k, v] = self.ops.project_all([&self.q_proj, &self.k_proj, &self.v_proj], x);
+        let (q, k) = (rotated(q, self.num_heads), rotated(k, self.num_kv_heads));
+        let v = heads_of(v, self.num_kv_heads);
+        let input = cache.input_dtype();
+        cache.append(k.cast(input), v.cast(input))?;
         let out = cache.attend(q, options)?;
-        let out = out.swap_dims(1, 2).reshape([batch * seq, self.num_heads * self.head_dim]).cast(dtype);
+        let rows = [batch * seq, self.num_heads * self.head_dim];
+        // A decode step's `[batch, heads, 1, head_dim]` lies as `[batch, 1, heads, head_dim]`
+        // does: reshaped as it is, where the swapped view would be copied first.
+        let out = match seq {
+            1 => out.reshape(rows),
+            _ => out.swap_dims(1, 2).reshape(rows),
+        };
+        let out = out.cast(dtype);
         Ok(self.ops.project(&self.o_proj, out))
     }
 }
@@ -81,8 +88,8 @@ pub struct FeedForward<B: Backend> {
 impl<B: Backend> FeedForward<B> {
     /// `[rows, hidden]` to `[rows, hidden]`.
     pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        let gate = silu(self.ops.project(&self.gate_proj, x.clone()));
-        self.ops.project(&self.down_proj, gate * self.ops.project(&self.up_proj, x))
+        let [gate, up] = self.ops.project_all([&self.gate_proj, &self.up_proj], x);
+        self.ops.project(&self.down_proj, self.ops.swiglu(gate, up))
     }
 }
 

@@ -1,14 +1,14 @@
-//! [`ModelOps`]: how the model runs its weight products, its RMSNorms and its rotary embedding,
-//! so that a backend with kernels for them can replace Burn's ops.
+//! [`ModelOps`]: how the model runs its weight products, its RMSNorms, its rotary embedding and
+//! SwiGLU's gating, so that a backend with kernels for them can replace Burn's ops.
 //!
 //! A decode step multiplies one row (or a few) by every weight of the model: matrix-vector
 //! products bound by reading the weights, which general matrix-product kernels, tiled for many
 //! rows, run far below the memory bandwidth. Around them, Burn composes a norm of about eight
-//! launches and a rotary embedding of about nine, and with one row each launch costs more on the
-//! host than on the device. [`ModelOpsBackend`] lets a backend supply all three (the CubeCL
-//! backends: `kernels::{row_product, rms_norm, rotary}`, one or two launches each); the model
-//! holds them as function pointers ([`CausalLm::with_ops`]), since its code is generic over any
-//! backend.
+//! launches, a rotary embedding of about nine and SwiGLU's gating of eight, and with one row each
+//! launch costs more on the host than on the device. [`ModelOpsBackend`] lets a backend supply
+//! all four (the CubeCL backends: `kernels::{row_product, rms_norm, rotary, swiglu}`, one or two
+//! launches each); the model holds them as function pointers ([`CausalLm::with_ops`]), since
+//! its code is generic over any backend.
 
 use std::any::Any;
 use std::fmt;
@@ -16,24 +16,31 @@ use std::sync::Arc;
 
 use burn::{
     nn::{Linear, RmsNorm},
-    tensor::{backend::Backend, Int, Tensor},
+    tensor::{activation::silu, backend::Backend, Int, Tensor},
 };
 
 use super::{CausalLm, RotaryEmbedding};
 
 /// A product `[rows, d_in] · [d_in, d_out]` to `[rows, d_out]` in the operands' float type.
 pub type RowProduct<B> = fn(Tensor<B, 2>, Tensor<B, 2>) -> Tensor<B, 2>;
+/// The products of `[rows, d_in]` with several weights `[d_in, d_out_i]`, in their order.
+pub type RowProducts<B> = fn(Tensor<B, 2>, Vec<Tensor<B, 2>>) -> Vec<Tensor<B, 2>>;
 /// An RMSNorm of rows `[rows, hidden]`, in their float type.
 pub type RmsNormOp<B> = fn(&RmsNorm<B>, Tensor<B, 2>) -> Tensor<B, 2>;
 /// A rotary embedding of rows `[rows, heads · head_dim]` (their float type) by positions
 /// `[rows]` (`< max_position`), given the heads, to f32 `[rows, heads · head_dim]`.
 pub type RotaryOp<B> = fn(&RotaryEmbedding<B>, Tensor<B, 2>, usize, &Tensor<B, 1, Int>) -> Tensor<B, 2>;
 
+/// SwiGLU's gating `silu(gate) · up` of `[rows, intermediate]` rows, in their float type.
+pub type SwigluOp<B> = fn(Tensor<B, 2>, Tensor<B, 2>) -> Tensor<B, 2>;
+
 /// One backend's ops, behind [`ModelOps`]'s type erasure.
 struct BackendOps<B: Backend> {
     row_product: RowProduct<B>,
+    row_products: RowProducts<B>,
     rms_norm: RmsNormOp<B>,
     rotary: RotaryOp<B>,
+    swiglu: SwigluOp<B>,
 }
 
 /// How the layers apply their weights, norms and rotary embedding: one backend's
@@ -47,7 +54,13 @@ pub struct ModelOps {
 impl ModelOps {
     /// `B`'s own ops ([`ModelOpsBackend`]).
     pub fn of_backend<B: ModelOpsBackend>() -> Self {
-        let ops = BackendOps::<B> { row_product: B::row_product, rms_norm: B::rms_norm, rotary: B::rotary };
+        let ops = BackendOps::<B> {
+            row_product: B::row_product,
+            row_products: B::row_products,
+            rms_norm: B::rms_norm,
+            rotary: B::rotary,
+            swiglu: B::swiglu,
+        };
         Self { ops: Some(Arc::new(ops)) }
     }
 
@@ -66,6 +79,27 @@ impl ModelOps {
             Some(bias) => y + bias.val().unsqueeze(),
             None => y,
         }
+    }
+
+    /// `x` `[rows, d_in]` times each of `linears`' weights `[d_in, d_out_i]` (plus its bias), in
+    /// their order: projections that share their input, which a backend may run in one launch.
+    pub fn project_all<B: Backend, const L: usize>(
+        &self,
+        linears: [&Linear<B>; L],
+        x: Tensor<B, 2>,
+    ) -> [Tensor<B, 2>; L] {
+        let outputs = match self.of::<B>() {
+            Some(ops) => (ops.row_products)(x, linears.iter().map(|l| l.weight.val()).collect()),
+            None => linears.iter().map(|l| x.clone().matmul(l.weight.val())).collect(),
+        };
+        let mut outputs = outputs.into_iter();
+        linears.map(|linear| {
+            let y = outputs.next().expect("one output per weight");
+            match &linear.bias {
+                Some(bias) => y + bias.val().unsqueeze(),
+                None => y,
+            }
+        })
     }
 
     /// `norm` applied to the rows `x` `[rows, hidden]`.
@@ -90,6 +124,14 @@ impl ModelOps {
             None => rope.apply(x, heads, positions),
         }
     }
+
+    /// SwiGLU's gating `silu(gate) · up` of `[rows, intermediate]` rows.
+    pub fn swiglu<B: Backend>(&self, gate: Tensor<B, 2>, up: Tensor<B, 2>) -> Tensor<B, 2> {
+        match self.of::<B>() {
+            Some(ops) => (ops.swiglu)(gate, up),
+            None => silu(gate) * up,
+        }
+    }
 }
 
 impl fmt::Debug for ModelOps {
@@ -107,6 +149,11 @@ pub trait ModelOpsBackend: Backend {
         x.matmul(w)
     }
 
+    /// `x` `[rows, d_in]` times each of `weights` `[d_in, d_out_i]`, in their order.
+    fn row_products(x: Tensor<Self, 2>, weights: Vec<Tensor<Self, 2>>) -> Vec<Tensor<Self, 2>> {
+        weights.into_iter().map(|w| Self::row_product(x.clone(), w)).collect()
+    }
+
     /// `norm` applied to the rows `x` `[rows, hidden]`, in their float type.
     fn rms_norm(norm: &RmsNorm<Self>, x: Tensor<Self, 2>) -> Tensor<Self, 2> {
         norm.forward(x)
@@ -120,6 +167,11 @@ pub trait ModelOpsBackend: Backend {
         positions: &Tensor<Self, 1, Int>,
     ) -> Tensor<Self, 2> {
         rope.apply(x, heads, positions)
+    }
+
+    /// SwiGLU's gating `silu(gate) · up` of `[rows, intermediate]` rows, in their float type.
+    fn swiglu(gate: Tensor<Self, 2>, up: Tensor<Self, 2>) -> Tensor<Self, 2> {
+        silu(gate) * up
     }
 }
 

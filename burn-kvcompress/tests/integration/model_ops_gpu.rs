@@ -1,7 +1,7 @@
-//! The RMSNorm and rotary-embedding kernels (one launch each, for the model's decode steps)
-//! against plain f64 computations on the host, on wgpu (lavapipe in CI) or CUDA, in f32 and f16,
-//! for awkward shapes: one to five rows, widths below, at and above a cube's units, one head to
-//! many, positions anywhere in the tables.
+//! The RMSNorm, rotary-embedding and SwiGLU kernels (one launch each, for the model's decode
+//! steps) against plain f64 computations on the host, on wgpu (lavapipe in CI) or CUDA, in f32
+//! and f16, for awkward shapes: one to five rows, widths below, at and above a cube's units, one
+//! head to many, positions anywhere in the tables.
 #![cfg(any(feature = "wgpu", feature = "cuda"))]
 
 use crate::common::{lcg_uniform, to_vec as host, Gpu};
@@ -10,7 +10,7 @@ use burn::{
     tensor::{DType, FloatDType, Int, Tensor, TensorData},
 };
 use burn_kvcompress::{
-    kernels::{rms_norm, rotary},
+    kernels::{rms_norm, rotary, swiglu},
     model::RotaryEmbedding,
 };
 
@@ -135,5 +135,46 @@ fn rotary_takes_the_place_of_burns_ops() {
     let burns = host(rope.apply(x, heads, &ids));
     for (a, b) in ours.iter().zip(&burns) {
         assert!((a - b).abs() <= 4.0 * f32::EPSILON * b.abs().max(1.0), "{a} vs {b}");
+    }
+}
+
+/// `swiglu` on `[rows, width]` in `dtype` against `g / (1 + e^(−g)) · u` in f64 on the operands as
+/// the kernel sees them, within its documented bound: `(9 + 2|g|) · u_f32` relative for the f32
+/// evaluation (the exponential's error, which Vulkan allows up to `3 + 2|g|` units, and six
+/// roundings) plus the final rounding to `dtype`, `u · |y|` (and half an f16 subnormal's spacing
+/// below f16's normal range); gates spread over ±12 so that the sigmoid saturates at both ends.
+fn check_swiglu(rows: usize, width: usize, dtype: FloatDType) {
+    let n = rows * width;
+    let spread = |t: Tensor<Gpu, 2>| (t * 12.0).cast(dtype);
+    let gate = spread(uniform(n, 31 + width as u64, [rows, width], FloatDType::F32));
+    let up = uniform(n, 32 + rows as u64, [rows, width], dtype);
+    let (gs, us) = (host(gate.clone().cast(DType::F32)), host(up.clone().cast(DType::F32)));
+    let out = swiglu(gate, up);
+    assert_eq!((out.dims(), out.dtype()), ([rows, width], DType::from(dtype)), "{rows}x{width}");
+    for (i, got) in host(out.cast(DType::F32)).into_iter().enumerate() {
+        let g = gs[i] as f64;
+        let exact = g / (1.0 + (-g).exp()) * us[i] as f64;
+        let subnormal = if dtype == FloatDType::F16 { 1.0 / (1u64 << 25) as f64 } else { 1e-30 };
+        let bound = ((9.0 + 2.0 * g.abs()) * U_F32 + unit(dtype)) * exact.abs() + subnormal;
+        assert!((got as f64 - exact).abs() <= bound, "{rows}x{width} {dtype:?} element {i}: {got} vs {exact}");
+    }
+}
+
+#[test]
+fn swiglu_equals_a_plain_gating() {
+    for (rows, width, dtype) in [(1, 1, FloatDType::F32), (3, 300, FloatDType::F32), (1, 14336, FloatDType::F16)] {
+        check_swiglu(rows, width, dtype);
+    }
+    check_swiglu(5, 257, FloatDType::F16);
+}
+
+#[test]
+fn swiglu_takes_the_place_of_burns_ops() {
+    // Burn's `silu(gate) · up` in f32: the same function, evaluated by other steps.
+    let (gate, up) = (uniform(600, 41, [2, 300], FloatDType::F32) * 12.0, uniform(600, 42, [2, 300], FloatDType::F32));
+    let ours = host(swiglu(gate.clone(), up.clone()));
+    let burns = host(burn::tensor::activation::silu(gate) * up);
+    for (a, b) in ours.iter().zip(&burns) {
+        assert!((a - b).abs() <= 16.0 * f32::EPSILON * b.abs().max(1e-6), "{a} vs {b}");
     }
 }

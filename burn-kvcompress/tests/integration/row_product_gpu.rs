@@ -1,45 +1,66 @@
 //! The row-product kernel (decode steps' projections) against a plain f64 product on wgpu
 //! (lavapipe in CI) or CUDA, in f32 and f16, for awkward shapes: widths that are and are not
-//! multiples of the vector and of a cube's columns, short and long `k`, 1 to 8 rows; above 8 rows,
+//! multiples of the vector and of a cube's columns, short and long `k`, 1 to 8 rows, one to three
+//! weights of different widths in one launch; above 8 rows,
 //! the prompt product (cubek's variants, else Burn's matrix product), whose f16 tiles may sum in
 //! f16 and so get a bound in the operands' unit roundoff.
 #![cfg(any(feature = "wgpu", feature = "cuda"))]
 
 use crate::common::{lcg_uniform, to_vec as host, Gpu};
 use burn::tensor::{DType, FloatDType, Tensor, TensorData};
-use burn_kvcompress::kernels::{row_product, MAX_ROWS};
+use burn_kvcompress::kernels::{row_product, row_products, MAX_ROWS};
 
 /// f32's unit roundoff.
 const U_F32: f64 = 1.0 / (1u64 << 24) as f64;
 
-/// Checks `row_product` on `[rows, k] · [k, n]` in `dtype` against the f64 product of the
-/// operands as the kernel sees them (rounded to `dtype`): within `k · u_sum · Σ|x||w|` for the
-/// sums (`u_sum`: the unit roundoff they run in) plus the final rounding, `u_dtype · |exact|`.
+/// Checks `row_product` on `[rows, k] · [k, n]` in `dtype` ([`check_all`]).
 fn check(rows: usize, k: usize, n: usize, dtype: FloatDType, u_sum: f64) {
+    check_all(rows, k, &[n], dtype, u_sum);
+}
+
+/// Checks `row_product` (one width) or `row_products` (two or three) on `[rows, k]` times
+/// weights `[k, n_i]` in `dtype` against the f64 product of the operands as the kernel sees them
+/// (rounded to `dtype`): within `k · u_sum · Σ|x||w|` for the sums (`u_sum`: the unit roundoff
+/// they run in) plus the final rounding, `u_dtype · |exact|`.
+fn check_all(rows: usize, k: usize, widths: &[usize], dtype: FloatDType, u_sum: f64) {
     let device = Default::default();
     let x = Tensor::<Gpu, 2>::from_data(TensorData::new(lcg_uniform(rows * k, 1 + k as u64), [rows, k]), &device);
-    let w = Tensor::<Gpu, 2>::from_data(TensorData::new(lcg_uniform(k * n, 2 + n as u64), [k, n]), &device);
-    let (x, w) = (x.cast(dtype), w.cast(dtype));
-    let (xs, ws) = (host(x.clone().cast(DType::F32)), host(w.clone().cast(DType::F32)));
-    let out = row_product(x, w);
-    assert_eq!(out.dims(), [rows, n]);
-    assert_eq!(out.dtype(), DType::from(dtype), "the product keeps the operands' type");
-    let out = host(out.cast(DType::F32));
+    let x = x.cast(dtype);
+    let weights: Vec<Tensor<Gpu, 2>> = widths
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            let values = lcg_uniform(k * n, 2 + n as u64 + 100 * i as u64);
+            Tensor::<Gpu, 2>::from_data(TensorData::new(values, [k, n]), &device).cast(dtype)
+        })
+        .collect();
+    let xs = host(x.clone().cast(DType::F32));
+    let outputs: Vec<Tensor<Gpu, 2>> = match weights.as_slice() {
+        [w] => vec![row_product(x, w.clone())],
+        [a, b] => row_products(x, [a.clone(), b.clone()]).into(),
+        [a, b, c] => row_products(x, [a.clone(), b.clone(), c.clone()]).into(),
+        _ => unreachable!("one to three weights"),
+    };
     let u_out = match dtype {
         FloatDType::F16 => 2f64.powi(-11),
         _ => 2f64.powi(-24),
     };
-    for r in 0..rows {
-        for c in 0..n {
-            let terms = (0..k).map(|i| xs[r * k + i] as f64 * ws[i * n + c] as f64);
-            let (exact, magnitude) = terms.fold((0.0, 0.0), |(s, a), t| (s + t, a + t.abs()));
-            let bound = k as f64 * u_sum * magnitude + u_out * exact.abs() + 1e-30;
-            let diff = (out[r * n + c] as f64 - exact).abs();
-            assert!(
-                diff <= bound,
-                "{rows}x{k}x{n} {dtype:?} at ({r}, {c}): {} vs {exact} (bound {bound:e})",
-                out[r * n + c]
-            );
+    for ((w, out), &n) in weights.into_iter().zip(outputs).zip(widths) {
+        assert_eq!(out.dims(), [rows, n]);
+        assert_eq!(out.dtype(), DType::from(dtype), "the product keeps the operands' type");
+        let (ws, out) = (host(w.cast(DType::F32)), host(out.cast(DType::F32)));
+        for r in 0..rows {
+            for c in 0..n {
+                let terms = (0..k).map(|i| xs[r * k + i] as f64 * ws[i * n + c] as f64);
+                let (exact, magnitude) = terms.fold((0.0, 0.0), |(s, a), t| (s + t, a + t.abs()));
+                let bound = k as f64 * u_sum * magnitude + u_out * exact.abs() + 1e-30;
+                let diff = (out[r * n + c] as f64 - exact).abs();
+                assert!(
+                    diff <= bound,
+                    "{rows}x{k}x{widths:?} {dtype:?}, width {n} at ({r}, {c}): {} vs {exact} (bound {bound:e})",
+                    out[r * n + c]
+                );
+            }
         }
     }
 }
@@ -68,4 +89,17 @@ fn more_rows_than_the_kernel_takes_go_through_the_prompt_product() {
         check(rows, k, n, FloatDType::F32, 2f64.powi(-11));
         check(rows, k, n, FloatDType::F16, 2f64.powi(-11));
     }
+}
+
+#[test]
+fn row_products_of_several_weights_equal_plain_products() {
+    // Query, key and value widths (one cube's columns or less, several cubes', a partial one);
+    // widths whose common vector is narrower than one alone's; gate and up of a feed-forward.
+    for (rows, k, widths) in [(1, 64, vec![256, 64, 64]), (3, 129, vec![40, 8, 296]), (8, 300, vec![1000, 1000])] {
+        check_all(rows, k, &widths, FloatDType::F32, U_F32);
+        check_all(rows, k, &widths, FloatDType::F16, U_F32);
+    }
+    check_all(2, 7, &[12, 5, 3], FloatDType::F32, U_F32);
+    // Past the kernel's rows: each product on its own.
+    check_all(MAX_ROWS + 3, 33, &[48, 16], FloatDType::F16, 2f64.powi(-11));
 }
