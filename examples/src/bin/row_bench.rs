@@ -50,6 +50,10 @@ struct Args {
     /// Timed prefills per variant (each into a fresh cache, after one untimed).
     #[arg(long, default_value_t = 3)]
     prefill_runs: usize,
+    /// Time the model with the backend's kernels only, not also with Burn's ops (for a profiler,
+    /// whose report then holds one variant's launches).
+    #[arg(long)]
+    kernels_only: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -101,7 +105,8 @@ fn run<B: KernelBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
     );
     println!("| ops | TTFT median | step median | step host | step pipelined | weights GB/s (step median) |");
     println!("|---|---:|---:|---:|---:|---:|");
-    for (name, ops) in [("Burn's", ModelOps::default()), ("backend kernels", ModelOps::of_backend::<B>())] {
+    let variants = [("Burn's", ModelOps::default()), ("backend kernels", ModelOps::of_backend::<B>())];
+    for (name, ops) in variants.into_iter().skip(usize::from(args.kernels_only)) {
         let model = model.clone().with_ops(ops);
         let prompt: Vec<u32> = (0..args.context as u32).map(|i| i * 7 % 1000).collect();
         let prompts = vec![prompt; args.batch];
