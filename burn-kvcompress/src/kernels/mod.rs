@@ -1,11 +1,12 @@
 //! CubeCL building blocks shared by the schemes' kernels (wgpu and cuda features): dense output
-//! buffers, contiguous kernel arguments from tensors, the in-cube softmax of a split's scores, tree
+//! buffers, dense kernel arguments from tensors, the in-cube softmax of a split's scores, tree
 //! reductions over runs of shared memory, the log-sum-exp merge of split-sequence
 //! (flash-decoding) partial results, and the model's own ops in one or two launches where Burn's
 //! take many (a decode step is bound by launching them): the products of a few activation rows
-//! with the weights, RMSNorm, the rotary embedding and SwiGLU's gating; a prompt's products through the fastest
-//! of cubek's matrix-product variants that launches (or cuBLAS); and attention over an f16 cache
-//! on tensor cores (flash attention for a prompt, flash decoding for a step).
+//! with the weights, RMSNorm (alone or after a residual addition), the rotary embedding and
+//! SwiGLU's gating; a prompt's products through the fastest of cubek's matrix-product variants
+//! that launches (or cuBLAS); and attention over an f16 cache on tensor cores (flash attention
+//! for a prompt, flash decoding for a step).
 //!
 //! # Bounds
 //!
@@ -69,7 +70,7 @@ pub use flash_attention::{flash_attention, flash_geometry, FlashGeometry, MAX_HE
 pub use mask::{decode_slot_visible, first_visible_slot, slot_visible};
 pub use merge::{masked_score, merge_partials, SplitOut, SplitPartials, MASKED_SCORE, SM_UNITS};
 pub use prompt_product::{product_by, prompt_product};
-pub use rms_norm::rms_norm;
+pub use rms_norm::{add_rms_norm, rms_norm};
 pub use rotary::rotary;
 pub use row_product::{row_product, row_products, MAX_ROWS, MAX_WEIGHTS};
 pub use runs::{min_max_runs, sum_runs};

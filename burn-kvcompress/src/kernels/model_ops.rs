@@ -8,7 +8,7 @@ use burn::{
 };
 use burn_cubecl::{BoolElement, CubeRuntime};
 
-use super::{rms_norm, rotary, row_product, row_products, swiglu, CubeF32};
+use super::{add_rms_norm, rms_norm, rotary, row_product, row_products, swiglu, CubeF32};
 use crate::model::{ModelOpsBackend, RotaryEmbedding};
 
 impl<R: CubeRuntime, BT: BoolElement> ModelOpsBackend for CubeF32<R, BT> {
@@ -29,6 +29,10 @@ impl<R: CubeRuntime, BT: BoolElement> ModelOpsBackend for CubeF32<R, BT> {
 
     fn rms_norm(norm: &RmsNorm<Self>, x: Tensor<Self, 2>) -> Tensor<Self, 2> {
         rms_norm(x, &norm.gamma.val(), norm.epsilon)
+    }
+
+    fn add_rms_norm(norm: &RmsNorm<Self>, x: Tensor<Self, 2>, delta: Tensor<Self, 2>) -> [Tensor<Self, 2>; 2] {
+        add_rms_norm(x, delta, &norm.gamma.val(), norm.epsilon)
     }
 
     fn rotary(

@@ -1,5 +1,7 @@
 //! RMSNorm of activation rows in one launch: `y = x / sqrt(mean(x²) + ε) · γ`, rows `[rows,
-//! hidden]` in the weights' float type.
+//! hidden]` in the weights' float type; [`add_rms_norm`] first adds a pending residual `δ` to the
+//! rows (`x + δ`, in their type, as Burn's addition computes it) and returns the sum too, so that
+//! a layer's residual addition and the next norm take one launch.
 //!
 //! Burn's `RmsNorm` takes about eight launches (a cast, the square, the mean, the sum with ε, the
 //! root, a cast back, the quotient and the product), and a decode step is bound by launching
@@ -15,7 +17,7 @@
 //! of the result.
 
 use burn::tensor::{Tensor, TensorPrimitive};
-use burn_cubecl::{BoolElement, CubeRuntime};
+use burn_cubecl::{tensor::CubeTensor, BoolElement, CubeRuntime};
 use cubecl::prelude::*;
 
 use super::{dense_output_of, float_arg, kernel_float, sum_runs, CubeF32};
@@ -25,14 +27,19 @@ const UNITS: u32 = 256;
 /// Units whose partial sums fill each of the two runs the tree adds at once ([`sum_runs`]).
 const HALF_UNITS: u32 = UNITS / 2;
 
-/// Normalizes row `CUBE_POS_X` of `x` `[rows, hidden]` into `out`, scaled by `gamma` `[hidden]`.
+/// Normalizes row `CUBE_POS_X` of `x` `[rows, hidden]` (with `add`, of `x + delta`, which it
+/// also writes to `sum`) into `out`, scaled by `gamma` `[hidden]`.
+#[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked)]
 fn rms_norm_kernel<F: Float>(
     x: &Array<F>,
+    delta: &Array<F>,
     gamma: &Array<F>,
     out: &mut Array<F>,
+    sum_out: &mut Array<F>,
     hidden: u32,
     epsilon: f32,
+    #[comptime] add: bool,
     #[define(F)] _dtype: StorageType,
 ) {
     let row_start = CUBE_POS_X * hidden;
@@ -41,7 +48,8 @@ fn rms_norm_kernel<F: Float>(
     let mut sum = 0.0f32;
     let mut c = UNIT_POS;
     while c < hidden {
-        let v = f32::cast_from(x[(row_start + c) as usize]);
+        let at = (row_start + c) as usize;
+        let v = f32::cast_from(row_value(x, delta, at, add));
         sum += v * v;
         c += UNITS;
     }
@@ -56,9 +64,23 @@ fn rms_norm_kernel<F: Float>(
     let mut c = UNIT_POS;
     while c < hidden {
         let at = (row_start + c) as usize;
-        out[at] = F::cast_from(f32::cast_from(x[at]) * inverse * f32::cast_from(gamma[c as usize]));
+        let value = row_value(x, delta, at, add);
+        if comptime!(add) {
+            sum_out[at] = value;
+        }
+        out[at] = F::cast_from(f32::cast_from(value) * inverse * f32::cast_from(gamma[c as usize]));
         c += UNITS;
     }
+}
+
+/// Element `at` of the rows: `x[at]`, or with `add`, `x[at] + delta[at]` in their type.
+#[cube]
+fn row_value<F: Float>(x: &Array<F>, delta: &Array<F>, at: usize, #[comptime] add: bool) -> F {
+    let mut value = x[at];
+    if comptime!(add) {
+        value += delta[at];
+    }
+    value
 }
 
 /// `x` `[rows, hidden]` normalized by its rows' root mean square (plus `epsilon`) and scaled by
@@ -66,36 +88,83 @@ fn rms_norm_kernel<F: Float>(
 ///
 /// # Panics
 /// If the shapes or the types disagree, or the type is not one of those.
-#[allow(unsafe_code)] // An unchecked kernel launch; the SAFETY comment says why it is in bounds.
 pub fn rms_norm<R: CubeRuntime, BT: BoolElement>(
     x: Tensor<CubeF32<R, BT>, 2>,
     gamma: &Tensor<CubeF32<R, BT>, 1>,
     epsilon: f64,
 ) -> Tensor<CubeF32<R, BT>, 2> {
+    launch(x, None, gamma, epsilon).0
+}
+
+/// `[x + delta, rms_norm(x + delta)]` for rows `x`, `delta` `[rows, hidden]` of one float type
+/// (the sum in that type, as Burn's addition computes it), in one launch: a layer's residual
+/// addition and the norm after it.
+///
+/// # Panics
+/// As [`rms_norm`]'s, and if `delta` differs from `x` in shape or type.
+pub fn add_rms_norm<R: CubeRuntime, BT: BoolElement>(
+    x: Tensor<CubeF32<R, BT>, 2>,
+    delta: Tensor<CubeF32<R, BT>, 2>,
+    gamma: &Tensor<CubeF32<R, BT>, 1>,
+    epsilon: f64,
+) -> [Tensor<CubeF32<R, BT>, 2>; 2] {
+    assert_eq!(
+        (x.dims(), x.dtype()),
+        (delta.dims(), delta.dtype()),
+        "add_rms_norm: rows and the residual to add differ"
+    );
+    let (normed, sum) = launch(x, Some(delta), gamma, epsilon);
+    [sum.expect("written with a residual"), normed]
+}
+
+/// The norm of `x` (plus `delta`, then also returned) by [`rms_norm_kernel`].
+#[allow(unsafe_code)] // An unchecked kernel launch; the SAFETY comment says why it is in bounds.
+#[allow(clippy::type_complexity)]
+fn launch<R: CubeRuntime, BT: BoolElement>(
+    x: Tensor<CubeF32<R, BT>, 2>,
+    delta: Option<Tensor<CubeF32<R, BT>, 2>>,
+    gamma: &Tensor<CubeF32<R, BT>, 1>,
+    epsilon: f64,
+) -> (Tensor<CubeF32<R, BT>, 2>, Option<Tensor<CubeF32<R, BT>, 2>>) {
     let [rows, hidden] = x.dims();
     let dtype = x.dtype();
     assert_eq!(gamma.dims(), [hidden], "rms_norm: rows of {hidden}, gamma {:?}", gamma.dims());
     assert!(kernel_float(dtype) && gamma.dtype() == dtype, "rms_norm: x in {dtype:?}, gamma in {:?}", gamma.dtype());
+    let add = delta.is_some();
     let x = float_arg(&x);
+    let delta = delta.map(|d| float_arg(&d));
     let out = dense_output_of(&x, rows * hidden, dtype);
+    let sum = add.then(|| dense_output_of(&x, rows * hidden, dtype));
     if rows > 0 && hidden > 0 {
+        // Without a residual, `x` stands in for the unread `delta` and one element for the
+        // unwritten `sum` (a writable buffer bound twice is refused by wgpu).
+        let delta_arg = delta.as_ref().unwrap_or(&x).clone().into_array_arg();
+        let sum_arg = sum.clone().unwrap_or_else(|| dense_output_of(&x, 1, dtype)).into_array_arg();
         // SAFETY: cube `r < rows` reads and writes row `r` at columns `< hidden` (both loops'
-        // bound) of `x` and `out` (both `rows · hidden`, `out` allocated above) and entries `<
-        // hidden` of `gamma`; each shared array holds `HALF_UNITS` entries, indexed by the unit
-        // below `HALF_UNITS` or by the unit minus `HALF_UNITS` (units `< UNITS = 2 · HALF_UNITS`).
+        // bound) of `x`, `delta`, `out` and, with a residual, `sum` (each `rows · hidden`; `out`
+        // and `sum` allocated above; without one, `delta` is `x` and `sum` is not written) and
+        // entries `< hidden` of `gamma`; each shared array holds `HALF_UNITS` entries, indexed by
+        // the unit below `HALF_UNITS` or by the unit minus `HALF_UNITS` (units `< UNITS = 2 ·
+        // HALF_UNITS`).
         unsafe {
             rms_norm_kernel::launch_unchecked(
                 &x.client.clone(),
                 CubeCount::Static(rows as u32, 1, 1),
                 CubeDim::new_1d(UNITS),
                 x.into_array_arg(),
+                delta_arg,
                 float_arg(gamma).into_array_arg(),
                 out.clone().into_array_arg(),
+                sum_arg,
                 hidden as u32,
                 epsilon as f32,
+                add,
                 dtype.into(),
             )
         };
     }
-    Tensor::<CubeF32<R, BT>, 1>::from_primitive(TensorPrimitive::Float(out)).reshape([rows, hidden])
+    let rows_of = |t: CubeTensor<R>| {
+        Tensor::<CubeF32<R, BT>, 1>::from_primitive(TensorPrimitive::Float(t)).reshape([rows, hidden])
+    };
+    (rows_of(out), sum.map(rows_of))
 }

@@ -6,7 +6,7 @@ use burn::{
     tensor::{backend::Backend, DType, Int, Tensor, TensorData},
 };
 
-use super::{DecoderLayer, ModelConfig, ModelOps, RotaryEmbedding};
+use super::{DecoderLayer, ModelConfig, ModelOps, Residual, RotaryEmbedding};
 use crate::cache::{AttendOptions, CacheGeometry, KvCache, KvScheme, LayerCaches};
 use crate::error::RunError;
 
@@ -111,18 +111,19 @@ impl<B: Backend> CausalLm<B> {
         let ids: Vec<i64> = tokens.iter().flatten().map(|&t| t as i64).collect();
         let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [batch, seq]), &device);
         let hidden = self.config.hidden_size;
-        let mut x = self.embedding.forward(ids).reshape([batch * seq, hidden]);
+        let mut x = Residual::new(self.embedding.forward(ids).reshape([batch * seq, hidden]));
         for (layer, cache) in self.layers.iter().zip(caches.layers.iter_mut()) {
             x = layer.forward(x, &self.rope, &positions, cache, &options)?;
         }
         let kept = match logits {
             Logits::All => seq,
             Logits::Last => {
-                x = x.reshape([batch, seq, hidden]).narrow(1, seq - 1, 1).reshape([batch, hidden]);
+                x = x.map(|t| t.reshape([batch, seq, hidden]).narrow(1, seq - 1, 1).reshape([batch, hidden]));
                 1
             }
         };
-        let out = self.ops.project(&self.lm_head, self.ops.rms_norm(&self.norm, x)).cast(DType::F32);
+        let [_, normed] = x.normed(&self.ops, &self.norm);
+        let out = self.ops.project(&self.lm_head, normed).cast(DType::F32);
         Ok(out.reshape([batch, kept, self.config.vocab_size]))
     }
 

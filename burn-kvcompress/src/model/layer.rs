@@ -6,7 +6,7 @@ use burn::{
     tensor::{backend::Backend, Int, Tensor},
 };
 
-use super::{ModelOps, RotaryEmbedding};
+use super::{ModelOps, Residual, RotaryEmbedding};
 use crate::cache::{AttendOptions, KvCache};
 use crate::error::CacheError;
 
@@ -110,18 +110,20 @@ pub struct DecoderLayer<B: Backend> {
 }
 
 impl<B: Backend> DecoderLayer<B> {
-    /// `x`: `[batch * seq, hidden]` to `[batch * seq, hidden]` at RoPE `positions` (`[batch *
-    /// seq]`), appending to `cache`.
+    /// The residual stream `[batch * seq, hidden]` through the layer at RoPE `positions` (`[batch
+    /// * seq]`), appending to `cache`. The stream comes and goes with its last addition pending
+    /// ([`Residual`]): each addition runs with the norm after it.
     pub fn forward<C: KvCache<B>>(
         &self,
-        x: Tensor<B, 2>,
+        x: Residual<B>,
         rope: &RotaryEmbedding<B>,
         positions: &Tensor<B, 1, Int>,
         cache: &mut C,
         options: &AttendOptions,
-    ) -> Result<Tensor<B, 2>, CacheError> {
-        let normed = self.ops.rms_norm(&self.attn_norm, x.clone());
-        let x = x + self.attention.forward(normed, rope, positions, cache, options)?;
-        Ok(x.clone() + self.mlp.forward(self.ops.rms_norm(&self.mlp_norm, x)))
+    ) -> Result<Residual<B>, CacheError> {
+        let [x, normed] = x.normed(&self.ops, &self.attn_norm);
+        let attention = self.attention.forward(normed, rope, positions, cache, options)?;
+        let [x, normed] = Residual::pending(x, attention).normed(&self.ops, &self.mlp_norm);
+        Ok(Residual::pending(x, self.mlp.forward(normed)))
     }
 }

@@ -6,11 +6,13 @@ mod fold;
 mod layer;
 mod ops;
 mod precision;
+mod residual;
 mod rope;
 
 pub use causal_lm::{logits_to_host, CausalLm, Logits};
 pub use config::{Architecture, ModelConfig};
 pub use fold::fold_value_rotation;
 pub use layer::{DecoderLayer, FeedForward, SelfAttention};
-pub use ops::{ModelOps, ModelOpsBackend, RmsNormOp, RotaryOp, RowProduct};
+pub use ops::{AddRmsNormOp, ModelOps, ModelOpsBackend, RmsNormOp, RotaryOp, RowProduct, RowProducts, SwigluOp};
+pub use residual::Residual;
 pub use rope::RotaryEmbedding;

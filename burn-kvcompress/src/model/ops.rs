@@ -27,6 +27,8 @@ pub type RowProduct<B> = fn(Tensor<B, 2>, Tensor<B, 2>) -> Tensor<B, 2>;
 pub type RowProducts<B> = fn(Tensor<B, 2>, Vec<Tensor<B, 2>>) -> Vec<Tensor<B, 2>>;
 /// An RMSNorm of rows `[rows, hidden]`, in their float type.
 pub type RmsNormOp<B> = fn(&RmsNorm<B>, Tensor<B, 2>) -> Tensor<B, 2>;
+/// Rows `x` plus a residual `delta` (`[rows, hidden]` each), and the RMSNorm of that sum.
+pub type AddRmsNormOp<B> = fn(&RmsNorm<B>, Tensor<B, 2>, Tensor<B, 2>) -> [Tensor<B, 2>; 2];
 /// A rotary embedding of rows `[rows, heads · head_dim]` (their float type) by positions
 /// `[rows]` (`< max_position`), given the heads, to f32 `[rows, heads · head_dim]`.
 pub type RotaryOp<B> = fn(&RotaryEmbedding<B>, Tensor<B, 2>, usize, &Tensor<B, 1, Int>) -> Tensor<B, 2>;
@@ -39,6 +41,7 @@ struct BackendOps<B: Backend> {
     row_product: RowProduct<B>,
     row_products: RowProducts<B>,
     rms_norm: RmsNormOp<B>,
+    add_rms_norm: AddRmsNormOp<B>,
     rotary: RotaryOp<B>,
     swiglu: SwigluOp<B>,
 }
@@ -58,6 +61,7 @@ impl ModelOps {
             row_product: B::row_product,
             row_products: B::row_products,
             rms_norm: B::rms_norm,
+            add_rms_norm: B::add_rms_norm,
             rotary: B::rotary,
             swiglu: B::swiglu,
         };
@@ -110,6 +114,23 @@ impl ModelOps {
         }
     }
 
+    /// `[x + delta, norm(x + delta)]` for rows `x`, `delta` `[rows, hidden]`: a residual addition
+    /// and the norm after it.
+    pub fn add_rms_norm<B: Backend>(
+        &self,
+        norm: &RmsNorm<B>,
+        x: Tensor<B, 2>,
+        delta: Tensor<B, 2>,
+    ) -> [Tensor<B, 2>; 2] {
+        match self.of::<B>() {
+            Some(ops) => (ops.add_rms_norm)(norm, x, delta),
+            None => {
+                let sum = x + delta;
+                [sum.clone(), norm.forward(sum)]
+            }
+        }
+    }
+
     /// The rows `x` `[rows, heads · head_dim]` rotated by `positions` `[rows]` (each `<
     /// rope.max_position()`), in f32.
     pub fn rotary<B: Backend>(
@@ -157,6 +178,13 @@ pub trait ModelOpsBackend: Backend {
     /// `norm` applied to the rows `x` `[rows, hidden]`, in their float type.
     fn rms_norm(norm: &RmsNorm<Self>, x: Tensor<Self, 2>) -> Tensor<Self, 2> {
         norm.forward(x)
+    }
+
+    /// `[x + delta, norm(x + delta)]` for rows `x`, `delta` `[rows, hidden]` in their float type
+    /// (the sum as Burn's addition computes it).
+    fn add_rms_norm(norm: &RmsNorm<Self>, x: Tensor<Self, 2>, delta: Tensor<Self, 2>) -> [Tensor<Self, 2>; 2] {
+        let sum = x + delta;
+        [sum.clone(), Self::rms_norm(norm, sum)]
     }
 
     /// `x` `[rows, heads · head_dim]` rotated by `positions` `[rows]`, in f32.

@@ -1,5 +1,5 @@
-//! The RMSNorm, rotary-embedding and SwiGLU kernels (one launch each, for the model's decode
-//! steps) against plain f64 computations on the host, on wgpu (lavapipe in CI) or CUDA, in f32
+//! The RMSNorm (alone and after a residual addition), rotary-embedding and SwiGLU kernels (one
+//! launch each, for the model's decode steps) against plain f64 computations on the host, on wgpu (lavapipe in CI) or CUDA, in f32
 //! and f16, for awkward shapes: one to five rows, widths below, at and above a cube's units, one
 //! head to many, positions anywhere in the tables.
 #![cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -10,7 +10,7 @@ use burn::{
     tensor::{DType, FloatDType, Int, Tensor, TensorData},
 };
 use burn_kvcompress::{
-    kernels::{rms_norm, rotary, swiglu},
+    kernels::{add_rms_norm, rms_norm, rotary, swiglu},
     model::RotaryEmbedding,
 };
 
@@ -78,6 +78,21 @@ fn rms_norm_takes_the_place_of_burns_norm() {
     let (ours, burns) = (host(rms_norm(x.clone(), &norm.gamma.val(), norm.epsilon)), host(norm.forward(x)));
     for (a, b) in ours.iter().zip(&burns) {
         assert!(((a - b) as f64).abs() <= (hidden + 8) as f64 * U_F32 * (b.abs() as f64), "{a} vs {b}");
+    }
+}
+
+#[test]
+fn add_rms_norm_is_the_addition_then_the_norm() {
+    // The sum as Burn's addition rounds it, then the same kernel's norm of it: both exactly.
+    for (rows, hidden, dtype) in [(1, 64, FloatDType::F16), (3, 300, FloatDType::F32), (2, 4096, FloatDType::F16)] {
+        let x = uniform(rows * hidden, 51 + hidden as u64, [rows, hidden], dtype);
+        let delta = uniform(rows * hidden, 52 + rows as u64, [rows, hidden], dtype);
+        let gamma = uniform(hidden, 53, [1, hidden], dtype).reshape([hidden]);
+        let [sum, normed] = add_rms_norm(x.clone(), delta.clone(), &gamma, 1e-5);
+        let added = x + delta;
+        let as_f32 = |t: Tensor<Gpu, 2>| host(t.cast(DType::F32));
+        assert_eq!(as_f32(sum), as_f32(added.clone()), "{rows}x{hidden} {dtype:?}: the sum");
+        assert_eq!(as_f32(normed), as_f32(rms_norm(added, &gamma, 1e-5)), "{rows}x{hidden} {dtype:?}: the norm");
     }
 }
 
