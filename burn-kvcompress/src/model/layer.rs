@@ -37,9 +37,9 @@ impl<B: Backend> SelfAttention<B> {
     /// order, each `< rope.max_position()`); appends the new keys/values to `cache` and returns
     /// the attention output `[batch * seq, hidden]`. Projections run on 2-D tensors (a 3-D input
     /// makes ndarray run one product per sequence, 4x slower when decoding), the query, key and
-    /// value projections together ([`ModelOps::project_all`]: one launch on the CubeCL backends). `x` and the output are in the weights' float type; queries and keys are f32
-    /// from RoPE on, and the keys and values go to the cache in its
-    /// [`input_dtype`](KvCache::input_dtype).
+    /// value projections together ([`ModelOps::project_all`]: one launch on the CubeCL backends).
+    /// `x` and the output are in the weights' float type; queries and keys are f32 from RoPE on,
+    /// and the keys and values go to the cache in its [`input_dtype`](KvCache::input_dtype).
     pub fn forward<C: KvCache<B>>(
         &self,
         x: Tensor<B, 2>,

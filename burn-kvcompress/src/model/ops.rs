@@ -6,9 +6,10 @@
 //! rows, run far below the memory bandwidth. Around them, Burn composes a norm of about eight
 //! launches, a rotary embedding of about nine and SwiGLU's gating of eight, and with one row each
 //! launch costs more on the host than on the device. [`ModelOpsBackend`] lets a backend supply
-//! all four (the CubeCL backends: `kernels::{row_product, rms_norm, rotary, swiglu}`, one or two
-//! launches each); the model holds them as function pointers ([`CausalLm::with_ops`]), since
-//! its code is generic over any backend.
+//! all four (the CubeCL backends: `kernels::{row_products, rms_norm, add_rms_norm, rotary,
+//! swiglu}`, one or two launches each, the products sharing an input in one); the model holds
+//! them as function pointers ([`CausalLm::with_ops`]), since its code is generic over any
+//! backend.
 
 use std::any::Any;
 use std::fmt;
@@ -21,9 +22,8 @@ use burn::{
 
 use super::{CausalLm, RotaryEmbedding};
 
-/// A product `[rows, d_in] · [d_in, d_out]` to `[rows, d_out]` in the operands' float type.
-pub type RowProduct<B> = fn(Tensor<B, 2>, Tensor<B, 2>) -> Tensor<B, 2>;
-/// The products of `[rows, d_in]` with several weights `[d_in, d_out_i]`, in their order.
+/// The products of `[rows, d_in]` with one or more weights `[d_in, d_out_i]`, in their order and
+/// the operands' float type.
 pub type RowProducts<B> = fn(Tensor<B, 2>, Vec<Tensor<B, 2>>) -> Vec<Tensor<B, 2>>;
 /// An RMSNorm of rows `[rows, hidden]`, in their float type.
 pub type RmsNormOp<B> = fn(&RmsNorm<B>, Tensor<B, 2>) -> Tensor<B, 2>;
@@ -38,7 +38,6 @@ pub type SwigluOp<B> = fn(Tensor<B, 2>, Tensor<B, 2>) -> Tensor<B, 2>;
 
 /// One backend's ops, behind [`ModelOps`]'s type erasure.
 struct BackendOps<B: Backend> {
-    row_product: RowProduct<B>,
     row_products: RowProducts<B>,
     rms_norm: RmsNormOp<B>,
     add_rms_norm: AddRmsNormOp<B>,
@@ -58,7 +57,6 @@ impl ModelOps {
     /// `B`'s own ops ([`ModelOpsBackend`]).
     pub fn of_backend<B: ModelOpsBackend>() -> Self {
         let ops = BackendOps::<B> {
-            row_product: B::row_product,
             row_products: B::row_products,
             rms_norm: B::rms_norm,
             add_rms_norm: B::add_rms_norm,
@@ -74,15 +72,8 @@ impl ModelOps {
 
     /// `x` `[rows, d_in]` times `linear`'s weight `[d_in, d_out]`, plus its bias.
     pub fn project<B: Backend>(&self, linear: &Linear<B>, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        let w = linear.weight.val();
-        let y = match self.of::<B>() {
-            Some(ops) => (ops.row_product)(x, w),
-            None => x.matmul(w),
-        };
-        match &linear.bias {
-            Some(bias) => y + bias.val().unsqueeze(),
-            None => y,
-        }
+        let [y] = self.project_all([linear], x);
+        y
     }
 
     /// `x` `[rows, d_in]` times each of `linears`' weights `[d_in, d_out_i]` (plus its bias), in
