@@ -120,13 +120,12 @@ pub fn half_attention<B: Backend>(
     options: &AttendOptions,
 ) -> Result<Tensor<B, 4>, CacheError> {
     let [batch, kv_heads, capacity, head_dim] = k.dims();
-    if len > capacity || v.dims() != k.dims() {
-        let found = v.dims().to_vec();
-        return Err(CacheError::Shape {
-            what: "value buffer",
-            expected: format!("{:?}, ≥ {len} slots", k.dims()),
-            found,
-        });
+    if v.dims() != k.dims() {
+        let (expected, found) = (format!("{:?}, as the keys'", k.dims()), v.dims().to_vec());
+        return Err(CacheError::Shape { what: "value buffer", expected, found });
+    }
+    if len > capacity {
+        return Err(CacheError::Request(format!("{len} filled slots in buffers of {capacity}")));
     }
     check_attend_shapes(q.dims(), [batch, kv_heads, len, head_dim], options)?;
     if let Some(out) = kernel_attention(&q, &k, &v, len, options) {

@@ -136,16 +136,16 @@ fn launch<R: CubeRuntime, BT: BoolElement>(
     let out = dense_output_of(&x, rows * hidden, dtype);
     let sum = add.then(|| dense_output_of(&x, rows * hidden, dtype));
     if rows > 0 && hidden > 0 {
-        // Without a residual, `x` stands in for the unread `delta` and one element for the
-        // unwritten `sum` (a writable buffer bound twice is refused by wgpu).
+        // Without a residual, `x` stands in for the unread `delta` and `out` for the unwritten
+        // `sum` (as `row_products` binds one output for the absent weights').
         let delta_arg = delta.as_ref().unwrap_or(&x).clone().into_array_arg();
-        let sum_arg = sum.clone().unwrap_or_else(|| dense_output_of(&x, 1, dtype)).into_array_arg();
+        let sum_arg = sum.as_ref().unwrap_or(&out).clone().into_array_arg();
         // SAFETY: cube `r < rows` reads and writes row `r` at columns `< hidden` (both loops'
         // bound) of `x`, `delta`, `out` and, with a residual, `sum` (each `rows · hidden`; `out`
-        // and `sum` allocated above; without one, `delta` is `x` and `sum` is not written) and
-        // entries `< hidden` of `gamma`; each shared array holds `HALF_UNITS` entries, indexed by
-        // the unit below `HALF_UNITS` or by the unit minus `HALF_UNITS` (units `< UNITS = 2 ·
-        // HALF_UNITS`).
+        // and `sum` allocated above; without one, `delta` is `x`, and `sum` is `out` and not
+        // written as `sum`) and entries `< hidden` of `gamma`; each shared array holds
+        // `HALF_UNITS` entries, indexed by the unit below `HALF_UNITS` or by the unit minus
+        // `HALF_UNITS` (units `< UNITS = 2 · HALF_UNITS`).
         unsafe {
             rms_norm_kernel::launch_unchecked(
                 &x.client.clone(),

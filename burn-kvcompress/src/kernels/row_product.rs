@@ -181,7 +181,7 @@ pub fn row_products<R: CubeRuntime, BT: BoolElement, const W: usize>(
             false => x.clone().matmul(w),
         });
     }
-    let widths = weights.clone().map(|w| w.dims()[1]);
+    let widths = weights.each_ref().map(|w| w.dims()[1]);
     let x_arg = dense_arg(x.into_primitive().tensor());
     let w_args = weights.map(|w| dense_arg(w.into_primitive().tensor()));
     let client = x_arg.client.clone();

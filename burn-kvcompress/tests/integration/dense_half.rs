@@ -1,13 +1,14 @@
 //! The f16 dense cache (`HalfDenseScheme`) on wgpu (lavapipe in CI): attention within the error
 //! bound its documentation derives from f32 attention over the same keys and values, states of
-//! half the bytes that re-import exactly, and a typed refusal on a backend without f16 tensors.
+//! half the bytes that re-import exactly, and typed refusals of a backend without f16 tensors and
+//! of buffers that do not fit the attention call.
 
 use burn::tensor::{Distribution, Tensor, TensorData};
 use burn_kvcompress::{
     backend::NdArray,
     cache::{
-        AttendOptions, CacheGeometry, DenseScheme, HalfDenseScheme, KvCache, KvScheme, StateDType, TransferableCache,
-        TransferableScheme,
+        half_attention, AttendOptions, CacheGeometry, DenseScheme, HalfDenseScheme, KvCache, KvScheme, StateDType,
+        TransferableCache, TransferableScheme,
     },
     error::CacheError,
 };
@@ -129,4 +130,15 @@ fn a_backend_without_f16_tensors_is_refused() {
     let err = half.append(k.clone(), k).unwrap_err();
     assert!(matches!(&err, CacheError::Unsupported(m) if m.contains("F16")), "{err}");
     assert_eq!(half.len(), 0);
+}
+
+#[test]
+fn buffers_that_do_not_fit_are_refused_with_typed_errors() {
+    let options = AttendOptions { scale: 0.2, key_start: vec![0, 0], window: None };
+    let q = random([2, 9, 1, 24], 1.0);
+    let buffer = |slots| random([2, 3, slots, 24], 1.0).cast(burn::tensor::FloatDType::F16);
+    let shape_error = half_attention(q.clone(), buffer(8), buffer(9), 4, &options).unwrap_err();
+    assert!(matches!(shape_error, CacheError::Shape { what: "value buffer", .. }), "{shape_error}");
+    let overfull = half_attention(q, buffer(8), buffer(8), 9, &options).unwrap_err();
+    assert!(matches!(overfull, CacheError::Request(_)), "{overfull}");
 }

@@ -7,11 +7,9 @@ use cubecl::{
 
 use crate::kernels::{
     first_visible_slot, masked_score, slot_visible,
-    warp_mma::{Halves, Pair},
+    warp_mma::{Halves, Pair, WARP},
 };
 
-/// Lanes of a warp.
-const WARP: u32 = 32;
 /// Query rows of one warp: the rows of a `16 × 8 × 16` product.
 pub const WARP_ROWS: u32 = 16;
 /// Key slots of one tile.
