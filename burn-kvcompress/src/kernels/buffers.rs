@@ -2,6 +2,7 @@
 
 use burn::tensor::{DType, Int, Shape, Tensor};
 use burn_cubecl::{
+    cubecl::prelude::ComputeClient,
     kernel::into_contiguous,
     ops::numeric::{empty_device, empty_device_dtype},
     tensor::CubeTensor,
@@ -27,6 +28,13 @@ pub fn dense_output_of<R: CubeRuntime>(like: &CubeTensor<R>, n: usize, dtype: DT
 /// [`rotary`](super::rotary), [`row_product`](super::row_product)) compile for: f16, bf16 or f32.
 pub fn kernel_float(dtype: DType) -> bool {
     matches!(dtype, DType::F16 | DType::BF16 | DType::F32)
+}
+
+/// The widest vector of `elem_bytes`-byte elements the device loads well that divides every
+/// width of `widths`.
+pub fn widest_vector<R: CubeRuntime>(client: &ComputeClient<R>, elem_bytes: usize, widths: &[usize]) -> usize {
+    let divides = |v: &usize| widths.iter().all(|n| n.is_multiple_of(*v));
+    client.io_optimized_vector_sizes(elem_bytes).filter(divides).max().unwrap_or(1)
 }
 
 /// A float tensor as a dense kernel argument ([`dense_arg`]).

@@ -3,8 +3,8 @@
 //! reductions over runs of shared memory, the log-sum-exp merge of split-sequence
 //! (flash-decoding) partial results, and the model's own ops in one or two launches where Burn's
 //! take many (a decode step is bound by launching them): the products of a few activation rows
-//! with the weights, RMSNorm (alone or after a residual addition), the rotary embedding and
-//! SwiGLU's gating; a prompt's products through the fastest of cubek's matrix-product variants
+//! with the weights (on tensor cores where the device has them), RMSNorm (alone or after a
+//! residual addition), the rotary embedding and SwiGLU's gating; a prompt's products through the fastest of cubek's matrix-product variants
 //! that launches (or cuBLAS); and attention over an f16 cache on tensor cores (flash attention
 //! for a prompt, flash decoding for a step).
 //!
@@ -47,6 +47,9 @@ mod rotary;
 // `#[cube]` expands each kernel into undocumented helper items.
 #[allow(missing_docs)]
 mod row_product;
+// `#[cube]` expands each kernel into undocumented helper items.
+#[allow(missing_docs)]
+mod row_mma;
 // `#[cube]` expands each function into undocumented helper items.
 #[allow(missing_docs)]
 mod runs;
@@ -62,7 +65,8 @@ pub mod warp_mma;
 mod warp_splits;
 
 pub use buffers::{
-    dense_arg, dense_output, dense_output_of, float_arg, int_arg, kernel_float, lies_dense, pitched_rows_arg, CubeF32,
+    dense_arg, dense_output, dense_output_of, float_arg, int_arg, kernel_float, lies_dense, pitched_rows_arg,
+    widest_vector, CubeF32,
 };
 #[cfg(feature = "cuda")]
 pub use cublas_product::{cublas_product, CublasUnavailable};
@@ -72,6 +76,7 @@ pub use merge::{masked_score, merge_partials, SplitOut, SplitPartials, MASKED_SC
 pub use prompt_product::{product_by, prompt_product};
 pub use rms_norm::{add_rms_norm, rms_norm};
 pub use rotary::rotary;
+pub use row_mma::{row_mma_applies, MMA_MIN_ROWS};
 pub use row_product::{row_product, row_products, MAX_ROWS, MAX_WEIGHTS};
 pub use runs::{min_max_runs, sum_runs};
 pub use softmax::{split_masses, split_softmax};

@@ -1,14 +1,16 @@
 //! The row-product kernel (decode steps' projections) against a plain f64 product on wgpu
 //! (lavapipe in CI) or CUDA, in f32 and f16, for awkward shapes: widths that are and are not
 //! multiples of the vector and of a cube's columns, short and long `k`, 1 to 8 rows, one to three
-//! weights of different widths in one launch; above 8 rows,
+//! weights of different widths in one launch; the tensor-core kernel (which CUDA's test devices
+//! must take) in f16 and bf16; above 8 rows,
 //! the prompt product (cubek's variants, else Burn's matrix product), whose f16 tiles may sum in
 //! f16 and so get a bound in the operands' unit roundoff.
 #![cfg(any(feature = "wgpu", feature = "cuda"))]
 
 use crate::common::{lcg_uniform, to_vec as host, Gpu};
 use burn::tensor::{DType, FloatDType, Tensor, TensorData};
-use burn_kvcompress::kernels::{row_product, row_products, MAX_ROWS};
+use burn_cubecl::cubecl::ir::{ElemType, FloatKind, StorageType};
+use burn_kvcompress::kernels::{row_mma_applies, row_product, row_products, MAX_ROWS, MMA_MIN_ROWS};
 
 /// f32's unit roundoff.
 const U_F32: f64 = 1.0 / (1u64 << 24) as f64;
@@ -43,6 +45,7 @@ fn check_all(rows: usize, k: usize, widths: &[usize], dtype: FloatDType, u_sum: 
     };
     let u_out = match dtype {
         FloatDType::F16 => 2f64.powi(-11),
+        FloatDType::BF16 => 2f64.powi(-8),
         _ => 2f64.powi(-24),
     };
     for ((w, out), &n) in weights.into_iter().zip(outputs).zip(widths) {
@@ -77,6 +80,50 @@ fn row_product_equals_a_plain_product_in_f16() {
     for (rows, k, n) in [(1, 64, 256), (1, 300, 1000), (3, 7, 5), (8, 129, 40), (4, 2048, 12)] {
         check(rows, k, n, FloatDType::F16, U_F32);
     }
+}
+
+#[test]
+fn tensor_core_products_equal_plain_products() {
+    // Shapes the tensor-core kernel takes (k and widths multiples of 8): one step, blocks of 128
+    // columns cut by the width, splits whose steps do not divide k, steps fewer than the warps'
+    // unrolled rounds, 2 to 8 rows, one to three weights; bf16 where the device has it. On
+    // lavapipe (no warp products, no bf16) the CUDA-core kernel runs the f16 cases.
+    let device = Default::default();
+    let properties = Tensor::<Gpu, 1>::zeros([1], &device).into_primitive().tensor().client.properties().clone();
+    let cases = [
+        (2, 8, vec![8]),
+        (2, 64, vec![256]),
+        (3, 136, vec![40, 8, 296]),
+        (8, 1024, vec![1000, 1000]),
+        (5, 2056, vec![128]),
+        (7, 4096, vec![24, 136, 520]),
+        (4, 14336, vec![64]),
+    ];
+    let bf16: StorageType = ElemType::Float(FloatKind::BF16).into();
+    let dtypes = match properties.supports_type(bf16) {
+        true => vec![FloatDType::F16, FloatDType::BF16],
+        false => vec![FloatDType::F16],
+    };
+    for (rows, k, widths) in cases {
+        for &dtype in &dtypes {
+            let applies = row_mma_applies(rows, k, &widths, DType::from(dtype), &properties);
+            assert!(applies || !cfg!(feature = "cuda"), "{rows}x{k}x{widths:?} {dtype:?}: CUDA must take it");
+            check_all(rows, k, &widths, dtype, U_F32);
+        }
+    }
+}
+
+#[test]
+fn the_tensor_core_kernel_declines_what_it_does_not_take() {
+    let device = Default::default();
+    let properties = Tensor::<Gpu, 1>::zeros([1], &device).into_primitive().tensor().client.properties().clone();
+    let takes = |rows, k, widths: &[usize], dtype| row_mma_applies(rows, k, widths, dtype, &properties);
+    assert!(!takes(1, 64, &[256], DType::F32), "f32 operands");
+    assert!(!takes(MMA_MIN_ROWS - 1, 64, &[256], DType::F16), "fewer rows than it takes");
+    assert!(!takes(MAX_ROWS + 1, 64, &[256], DType::F16), "more rows than the products' n");
+    assert!(!takes(1, 60, &[256], DType::F16), "k not a multiple of a step's 8 rows");
+    assert!(!takes(1, 64, &[256, 12], DType::F16), "a width not a multiple of a 16-byte piece");
+    assert!(!takes(1, 64, &[8, 8, 8, 8], DType::F16), "more weights than one launch takes");
 }
 
 #[test]
