@@ -4,13 +4,14 @@
 //! Slots `0 .. sinks` stay in float for good (attention sinks). The slots after them form blocks
 //! of Π; a block is quantized when all its slots are older than the newest `window` — checked
 //! *before* an append adds its tokens, so the tokens of an append are always attended in float
-//! by the call that appended them. A prompt's prefill therefore attends exactly (it quantizes
-//! nothing), and its blocks close at the next append (or when the state is exported). Float slots
+//! by the call that appended them. A prompt's prefill therefore quantizes nothing and attends as
+//! the dense f16 cache does (on its tensor-core kernel where that applies: queries and weights
+//! rounded to f16), and its blocks close at the next append (or when the state is exported). Float slots
 //! hold f16 values (rounded on append), the format's width for them.
 
 use burn::tensor::{backend::Backend, DType, Int, Tensor, TensorData};
 use burn_kvcompress::{
-    cache::{dense_attention, AttendOptions, CacheGeometry},
+    cache::{dense_attention, half_attention, AttendOptions, CacheGeometry},
     error::CacheError,
 };
 
@@ -249,11 +250,17 @@ impl<B: HackBackend> ChannelStore<B> {
             return Err(CacheError::Request("attention over an empty cache".into()));
         }
         if self.blocks(geometry.head_dim) == 0 {
-            // Every slot is in float (a prompt's prefill): plain attention on them.
+            // Every slot is in float (a prompt's prefill): the dense f16 cache's attention on
+            // them (their values are f16's), whose tensor-core kernel a prompt of 32K tokens at
+            // batch 8 needs: the plain product of its scores would take a terabyte.
             let slots =
                 [&self.sinks, &self.tail].into_iter().flatten().cloned().reduce(|a, b| FloatSlots::append(Some(a), b));
             let slots = slots.expect("a non-empty store holds float slots when no block is closed");
-            return dense_attention(q, slots.k, slots.v, options);
+            if !B::supports_dtype(&q.device(), DType::F16) {
+                return dense_attention(q, slots.k, slots.v, options);
+            }
+            let len = slots.len();
+            return half_attention(q, slots.k.cast(DType::F16), slots.v.cast(DType::F16), len, options);
         }
         B::hack_channel_attention(q, &self.view(config, geometry), options)
     }

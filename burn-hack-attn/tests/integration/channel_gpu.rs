@@ -1,12 +1,14 @@
 //! The channel layout's kernels against the reference on wgpu (lavapipe in CI) or CUDA: the
 //! quantized state bit-exact where the keys are not rotated (the quantize kernel, clipped or not;
 //! `kernels_gpu` tests it alone), decode attention within float noise of the host reference on
-//! the same state.
+//! the same state; a prefill's attention (every slot in float) equal to the dense f16 cache's.
 #![cfg(any(feature = "wgpu", feature = "cuda"))]
 
 use burn::tensor::{Tensor, TensorData};
 use burn_hack_attn::{kernels::channel_attention_reference, HackConfig, HackScheme, RotationSpec};
-use burn_kvcompress::cache::{AttendOptions, CacheGeometry, KvCache, KvScheme, TransferableCache, TransferableScheme};
+use burn_kvcompress::cache::{
+    AttendOptions, CacheGeometry, HalfDenseScheme, KvCache, KvScheme, TransferableCache, TransferableScheme,
+};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
 #[cfg(feature = "cuda")]
@@ -173,4 +175,31 @@ fn decode_kernel_matches_the_reference_and_the_state_is_bit_exact() {
         // step of a value, as the paper layout's kernel tests allow.
         assert!(mean < 2e-5 && worst < 2e-3, "case {i} ({}): mean {mean:.2e}, worst {worst:.2e}", c.config);
     }
+}
+
+#[test]
+fn a_prefill_attends_as_the_dense_f16_cache_does() {
+    // Before its first decode append the layout holds every slot in float (f16 values), and a
+    // prompt's attention is the dense f16 cache's: the tensor-core kernel where it applies
+    // (CUDA; a prompt of 32K tokens at batch 8 needs it), else the same fallback.
+    let device = Default::default();
+    let geometry = CacheGeometry { batch: 2, kv_heads: 2, heads: 8, head_dim: 64 };
+    let (len, kv_shape, q_shape) = (100, [2, 2, 100, 64], [2, 8, 100, 64]);
+    let tensor =
+        |values: Vec<f32>, shape: [usize; 4]| Tensor::<Gpu, 4>::from_data(TensorData::new(values, shape), &device);
+    let n = 2 * 2 * len * 64;
+    let (k, v, q) = (
+        tensor(normal(n, 1, 1.0), kv_shape),
+        tensor(normal(n, 2, 2.0), kv_shape),
+        tensor(normal(4 * n, 3, 1.5), q_shape),
+    );
+    let options = AttendOptions { scale: 0.125, key_start: vec![0, 7], window: Some(60) };
+    let config = "bits=2,pi=16,round=nearest,axes=channel,sinks=4".parse::<HackConfig>().unwrap();
+    let mut hack = KvScheme::<Gpu>::new_cache(&HackScheme::new(config).unwrap(), 0, geometry, &device);
+    hack.append(k.clone(), v.clone()).unwrap();
+    let mut dense = KvScheme::<Gpu>::new_cache(&HalfDenseScheme, 0, geometry, &device);
+    dense.append(k, v).unwrap();
+    let got: Vec<f32> = hack.attend(q.clone(), &options).unwrap().into_data().into_vec().unwrap();
+    let expected: Vec<f32> = dense.attend(q, &options).unwrap().into_data().into_vec().unwrap();
+    assert_eq!(got, expected);
 }
