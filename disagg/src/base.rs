@@ -1,5 +1,6 @@
 //! [`BaseModel`]: the model a process loads once and prepares for each scheme it runs.
 
+use burn_kvschemes::{AnyScheme, SchemeSpec};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -11,10 +12,7 @@ use burn_kvcompress::{
     tokenizer::Tokenizer,
 };
 use burn_kvtransfer::ModelFingerprint;
-use examples::{
-    backend_choice::KernelBackend,
-    scheme_arg::{Scheme, SchemeArg},
-};
+use examples::backend_choice::KernelBackend;
 
 use crate::ModelSource;
 
@@ -68,8 +66,8 @@ impl<B: KernelBackend> BaseModel<B> {
 
     /// The `--kv` scheme `kv` resolved against this model, and the model it runs with (ZACK folds
     /// rotations into a copy of the weights; the other schemes share the loaded ones).
-    pub fn prepared(&self, kv: &str) -> anyhow::Result<(CausalLm<B>, Scheme)> {
-        let arg: SchemeArg = kv.parse().map_err(anyhow::Error::msg)?;
+    pub fn prepared(&self, kv: &str) -> anyhow::Result<(CausalLm<B>, AnyScheme)> {
+        let arg: SchemeSpec = kv.parse().map_err(anyhow::Error::msg)?;
         let scheme = arg.resolve(&self.label, self.loaded.model.config(), Some(self.fingerprint))?;
         Ok((scheme.prepare(self.loaded.model.clone())?, scheme))
     }

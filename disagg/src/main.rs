@@ -38,6 +38,7 @@ mod serve;
 mod spawn;
 mod worker;
 
+use burn_kvschemes::SchemeSpec;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -49,7 +50,6 @@ use examples::{
     e2e_report::{describe_rate, group_means, jct_series, markdown_table, JctAxis, RequestRecord},
     plot::{plot_series, PlotSpec},
     random_model::RandomShape,
-    scheme_arg::SchemeArg,
     weights_arg::WeightsArg,
     with_backend,
 };
@@ -317,7 +317,7 @@ impl RunArgs {
 
 /// Validates `--kv` but keeps its spelling, which the demo passes on to the servers it spawns.
 fn parse_kv(s: &str) -> Result<String, String> {
-    s.parse::<SchemeArg>().map(|_| s.to_string())
+    s.parse::<SchemeSpec>().map(|_| s.to_string())
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {

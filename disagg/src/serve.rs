@@ -10,6 +10,7 @@ use burn_kvcompress::{
     cache::{LayerState, TransferableCache, TransferableScheme},
     model::CausalLm,
 };
+use burn_kvschemes::with_scheme;
 use burn_kvtransfer::{
     engine::{ModelPrefill, PrefillEngine},
     protocol::{PrefillServer, ServerConfig},
@@ -17,7 +18,7 @@ use burn_kvtransfer::{
     wire::ModelShape,
     ModelFingerprint, SchemeDescriptor,
 };
-use examples::{backend_choice::KernelBackend, with_scheme};
+use examples::backend_choice::KernelBackend;
 
 use crate::{runtime, BaseModel, ServeArgs};
 

@@ -3,6 +3,7 @@
 //! rate, pulled (prefilled and transferred) in arrival order on one thread while the requests
 //! before them are imported and decoded, one at a time in arrival order, on another.
 
+use burn_kvschemes::{with_scheme, AnyScheme};
 use std::io::Write;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -23,10 +24,7 @@ use burn_kvtransfer::{
     wire::Mode,
     ModelFingerprint, SchemeDescriptor,
 };
-use examples::{
-    backend_choice::KernelBackend, e2e_report::RequestRecord, random_model::random_prompt, scheme_arg::Scheme,
-    with_scheme,
-};
+use examples::{backend_choice::KernelBackend, e2e_report::RequestRecord, random_model::random_prompt};
 use sha2::{Digest, Sha256};
 
 use crate::{
@@ -61,7 +59,7 @@ const DEFAULT_PROMPTS: [&str; 4] = [
 /// its records, after printing its table.
 pub fn run_job<B: KernelBackend>(
     base: &BaseModel<B>,
-    (model, scheme): &(CausalLm<B>, Scheme),
+    (model, scheme): &(CausalLm<B>, AnyScheme),
     job: &Job,
     device: &B::Device,
 ) -> anyhow::Result<Vec<RequestRecord>> {

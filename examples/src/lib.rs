@@ -1,5 +1,5 @@
-//! Shared plumbing of the example command-line programs: backend selection, the `--kv` scheme
-//! syntax, llama.cpp's reference numbers, benchmark helpers, disaggregated runs' records and plots.
+//! Shared plumbing of the example command-line programs: backend selection, llama.cpp's reference
+//! numbers, benchmark helpers, disaggregated runs' records and plots.
 
 pub mod backend_choice;
 pub mod bench;
@@ -9,7 +9,5 @@ pub mod plot;
 pub mod random_model;
 pub mod reference;
 pub mod report;
-pub mod scheme_arg;
 pub mod tradeoff;
 pub mod weights_arg;
-pub mod zack_arg;

@@ -6,6 +6,7 @@
 //!
 //! `cargo run --release -p examples --bin continuations -- --kv hack2 --kv hack4 --out results/hack-continuations`
 
+use burn_kvschemes::{with_scheme, SchemeSpec};
 use std::{fmt::Write as _, path::PathBuf};
 
 use anyhow::Context;
@@ -20,8 +21,7 @@ use examples::{
     backend_choice::{BackendChoice, KernelBackend},
     reference::{default_texts, llamacpp_reference_file, load_reference_prompts},
     report::create_parent,
-    scheme_arg::SchemeArg,
-    with_backend, with_scheme,
+    with_backend,
 };
 
 /// Greedy continuations per KV scheme beside dense's, with the first differing position.
@@ -122,7 +122,7 @@ fn run<B: KernelBackend>(device: B::Device, args: &Args) -> anyhow::Result<Strin
     let prompts = prompts(args, &loaded)?;
     let mut runs = Vec::new();
     for spelling in std::iter::once("dense").chain(args.kv.iter().map(String::as_str)) {
-        let arg: SchemeArg = spelling.parse().map_err(anyhow::Error::msg)?;
+        let arg: SchemeSpec = spelling.parse().map_err(anyhow::Error::msg)?;
         let scheme = arg.resolve(&path, loaded.model.config(), None)?;
         let model = LoadedModel { model: scheme.prepare(loaded.model.clone())?, tokenizer: loaded.tokenizer.clone() };
         eprintln!("continuing with {spelling}");

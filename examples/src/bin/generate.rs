@@ -3,6 +3,7 @@
 //!
 //! `cargo run --release -p examples --bin generate -- --chat "What is the capital of France?"`
 
+use burn_kvschemes::{with_scheme, SchemeSpec};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -17,8 +18,7 @@ use burn_kvcompress::{
 use clap::Parser;
 use examples::{
     backend_choice::{BackendChoice, KernelBackend},
-    scheme_arg::SchemeArg,
-    with_backend, with_scheme,
+    with_backend,
 };
 
 /// Generate text from a prompt or a chat message.
@@ -59,7 +59,7 @@ struct Args {
     /// product quantization, `zack:rotations=rot.safetensors,rate=0.5+pq:codebooks=reduced.safetensors`
     /// (codebooks from `calibrate --scheme zack-pq` at the same rotations and rate).
     #[arg(long, default_value = "dense")]
-    kv: SchemeArg,
+    kv: SchemeSpec,
     /// Backend to run on.
     #[arg(long, value_enum, default_value_t = BackendChoice::Flex)]
     backend: BackendChoice,

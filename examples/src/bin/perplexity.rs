@@ -4,6 +4,7 @@
 //! Protocol (`docs/design.md`): windows of 1024 tokens from the start (no BOS); prefill 512, then feed
 //! 512 one at a time through the cache, scoring each with the logits produced before it is fed.
 
+use burn_kvschemes::{with_scheme, AnyScheme, SchemeSpec};
 use std::{
     fmt::Write as _,
     path::{Path, PathBuf},
@@ -23,9 +24,8 @@ use examples::{
     backend_choice::{BackendChoice, KernelBackend},
     reference::{default_texts, llamacpp_bits_per_element, llamacpp_reference_file, load_reference_ppl, ReferencePpl},
     report::create_parent,
-    scheme_arg::{Scheme, SchemeArg},
     tradeoff::{plot_tradeoff, scheme_family, TradeoffPoint},
-    with_backend, with_scheme,
+    with_backend,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -47,7 +47,7 @@ struct Args {
     /// or by product quantization, `zack:rotations=rot.safetensors,rate=0.5+pq:codebooks=reduced.safetensors`
     /// (codebooks from `calibrate --scheme zack-pq` at the same rotations and rate).
     #[arg(long, default_value = "dense")]
-    kv: Vec<SchemeArg>,
+    kv: Vec<SchemeSpec>,
     /// Most windows of 1024 tokens per text.
     #[arg(long, default_value_t = 4)]
     windows: usize,
@@ -113,7 +113,7 @@ fn run<B: KernelBackend>(device: B::Device, args: &Args) -> anyhow::Result<Vec<R
         .with_context(|| format!("loading {} (run `cargo xtask fetch-model`)", path.display()))?;
     let tokenizer = loaded.tokenizer.context("the model files carry no tokenizer")?;
     let c = loaded.model.config().clone();
-    let fingerprint = match args.kv.iter().any(|kv| matches!(kv, SchemeArg::Pq(_) | SchemeArg::Zack(_))) {
+    let fingerprint = match args.kv.iter().any(|kv| matches!(kv, SchemeSpec::Pq(_) | SchemeSpec::Zack(_))) {
         true => Some(ModelFingerprint::of_path(&path).with_context(|| format!("hashing {}", path.display()))?),
         false => None,
     };
@@ -125,9 +125,9 @@ fn run<B: KernelBackend>(device: B::Device, args: &Args) -> anyhow::Result<Vec<R
         false => args.text.clone(),
     };
     // Dense first: its next-token distributions are the reference of every other row's KL.
-    let dense = Scheme::Dense(DenseScheme);
-    let schemes: Vec<&Scheme> =
-        std::iter::once(&dense).chain(schemes.iter().filter(|s| !matches!(s, Scheme::Dense(_)))).collect();
+    let dense = AnyScheme::Dense(DenseScheme);
+    let schemes: Vec<&AnyScheme> =
+        std::iter::once(&dense).chain(schemes.iter().filter(|s| !matches!(s, AnyScheme::Dense(_)))).collect();
     let mut rows = Vec::new();
     for text_path in &texts {
         let text = std::fs::read_to_string(text_path).with_context(|| format!("reading {}", text_path.display()))?;
@@ -199,7 +199,7 @@ fn rows_from_json(json: &Path, args: &Args) -> anyhow::Result<Vec<Row>> {
 /// The mean bits per element at [`STEADY_CONTEXT`] of the scheme named `name` (its `--kv`
 /// spelling), where its format gives it.
 fn steady_bits(name: &str, c: &burn_kvcompress::model::ModelConfig) -> Option<f64> {
-    name.parse::<SchemeArg>().ok()?.mean_bits_per_element(c, STEADY_CONTEXT)
+    name.parse::<SchemeSpec>().ok()?.mean_bits_per_element(c, STEADY_CONTEXT)
 }
 
 /// Cached K and V elements per token, all layers.

@@ -6,6 +6,7 @@
 //! timing (median, host enqueue time, pipelined). The PyTorch anchors, run in the same call:
 //! `examples/bench/gemv_anchor.py` for the products, `examples/bench/model_anchor.py` for TTFT and
 //! the steps.
+use burn_kvschemes::{with_scheme, SchemeSpec};
 use std::time::Instant;
 
 use burn::{
@@ -23,9 +24,8 @@ use clap::Parser;
 use examples::{
     backend_choice::{BackendChoice, KernelBackend},
     bench::time,
-    scheme_arg::SchemeArg,
     weights_arg::WeightsArg,
-    with_backend, with_scheme,
+    with_backend,
 };
 
 /// Time decode-step weight products and decode steps.
@@ -62,7 +62,7 @@ struct Args {
     /// (`hack2`, `hack:bits=2,pi=64`); schemes that need calibration files (pq, zack, learned
     /// rotations) do not apply to the random weights.
     #[arg(long, default_value = "dense:storage=f16")]
-    kv: SchemeArg,
+    kv: SchemeSpec,
     /// Time the model with the backend's kernels only, not also with Burn's ops (for a profiler,
     /// whose report then holds one variant's launches).
     #[arg(long)]
@@ -114,9 +114,9 @@ fn run<B: KernelBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
     // A step reads every weight but the embedding's (one row of it).
     let weight_bytes = (model.num_params() - c.vocab_size * c.hidden_size) as f64 * bytes;
     let name = match &args.kv {
-        SchemeArg::Dense => "dense f32".to_string(),
-        SchemeArg::HalfDense => "dense f16".to_string(),
-        SchemeArg::Hack(config) => config.to_string(),
+        SchemeSpec::Dense => "dense f32".to_string(),
+        SchemeSpec::HalfDense => "dense f16".to_string(),
+        SchemeSpec::Hack(config) => config.to_string(),
         other => anyhow::bail!("--kv {other:?}: the model has random weights, so only dense and hack apply"),
     };
     // Neither reads a file (a HACK spelling with a learned rotation file fails to resolve here).

@@ -13,10 +13,10 @@ pub fn run_zack_pq(args: &Args) -> anyhow::Result<()> {
     let text = args.config.as_deref().context("--scheme zack-pq needs --config sub_dim=N,nbits=BITS")?;
     let config: ReducedPqConfig = text.parse().with_context(|| format!("--config `{text}`"))?;
     let zack_text = args.zack.as_deref().context("--scheme zack-pq needs --zack rotations=FILE,rate=R")?;
-    let mut zack_arg: examples::zack_arg::ZackArg =
+    let mut zack_spec: burn_kvschemes::ZackSpec =
         zack_text.parse().map_err(|e: String| anyhow::anyhow!(e)).with_context(|| format!("--zack `{zack_text}`"))?;
-    if zack_arg.rule.multiple == 1 {
-        zack_arg.rule.multiple = config.sub_dim;
+    if zack_spec.rule.multiple == 1 {
+        zack_spec.rule.multiple = config.sub_dim;
     }
     let (kmeans, threads) = kmeans_settings(args);
     let sources = read_texts(args)?;
@@ -30,7 +30,7 @@ pub fn run_zack_pq(args: &Args) -> anyhow::Result<()> {
         Ok(())
     };
     let (recorded, layers) = with_backend!(args.backend, record_all(args, &check, &sources))?;
-    let zack = zack_arg.resolve(&recorded.model_config, recorded.fingerprint)?;
+    let zack = zack_spec.resolve(&recorded.model_config, recorded.fingerprint)?;
     let samples = ReducedSamples::from_recordings(&layers, &zack)?;
     drop(layers);
     let subspaces: usize = samples.widths.iter().map(|[k, v]| (k + v) / config.sub_dim).sum();

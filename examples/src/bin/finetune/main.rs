@@ -21,6 +21,7 @@
 
 mod record;
 
+use burn_kvschemes::{AnyScheme, SchemeSpec};
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
@@ -46,7 +47,6 @@ use examples::{
     memory::peak_resident_bytes,
     plot::{plot_curves, Curve, PlotFormat, PlotSpec},
     report::{beside, create_parent, write_json_beside},
-    scheme_arg::{Scheme, SchemeArg},
     with_backend,
 };
 use indicatif::{ProgressBar, ProgressStyle};
@@ -223,11 +223,11 @@ fn run<B: Backend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
         SchemeChoice::Hack if burn_hack_attn::HackConfig::preset(&args.start).is_some() => args.start.clone(),
         SchemeChoice::Hack => format!("hack:{}", args.start),
     };
-    let scheme_arg: SchemeArg = scheme_text.parse().map_err(|e: String| anyhow::anyhow!("--start: {e}"))?;
+    let spec: SchemeSpec = scheme_text.parse().map_err(|e: String| anyhow::anyhow!("--start: {e}"))?;
     let loaded = load_model::<B>(&model_path, &device).with_context(|| {
         format!("loading {} (run `cargo xtask fetch-model` for the default model)", model_path.display())
     })?;
-    let scheme = scheme_arg.resolve(&model_path, loaded.model.config(), Some(fingerprint))?;
+    let scheme = spec.resolve(&model_path, loaded.model.config(), Some(fingerprint))?;
     let tokenizer = loaded.tokenizer.as_ref().context("the model files carry no tokenizer")?;
     let (train_windows, held_out_windows) = split_windows(args, tokenizer)?;
     let started = std::time::Instant::now();
@@ -316,7 +316,7 @@ impl Args {
 /// Trains the artifact of `scheme` on `data`, saves it to `--out`, and returns the run's report
 /// and the saved artifact's calibration text.
 fn train_and_save<B: AutodiffBackend>(
-    scheme: &Scheme,
+    scheme: &AnyScheme,
     data: &FinetuneData,
     config: &FinetuneConfig,
     args: &Args,
@@ -325,18 +325,18 @@ fn train_and_save<B: AutodiffBackend>(
     on_progress: &mut dyn FnMut(FinetuneProgress),
 ) -> anyhow::Result<(FinetuneReport, String)> {
     match scheme {
-        Scheme::Pq(pq) => {
+        AnyScheme::Pq(pq) => {
             let (books, report) = finetune_codebooks::<B>(&pq.codebooks, pq.window, data, config, device, on_progress)?;
             books.save(&args.out)?;
             Ok((report, books.calibration))
         }
-        Scheme::Zack(zack) => {
+        AnyScheme::Zack(zack) => {
             let (rotations, report) =
                 finetune_rotations::<B>(zack.rotations(), zack.ranks(), data, config, device, on_progress)?;
             rotations.save(&args.out)?;
             Ok((report, rotations.calibration))
         }
-        Scheme::Hack(hack) => {
+        AnyScheme::Hack(hack) => {
             let start = hack
                 .rotations(RotationShape::from(data.check()?))?
                 .context("--start has no rotation to fine-tune (add rot=hadamard)")?;
@@ -357,7 +357,7 @@ fn train_and_save<B: AutodiffBackend>(
             RotationFile { rotations, model, training: training.clone() }.save(&args.out)?;
             Ok((report, training))
         }
-        Scheme::Dense(_) | Scheme::HalfDense(_) | Scheme::ZackHack(_) | Scheme::ZackPq(_) => {
+        AnyScheme::Dense(_) | AnyScheme::HalfDense(_) | AnyScheme::ZackHack(_) | AnyScheme::ZackPq(_) => {
             unreachable!("--scheme is pq, zack or hack")
         }
     }

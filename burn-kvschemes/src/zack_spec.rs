@@ -1,8 +1,8 @@
-//! The `zack:` parameters of `--kv`: `zack:rotations=FILE,rate=0.5` (or `eps=0.05` instead of
+//! The `zack:` parameters of a scheme's spelling: `zack:rotations=FILE,rate=0.5` (or `eps=0.05` instead of
 //! `rate`), with optional `min_rank=N` and `multiple=N` ([`RankRule`]) and `storage=f16`
 //! ([`ReducedStorage`]).
 
-use std::{path::PathBuf, str::FromStr, sync::Arc};
+use std::{fmt, path::PathBuf, str::FromStr, sync::Arc};
 
 use anyhow::Context;
 use burn_kvcompress::{fingerprint::ModelFingerprint, model::ModelConfig};
@@ -23,10 +23,10 @@ pub enum RankTarget {
 
 /// `zack:` parameters: the rotation file and how ranks are chosen.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ZackArg {
+pub struct ZackSpec {
     /// Rotation file written by `calibrate --scheme zack` (required).
     pub rotations: PathBuf,
-    /// Rate or ε (default: rate [`ZackArg::DEFAULT_RATE`]).
+    /// Rate or ε (default: rate [`ZackSpec::DEFAULT_RATE`]).
     pub target: RankTarget,
     /// Minimum rank and rounding.
     pub rule: RankRule,
@@ -34,7 +34,7 @@ pub struct ZackArg {
     pub storage: ReducedStorage,
 }
 
-impl ZackArg {
+impl ZackSpec {
     /// The compression rate when neither `rate` nor `eps` is given.
     pub const DEFAULT_RATE: f64 = 0.5;
 
@@ -57,11 +57,34 @@ impl ZackArg {
     }
 }
 
+impl fmt::Display for ZackSpec {
+    /// `rotations=PATH,rate=R` (or `eps=E`), then the rule and the storage where they differ
+    /// from their defaults: what [`FromStr`] reads.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "rotations={}", self.rotations.display())?;
+        match self.target {
+            RankTarget::Rate(rate) => write!(f, ",rate={rate}")?,
+            RankTarget::Epsilon(epsilon) => write!(f, ",eps={epsilon}")?,
+        }
+        let default = RankRule::default();
+        if self.rule.min_rank != default.min_rank {
+            write!(f, ",min_rank={}", self.rule.min_rank)?;
+        }
+        if self.rule.multiple != default.multiple {
+            write!(f, ",multiple={}", self.rule.multiple)?;
+        }
+        if self.storage != ReducedStorage::default() {
+            write!(f, ",storage={}", self.storage)?;
+        }
+        Ok(())
+    }
+}
+
 fn number<T: FromStr>(key: &str, value: &str) -> Result<T, String> {
     value.parse().map_err(|_| format!("{key} `{value}` is not a number"))
 }
 
-impl FromStr for ZackArg {
+impl FromStr for ZackSpec {
     type Err = String;
 
     /// `rotations=PATH[,rate=R|eps=E][,min_rank=N][,multiple=N][,storage=f32|f16]`, in any order.
@@ -100,7 +123,7 @@ mod tests {
 
     #[test]
     fn parses_rates_epsilons_and_rules_and_rejects_bad_parameters() {
-        let parse = |s: &str| s.parse::<ZackArg>();
+        let parse = |s: &str| s.parse::<ZackSpec>();
         let arg = parse("rotations=r.safetensors").unwrap();
         assert_eq!(
             (arg.rotations, arg.target, arg.rule),
@@ -116,9 +139,6 @@ mod tests {
         assert!(parse("rotations=r,rate=x").unwrap_err().contains("not a number"));
         assert!(parse("rotations=r,m=3").unwrap_err().contains("unknown zack key"));
         assert!(parse("rotations=").unwrap_err().contains("needs a path"));
-        assert!(matches!(
-            "zack:rotations=r".parse::<crate::scheme_arg::SchemeArg>(),
-            Ok(crate::scheme_arg::SchemeArg::Zack(_))
-        ));
+        assert!(matches!("zack:rotations=r".parse::<crate::SchemeSpec>(), Ok(crate::SchemeSpec::Zack(_))));
     }
 }
