@@ -62,10 +62,11 @@ const LANE_SUMS: u32 = 33;
 /// Sums a lane holds: 2 activation rows × 2 halves of the block × 8 columns.
 const SUMS: u32 = 32;
 
-/// Whether [`row_products_mma`] takes `[rows, k]` times weights `[k, n_i]` of `widths` in `dtype`
-/// on a device with `properties`: f16 or bf16, [`MMA_MIN_ROWS`] to [`MAX_ROWS`] rows, `k` a multiple of 8 and
-/// every width a non-zero multiple of 8 (whole pieces and steps), at most [`MAX_WEIGHTS`]
-/// weights, and a device with `16 × 8 × 16` warp products of `dtype` into f32.
+/// Whether the tensor-core kernel (which [`row_products`](super::row_products) then runs) takes
+/// `[rows, k]` times weights `[k, n_i]` of `widths` in `dtype` on a device with `properties`: f16
+/// or bf16, [`MMA_MIN_ROWS`] to [`MAX_ROWS`] rows, `k` a multiple of 8 and every width a non-zero
+/// multiple of 8 (whole pieces and steps), at most [`MAX_WEIGHTS`] weights, and a device with `16
+/// × 8 × 16` warp products of `dtype` into f32.
 pub fn row_mma_applies(rows: usize, k: usize, widths: &[usize], dtype: DType, properties: &DeviceProperties) -> bool {
     let kind = match dtype {
         DType::F16 => FloatKind::F16,
