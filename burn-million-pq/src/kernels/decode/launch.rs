@@ -8,7 +8,8 @@ use burn_kvcompress::{
 };
 
 use super::{
-    kernel::{decode_kernel, DecodeGeometry},
+    kernel::decode_kernel,
+    kernel_geometry::DecodeGeometry,
     mma_launch::{mma_decode_launch, mma_geometry, output_tensor},
     table::{table_kernel, DecodeShape},
 };

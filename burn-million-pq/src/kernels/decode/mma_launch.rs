@@ -19,7 +19,8 @@ use burn_kvcompress::{
 
 use super::{
     half_table::{half_books_kernel, half_table_kernel, HalfTables},
-    mma_kernel::{mma_decode_kernel, MmaGeometry, TILE_CHANNELS, WORD_ELEMENTS},
+    mma_kernel::mma_decode_kernel,
+    mma_kernel_geometry::{MmaGeometry, TILE_CHANNELS, WORD_ELEMENTS},
     table::DecodeShape,
 };
 use crate::kernels::PqView;

@@ -6,14 +6,16 @@
 #[allow(missing_docs)]
 mod half_table;
 mod kernel;
+mod kernel_geometry;
 mod launch;
 // `#[cube]` expands the kernel into undocumented helper items.
 #[allow(missing_docs)]
 mod mma_kernel;
+mod mma_kernel_geometry;
 mod mma_launch;
 mod table;
 
 pub use half_table::HalfTables;
 pub use launch::{decode_geometry, decode_launch, pq_shape, split_chunk, supports};
-pub use mma_kernel::MmaGeometry;
+pub use mma_kernel_geometry::MmaGeometry;
 pub use mma_launch::mma_geometry;
