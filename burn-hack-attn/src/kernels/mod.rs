@@ -12,7 +12,7 @@ pub mod decode;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod eight_bit;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-mod noise_cube;
+mod noise;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod params_word;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]

@@ -8,7 +8,7 @@ use cubecl::prelude::*;
 use half::f16;
 
 use crate::{
-    kernels::{noise_cube::uniform_cube, params_word::params_word},
+    kernels::{noise::uniform_cube, params_word::params_word},
     quant::CLIP_RATIOS,
 };
 
