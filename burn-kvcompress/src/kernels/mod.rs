@@ -63,6 +63,9 @@ mod swiglu;
 #[allow(missing_docs)]
 pub mod warp_mma;
 mod warp_splits;
+// `#[cube]` expands each function into undocumented helper items.
+#[allow(missing_docs)]
+mod weight_slots;
 
 pub use buffers::{
     dense_arg, dense_output, dense_output_of, float_arg, int_arg, kernel_float, lies_dense, pitched_rows_arg,

@@ -38,6 +38,7 @@ use super::{
     dense_output,
     row_product::{MAX_ROWS, MAX_WEIGHTS},
     warp_mma::{Halves, Pair, WARP},
+    weight_slots::{cube_weight, WeightSlots},
 };
 
 /// Elements of a 16-byte piece of a weight row.
@@ -117,23 +118,17 @@ fn row_mma_kernel<E: Float, N: Size>(
     for i in 0..comptime!(SUMS / 2) {
         sums[i as usize] = Pair::new(0.0);
     }
-    // The cube's weight: a uniform branch, each arm its own loop over that weight.
-    let in_0 = CUBE_POS_X < first_cube_1;
-    let in_1 = !in_0 && CUBE_POS_X < first_cube_2;
-    let first_cube = select(in_0, 0u32, select(in_1, first_cube_1, first_cube_2));
-    let width = select(in_0, width_0, select(in_1, width_1, width_2));
-    let first_column = select(in_0, 0u32, select(in_1, width_0, width_0 + width_1));
-    let block = (CUBE_POS_X - first_cube) * BLOCK_COLUMNS;
-    let span = Span { block, width, rows, k, split_steps };
-    if in_0 {
+    let weight = cube_weight(width_0, width_1, width_2, first_cube_1, first_cube_2);
+    let span = Span { block: weight.cube * BLOCK_COLUMNS, width: weight.size, rows, k, split_steps };
+    if weight.slot == 0 {
         accumulate(x, w_0, &mut sums, &span);
-    } else if in_1 {
+    } else if weight.slot == 1 {
         accumulate(x, w_1, &mut sums, &span);
     } else {
         accumulate(x, w_2, &mut sums, &span);
     }
     let total = width_0 + width_1 + width_2;
-    write_split(&sums, partial, &span, first_column, total);
+    write_split(&sums, partial, &span, weight.offset, total);
 }
 
 /// What a warp's loop needs of its cube: the block's first column `block` of a weight of `width`
@@ -300,15 +295,14 @@ pub(super) fn row_products_mma<R: CubeRuntime>(
     widths: &[usize],
 ) -> (CubeTensor<R>, u32) {
     let client = x.client.clone();
-    let width: [u32; MAX_WEIGHTS] = std::array::from_fn(|i| widths.get(i).map_or(0, |&n| n as u32));
-    let cubes = width.map(|n| n.div_ceil(BLOCK_COLUMNS));
-    let column_cubes = cubes.iter().sum::<u32>();
+    let slots = WeightSlots::new(widths.iter().map(|&n| n as u32), BLOCK_COLUMNS);
     let steps = k as u32 / STEP_ROWS;
-    let splits = splits_for(column_cubes, steps, client.properties().hardware.num_streaming_multiprocessors);
+    let sms = client.properties().hardware.num_streaming_multiprocessors;
+    let splits = splits_for(slots.column_cubes(), steps, sms);
     let split_steps = steps.div_ceil(splits);
     let total: usize = widths.iter().sum();
     let partial = dense_output::<R, f32>(&x, splits as usize * rows * total);
-    let weight_arg = |i: usize| w_args[i.min(w_args.len() - 1)].clone().into_array_arg();
+    let [first_cube_1, first_cube_2] = slots.first_cubes();
     let dtype = x.dtype;
     // SAFETY: cube (c, s) takes weight `i` (cubes from `first_cube_i`, `cubes_i` of them, one block
     // of 128 columns each; absent weights have no cubes) and steps `s · split_steps ..
@@ -321,21 +315,21 @@ pub(super) fn row_products_mma<R: CubeRuntime>(
     unsafe {
         row_mma_kernel::launch_unchecked(
             &client,
-            CubeCount::Static(column_cubes, splits, 1),
+            CubeCount::Static(slots.column_cubes(), splits, 1),
             CubeDim::new_2d(WARP, WARPS),
             PIECE as usize,
             x.into_array_arg(),
-            weight_arg(0),
-            weight_arg(1),
-            weight_arg(2),
+            WeightSlots::arg(w_args, 0),
+            WeightSlots::arg(w_args, 1),
+            WeightSlots::arg(w_args, 2),
             partial.clone().into_array_arg(),
             rows as u32,
             k as u32,
-            width[0],
-            width[1],
-            width[2],
-            cubes[0],
-            cubes[0] + cubes[1],
+            slots.sizes[0],
+            slots.sizes[1],
+            slots.sizes[2],
+            first_cube_1,
+            first_cube_2,
             split_steps,
             dtype.into(),
         )

@@ -28,6 +28,7 @@ use cubecl::prelude::*;
 use super::{
     dense_arg, dense_output, dense_output_of, kernel_float,
     row_mma::{row_mma_applies, row_products_mma},
+    weight_slots::{cube_weight, WeightSlots},
     widest_vector, CubeF32,
 };
 
@@ -76,16 +77,13 @@ fn row_product_kernel<F: Float, N: Size>(
     for m in 0..rows {
         sums[m as usize] = Vector::new(0.0f32);
     }
-    // The cube's weight: a uniform branch, each arm its own loop over that weight.
-    let in_0 = CUBE_POS_X < first_cube_1;
-    let in_1 = !in_0 && CUBE_POS_X < first_cube_2;
-    let first_cube = select(in_0, 0u32, select(in_1, first_cube_1, first_cube_2));
-    let columns = select(in_0, columns_0, select(in_1, columns_1, columns_2));
-    let column = (CUBE_POS_X - first_cube) * LANES + UNIT_POS_X;
-    let at = select(in_0, 0u32, select(in_1, columns_0, columns_0 + columns_1)) + column;
-    if in_0 {
+    let weight = cube_weight(columns_0, columns_1, columns_2, first_cube_1, first_cube_2);
+    let columns = weight.size;
+    let column = weight.cube * LANES + UNIT_POS_X;
+    let at = weight.offset + column;
+    if weight.slot == 0 {
         accumulate(x, w_0, &mut sums, column, columns, k, split, split_rows, rows);
-    } else if in_1 {
+    } else if weight.slot == 1 {
         accumulate(x, w_1, &mut sums, column, columns, k, split, split_rows, rows);
     } else {
         accumulate(x, w_2, &mut sums, column, columns, k, split, split_rows, rows);
@@ -216,16 +214,13 @@ fn core_partials<R: CubeRuntime>(
     let client = x_arg.client.clone();
     let dtype = x_arg.dtype;
     let vector = widest_vector(&client, dtype.size(), widths);
-    // Three weight slots: the absent ones repeat the first with no columns.
-    let columns: [u32; MAX_WEIGHTS] = std::array::from_fn(|i| widths.get(i).map_or(0, |n| (n / vector) as u32));
-    let cubes = columns.map(|c| c.div_ceil(LANES));
-    let column_cubes = cubes.iter().sum::<u32>();
+    let slots = WeightSlots::new(widths.iter().map(|n| (n / vector) as u32), LANES);
     let sms = client.properties().hardware.num_streaming_multiprocessors;
-    let splits = splits_for(column_cubes, k as u32, sms);
+    let splits = splits_for(slots.column_cubes(), k as u32, sms);
     let split_rows = (k as u32).div_ceil(splits);
     let n_total: usize = widths.iter().sum();
     let partial = dense_output::<R, f32>(&x_arg, splits as usize * rows * n_total);
-    let weight_arg = |i: usize| w_args[i.min(w_args.len() - 1)].clone().into_array_arg();
+    let [first_cube_1, first_cube_2] = slots.first_cubes();
     // SAFETY: cube (c, s) takes weight `i` (the cubes from `first_cube_i`, `cubes_i` of them:
     // `columns_i` vectors in lanes of `LANES`) at its column vector `(c − first_cube_i) · LANES +
     // lane`, guarded `< columns_i` before every access of `w_i` (`[k, columns_i]` vectors; rows
@@ -237,20 +232,20 @@ fn core_partials<R: CubeRuntime>(
     unsafe {
         row_product_kernel::launch_unchecked(
             &client,
-            CubeCount::Static(column_cubes, splits, 1),
+            CubeCount::Static(slots.column_cubes(), splits, 1),
             CubeDim::new_2d(LANES, WARPS),
             vector,
             x_arg.into_array_arg(),
-            weight_arg(0),
-            weight_arg(1),
-            weight_arg(2),
+            WeightSlots::arg(w_args, 0),
+            WeightSlots::arg(w_args, 1),
+            WeightSlots::arg(w_args, 2),
             partial.clone().into_array_arg(),
             k as u32,
-            columns[0],
-            columns[1],
-            columns[2],
-            cubes[0],
-            cubes[0] + cubes[1],
+            slots.sizes[0],
+            slots.sizes[1],
+            slots.sizes[2],
+            first_cube_1,
+            first_cube_2,
             split_rows,
             rows as u32,
             dtype.into(),
