@@ -76,8 +76,8 @@ fn rms_norm_kernel<F: Float, N: Size>(
         if comptime!(add) {
             sum_out[at] = value;
         }
-        let scale = Vector::<f32, N>::cast_from(gamma[c as usize]) * Vector::new(inverse);
-        out[at] = Vector::<F, N>::cast_from(Vector::<f32, N>::cast_from(value) * scale);
+        let normed = Vector::<f32, N>::cast_from(value) * Vector::new(inverse);
+        out[at] = Vector::<F, N>::cast_from(normed * Vector::<f32, N>::cast_from(gamma[c as usize]));
         c += UNITS;
     }
 }
