@@ -113,19 +113,18 @@ fn run<B: KernelBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
         build_model::<B, _>(config.clone(), &RandomWeights::new(config.clone(), 0), &device)?.with_weights_as(dtype)?;
     // A step reads every weight but the embedding's (one row of it).
     let weight_bytes = (model.num_params() - c.vocab_size * c.hidden_size) as f64 * bytes;
-    let name = match &args.kv {
-        SchemeSpec::Dense => "dense f32".to_string(),
-        SchemeSpec::HalfDense => "dense f16".to_string(),
-        SchemeSpec::Hack(config) => config.to_string(),
-        other => anyhow::bail!("--kv {other:?}: the model has random weights, so only dense and hack apply"),
-    };
+    anyhow::ensure!(
+        matches!(args.kv, SchemeSpec::Dense | SchemeSpec::HalfDense | SchemeSpec::Hack(_)),
+        "--kv {}: the model has random weights, so only dense and hack apply",
+        args.kv
+    );
     // Neither reads a file (a HACK spelling with a learned rotation file fails to resolve here).
     let scheme = args.kv.resolve(Path::new("random weights"), &config, None)?;
     let model = scheme.prepare(model)?;
     println!(
         "\n## {} layers of Llama-3-8B + output head, batch {}: prefill of {} tokens (TTFT), then decode steps over \
-         the {name} cache (ms)",
-        args.layers, args.batch, args.context
+         the `{}` cache (ms)",
+        args.layers, args.batch, args.context, args.kv
     );
     println!("| ops | TTFT median | step median | step host | step pipelined | weights GB/s (step median) |");
     println!("|---|---:|---:|---:|---:|---:|");
