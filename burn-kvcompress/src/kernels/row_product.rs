@@ -309,7 +309,6 @@ pub(super) fn sum_splits<R: CubeRuntime>(
     let first_1 = widths[0];
     let first_2 = first_1 + widths.get(1).copied().unwrap_or(0);
     let len = rows * width;
-    let out_arg = |i: usize| outputs[i.min(outputs.len() - 1)].clone().into_array_arg();
     // SAFETY: unit `j < len = rows · width` (the kernel's guard) reads `partial[s · len + j]`
     // for `s < splits` (`splits · len` entries, the row kernel's output) and writes one element
     // of the output of the columns `j mod width` falls in: `out_i[row · width_i + column −
@@ -321,9 +320,9 @@ pub(super) fn sum_splits<R: CubeRuntime>(
             CubeCount::Static((len as u32).div_ceil(SUM_UNITS), 1, 1),
             CubeDim::new_1d(SUM_UNITS),
             partial.into_array_arg(),
-            out_arg(0),
-            out_arg(1),
-            out_arg(2),
+            WeightSlots::arg(&outputs, 0),
+            WeightSlots::arg(&outputs, 1),
+            WeightSlots::arg(&outputs, 2),
             splits,
             width as u32,
             first_1 as u32,

@@ -37,8 +37,8 @@ impl WeightSlots {
         [self.cubes[0], self.cubes[0] + self.cubes[1]]
     }
 
-    /// The kernel argument of slot `slot` of the weights `args`: the weight, or for a slot past
-    /// them the first (no cube reads it).
+    /// The kernel argument of slot `slot` of `args` (the weights, or the outputs per weight): its
+    /// own, or for a slot past them the first (no cube reads or writes it).
     pub fn arg<R: CubeRuntime>(args: &[CubeTensor<R>], slot: usize) -> ArrayArg<R> {
         args.get(slot).unwrap_or(&args[0]).clone().into_array_arg()
     }
