@@ -1,7 +1,7 @@
 //! The HACK operations behind one backend-extension trait, each as a kernel/launch/reference triad
-//! (`docs/design.md`): `quantize` (quantize + pack on append), `decode` (the fused decode attention
-//! kernel, one query slot), `prefill` (the fused attention kernel for many query slots) and
-//! `attention` (the tensor-op reference of both).
+//! (`docs/design.md`): `quantize` (quantize + pack on append), `rotate` (queries and keys rotated
+//! per KV head), `decode` (the fused decode attention kernel, one query slot), `prefill` (the fused
+//! attention kernel for many query slots) and `attention` (the tensor-op reference of both).
 
 pub mod attention;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -18,13 +18,14 @@ mod params_word;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub mod prefill;
 pub mod quantize;
+pub mod rotate;
 mod spec;
 // `#[cube]` expands the helpers into undocumented items.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 #[allow(missing_docs)]
 mod warp_codes;
 
-use burn::tensor::{backend::Backend, Tensor};
+use burn::tensor::{backend::Backend, DType, Tensor};
 use burn_kvcompress::{cache::AttendOptions, error::CacheError};
 
 pub use attention::{attention_reference, attention_reference_in_steps, CacheView};
@@ -32,7 +33,7 @@ pub use channel::{channel_attention_reference, ChannelView};
 pub use quantize::{pack_words, quantize_reference, unpack_words};
 pub use spec::{QuantizeSpec, RowLayout};
 
-use crate::{cache::Codes, quant::QuantError};
+use crate::{cache::Codes, quant::QuantError, rotation::rotate_heads};
 
 /// A backend that runs HACK's operations. The provided methods are the plain-tensor references;
 /// CubeCL backends override them with kernels.
@@ -40,6 +41,12 @@ pub trait HackBackend: Backend {
     /// Quantizes and packs `x: [batch, kv_heads, rows, z]` per `spec`.
     fn hack_quantize(x: Tensor<Self, 4>, spec: &QuantizeSpec) -> Result<Codes<Self>, QuantError> {
         quantize_reference(x, spec)
+    }
+
+    /// `x: [batch, heads, n, head_dim]` rotated per KV head by `r: [kv_heads, head_dim, head_dim]`
+    /// (f32) as [`rotate_heads`] rotates it, in `dtype`.
+    fn hack_rotate(x: Tensor<Self, 4>, r: &Tensor<Self, 3>, dtype: DType) -> Tensor<Self, 4> {
+        rotate_heads(x.cast(DType::F32), r).cast(dtype)
     }
 
     /// HACK attention of `q: [batch, heads, q_len, head_dim]` over `cache`, `[batch, heads, q_len,
@@ -79,6 +86,16 @@ where
 {
     fn hack_quantize(x: Tensor<Self, 4>, spec: &QuantizeSpec) -> Result<Codes<Self>, QuantError> {
         Ok(quantize::quantize_launch(x, spec))
+    }
+
+    /// One launch ([`rotate::rotate_launch`]) in f32 arithmetic, where Burn's product of the
+    /// expanded matrices takes several (and CUDA's runs in TF32); Burn's product for head
+    /// dimensions the kernel does not take.
+    fn hack_rotate(x: Tensor<Self, 4>, r: &Tensor<Self, 3>, dtype: DType) -> Tensor<Self, 4> {
+        match rotate::rotate_applies(x.dtype(), dtype, x.dims()[3]) {
+            true => rotate::rotate_launch(x, r, dtype),
+            false => rotate_heads(x.cast(DType::F32), r).cast(dtype),
+        }
     }
 
     /// The fused decode kernel for one query slot (on tensor cores where CUDA has them,

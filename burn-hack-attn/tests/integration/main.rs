@@ -10,3 +10,4 @@ mod channel_gpu;
 mod finetune;
 mod homomorphic_oracle;
 mod kernels_gpu;
+mod rotate_gpu;
