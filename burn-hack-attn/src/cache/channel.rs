@@ -6,12 +6,13 @@
 //! *before* an append adds its tokens, so the tokens of an append are always attended in float
 //! by the call that appended them. A prompt's prefill therefore quantizes nothing and attends as
 //! the dense f16 cache does (on its tensor-core kernel where that applies: queries and weights
-//! rounded to f16), and its blocks close at the next append (or when the state is exported). Float slots
-//! hold f16 values (rounded on append), the format's width for them.
+//! rounded to f16), and its blocks close at the next append (or when the state is exported).
+//! Float slots hold f16 values, the format's width for them: in f16 where the backend has it
+//! (appended in place, [`SlotBuffer`]), else in f32 rounded to f16 on append.
 
 use burn::tensor::{backend::Backend, DType, Int, Tensor, TensorData};
 use burn_kvcompress::{
-    cache::{dense_attention, half_attention, AttendOptions, CacheGeometry},
+    cache::{dense_attention, half_attention, AttendOptions, CacheGeometry, SlotBuffer},
     error::CacheError,
 };
 
@@ -55,19 +56,20 @@ impl<B: Backend> PackedRows<B> {
     }
 }
 
-/// Keys and values of the same slots in float, `[batch, kv_heads, slots, head_dim]` each.
+/// Keys and values of the same slots in float, `[batch, kv_heads, slots, head_dim]` each, in
+/// buffers with room for more slots (the store's float type).
 #[derive(Debug, Clone)]
 pub struct FloatSlots<B: Backend> {
     /// Keys (post-RoPE, rotated).
-    pub k: Tensor<B, 4>,
+    pub k: SlotBuffer<B>,
     /// Values.
-    pub v: Tensor<B, 4>,
+    pub v: SlotBuffer<B>,
 }
 
 impl<B: Backend> FloatSlots<B> {
     /// Slots held.
     pub fn len(&self) -> usize {
-        self.k.dims()[2]
+        self.k.len()
     }
 
     /// Whether no slot is held.
@@ -75,15 +77,28 @@ impl<B: Backend> FloatSlots<B> {
         self.len() == 0
     }
 
-    fn append(this: Option<Self>, more: Self) -> Self {
+    /// Keys and values `[batch, kv_heads, n, head_dim]` in buffers of their float type.
+    pub fn new(k: Tensor<B, 4>, v: Tensor<B, 4>) -> Self {
+        Self { k: SlotBuffer::new(k), v: SlotBuffer::new(v) }
+    }
+
+    /// `this` with keys and values `[batch, kv_heads, n, head_dim]` (the buffers' float type)
+    /// after its slots.
+    fn append(this: Option<Self>, k: Tensor<B, 4>, v: Tensor<B, 4>) -> Self {
         match this {
-            None => more,
-            Some(this) => Self { k: Tensor::cat(vec![this.k, more.k], 2), v: Tensor::cat(vec![this.v, more.v], 2) },
+            None => Self::new(k, v),
+            Some(this) => Self { k: this.k.appended(k), v: this.v.appended(v) },
         }
     }
 
-    fn narrow(&self, start: usize, len: usize) -> Self {
-        Self { k: self.k.clone().narrow(2, start, len), v: self.v.clone().narrow(2, start, len) }
+    /// Keys and values of slots `start .. start + len`.
+    fn narrow(&self, start: usize, len: usize) -> [Tensor<B, 4>; 2] {
+        self.filled().map(|x| x.narrow(2, start, len))
+    }
+
+    /// Keys and values of every slot held.
+    fn filled(&self) -> [Tensor<B, 4>; 2] {
+        [&self.k, &self.v].map(SlotBuffer::filled)
     }
 }
 
@@ -99,11 +114,22 @@ pub struct ChannelStore<B: HackBackend> {
     pub(super) values: Option<PackedRows<B>>,
     pub(super) tail: Option<FloatSlots<B>>,
     pub(super) len: usize,
+    /// The float slots' type: f16, or f32 where the backend lacks f16.
+    pub(super) float_dtype: DType,
 }
 
-impl<B: HackBackend> Default for ChannelStore<B> {
-    fn default() -> Self {
-        Self { sinks: None, keys: None, values: None, tail: None, len: 0 }
+impl<B: HackBackend> ChannelStore<B> {
+    /// An empty store whose float slots live on `device`.
+    pub fn new(device: &B::Device) -> Self {
+        Self { sinks: None, keys: None, values: None, tail: None, len: 0, float_dtype: float_slot_dtype::<B>(device) }
+    }
+}
+
+/// The float slots' type on `device`: f16 where the backend has it, else f32.
+pub fn float_slot_dtype<B: Backend>(device: &B::Device) -> DType {
+    match B::supports_dtype(device, DType::F16) {
+        true => DType::F16,
+        false => DType::F32,
     }
 }
 
@@ -122,15 +148,13 @@ fn transpose_blocks<B: Backend>(words: Tensor<B, 4, Int>, bits: u8, rows: usize,
     pack_words(codes.reshape([batch, kv_heads, blocks * cols, rows]), bits)
 }
 
-/// `x` rounded to the nearest f16 (ties to even), kept in `x`'s type: on the device where the
-/// backend holds f16, through the host elsewhere.
-fn round_to_half<B: Backend>(x: Tensor<B, 4>) -> Tensor<B, 4> {
-    let device = x.device();
-    if B::supports_dtype(&device, DType::F16) {
-        let dtype = x.dtype();
-        return x.cast(DType::F16).cast(dtype);
+/// `x` as the float slots hold it in `dtype`: cast to f16, or (in f32, where the backend lacks
+/// f16) rounded to the nearest f16 (ties to even) through the host.
+fn to_float_slots<B: Backend>(x: Tensor<B, 4>, dtype: DType) -> Tensor<B, 4> {
+    if dtype == DType::F16 {
+        return x.cast(DType::F16);
     }
-    let shape = x.dims();
+    let (device, shape) = (x.device(), x.dims());
     let values: Vec<f32> = x.into_data().convert::<f32>().into_vec().expect("f32 data");
     let rounded: Vec<f32> = values.into_iter().map(|v| half::f16::from_f32(v).to_f32()).collect();
     Tensor::from_data(TensorData::new(rounded, shape), &device)
@@ -181,13 +205,15 @@ impl<B: HackBackend> ChannelStore<B> {
     ) -> Result<(), CacheError> {
         self.close_blocks(config, layer, geometry)?;
         let new = k.dims()[2];
-        let slots = FloatSlots { k: round_to_half(k), v: round_to_half(v) };
+        let [k, v] = [k, v].map(|x| to_float_slots(x, self.float_dtype));
         let to_sinks = config.sinks.saturating_sub(self.len).min(new);
         if to_sinks > 0 {
-            self.sinks = Some(FloatSlots::append(self.sinks.take(), slots.narrow(0, to_sinks)));
+            let [k, v] = [&k, &v].map(|x| x.clone().narrow(2, 0, to_sinks));
+            self.sinks = Some(FloatSlots::append(self.sinks.take(), k, v));
         }
         if new > to_sinks {
-            self.tail = Some(FloatSlots::append(self.tail.take(), slots.narrow(to_sinks, new - to_sinks)));
+            let [k, v] = [k, v].map(|x| x.narrow(2, to_sinks, new - to_sinks));
+            self.tail = Some(FloatSlots::append(self.tail.take(), k, v));
         }
         self.len += new;
         Ok(())
@@ -213,12 +239,14 @@ impl<B: HackBackend> ChannelStore<B> {
         let Some(tail) = self.tail.take() else {
             return Ok(());
         };
-        let [batch, kv_heads, tail_len, d] = tail.k.dims();
+        let (tail_len, d) = (tail.len(), geometry.head_dim);
+        let [batch, kv_heads] = [geometry.batch, geometry.kv_heads];
         let pi = config.partition;
         let first_slot = self.sinks_len() + self.blocks(d) * pi;
-        let closing = tail.narrow(0, full * pi);
+        // The quantizer takes f32 (f16 values, exactly).
+        let [closing_k, closing_v] = tail.narrow(0, full * pi).map(|x| x.cast(DType::F32));
         let key_rows =
-            closing.k.reshape([batch, kv_heads, full, pi, d]).swap_dims(3, 4).reshape([batch, kv_heads, full * d, pi]);
+            closing_k.reshape([batch, kv_heads, full, pi, d]).swap_dims(3, 4).reshape([batch, kv_heads, full * d, pi]);
         let key_spec = spec(config, layer, geometry, pi, 0, RowLayout::ValueBlocks { first_slot });
         let value_spec = spec(config, layer, geometry, value_group(d, pi), 1, RowLayout::Keys { first_slot });
         let quantize = |x, spec| {
@@ -227,14 +255,17 @@ impl<B: HackBackend> ChannelStore<B> {
                 .map_err(|e| CacheError::Request(e.to_string()))
         };
         let keys = quantize(key_rows, &key_spec)?;
-        let values = quantize(closing.v, &value_spec)?;
+        let values = quantize(closing_v, &value_spec)?;
         // Packed along the sums' axes (see `PackedRows`): keys per slot, values per channel.
         let keys = PackedRows { words: transpose_blocks(keys.words, config.key_bits, d, pi), ..keys };
         let values = PackedRows { words: transpose_blocks(values.words, config.value_bits, pi, d), ..values };
         self.keys = Some(PackedRows::append(self.keys.take(), keys));
         self.values = Some(PackedRows::append(self.values.take(), values));
         let rest = tail_len - full * pi;
-        self.tail = (rest > 0).then(|| tail.narrow(full * pi, rest));
+        self.tail = (rest > 0).then(|| {
+            let [k, v] = tail.narrow(full * pi, rest);
+            FloatSlots::new(k, v)
+        });
         Ok(())
     }
 
@@ -253,14 +284,13 @@ impl<B: HackBackend> ChannelStore<B> {
             // Every slot is in float (a prompt's prefill): the dense f16 cache's attention on
             // them (their values are f16's), whose tensor-core kernel a prompt of 32K tokens at
             // batch 8 needs: the plain product of its scores would take a terabyte.
-            let slots =
-                [&self.sinks, &self.tail].into_iter().flatten().cloned().reduce(|a, b| FloatSlots::append(Some(a), b));
-            let slots = slots.expect("a non-empty store holds float slots when no block is closed");
-            if !B::supports_dtype(&q.device(), DType::F16) {
-                return dense_attention(q, slots.k, slots.v, options);
+            let parts: Vec<[Tensor<B, 4>; 2]> =
+                [&self.sinks, &self.tail].into_iter().flatten().map(FloatSlots::filled).collect();
+            let [k, v] = [0, 1].map(|x| Tensor::cat(parts.iter().map(|kv| kv[x].clone()).collect(), 2));
+            if self.float_dtype != DType::F16 {
+                return dense_attention(q, k, v, options);
             }
-            let len = slots.len();
-            return half_attention(q, slots.k.cast(DType::F16), slots.v.cast(DType::F16), len, options);
+            return half_attention(q, k, v, self.len, options);
         }
         B::hack_channel_attention(q, &self.view(config, geometry), options)
     }

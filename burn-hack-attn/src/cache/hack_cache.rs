@@ -1,7 +1,7 @@
 //! One layer's HACK cache: the rotation of its queries and keys, and the store of its
 //! [axes](crate::Axes).
 
-use burn::tensor::Tensor;
+use burn::tensor::{DType, FloatDType, Tensor};
 use burn_kvcompress::{
     cache::{AttendOptions, CacheGeometry, KvCache},
     error::CacheError,
@@ -10,7 +10,6 @@ use burn_kvcompress::{
 use super::{key_partitions_fit, ChannelStore, PaperStore};
 use crate::{
     kernels::{CacheView, ChannelView, HackBackend},
-    rotation::rotate_heads,
     Axes, HackConfig,
 };
 
@@ -36,19 +35,20 @@ pub struct HackCache<B: HackBackend> {
 }
 
 impl<B: HackBackend> HackCache<B> {
-    /// An empty cache for layer `layer` (which seeds its stochastic rounding) with the query/key
-    /// rotation `rotation: [kv_heads, head_dim, head_dim]`, if any (or why it could not be built).
-    /// A configuration, geometry or rotation HACK cannot run (see [`HackCache::check_supported`])
-    /// fails at the first append.
+    /// An empty cache on `device` for layer `layer` (which seeds its stochastic rounding) with the
+    /// query/key rotation `rotation: [kv_heads, head_dim, head_dim]`, if any (or why it could not
+    /// be built). A configuration, geometry or rotation HACK cannot run (see
+    /// [`HackCache::check_supported`]) fails at the first append.
     pub fn new(
         config: HackConfig,
         layer: usize,
         geometry: CacheGeometry,
         rotation: Result<Option<Tensor<B, 3>>, String>,
+        device: &B::Device,
     ) -> Self {
         let store = match config.axes {
             Axes::Paper => Store::Paper(PaperStore::new()),
-            Axes::Channel => Store::Channel(ChannelStore::default()),
+            Axes::Channel => Store::Channel(ChannelStore::new(device)),
         };
         Self { config, layer, geometry, rotation, store }
     }
@@ -134,9 +134,14 @@ impl<B: HackBackend> HackCache<B> {
     /// cache rotates them before attention and quantization (unchanged without rotation): what
     /// the attention references take to reproduce [`KvCache::attend`] on this device's rounding.
     pub fn rotated(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+        self.rotated_as(x, DType::F32)
+    }
+
+    /// [`Self::rotated`] in `dtype` (the product's f32 sums rounded once).
+    fn rotated_as(&self, x: Tensor<B, 4>, dtype: DType) -> Tensor<B, 4> {
         match &self.rotation {
-            Ok(Some(r)) => rotate_heads(x, r),
-            _ => x,
+            Ok(Some(r)) => B::hack_rotate(x, r, dtype),
+            _ => x.cast(dtype),
         }
     }
 }
@@ -145,7 +150,12 @@ impl<B: HackBackend> KvCache<B> for HackCache<B> {
     fn append(&mut self, k: Tensor<B, 4>, v: Tensor<B, 4>) -> Result<(), CacheError> {
         self.check_supported()?;
         self.geometry.check_append(k.dims(), v.dims())?;
-        let k = self.rotated(k);
+        // Keys reach the channel layout's float slots in their type: the rotation's f32 sums rounded once.
+        let key_dtype = match &self.store {
+            Store::Paper(_) => DType::F32,
+            Store::Channel(s) => s.float_dtype,
+        };
+        let k = self.rotated_as(k, key_dtype);
         let (config, layer, geometry) = (&self.config, self.layer, self.geometry);
         match &mut self.store {
             Store::Paper(s) => s.append(config, layer, geometry, k, v),
@@ -165,6 +175,15 @@ impl<B: HackBackend> KvCache<B> for HackCache<B> {
         match &self.store {
             Store::Paper(s) => s.len,
             Store::Channel(s) => s.len,
+        }
+    }
+
+    /// The channel layout's float slots' type where it is f16 (an f16 model's values then come
+    /// without a cast, its keys with one); f32 otherwise.
+    fn input_dtype(&self) -> FloatDType {
+        match &self.store {
+            Store::Channel(s) if s.float_dtype == DType::F16 => FloatDType::F16,
+            _ => FloatDType::F32,
         }
     }
 

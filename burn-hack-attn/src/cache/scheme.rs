@@ -170,7 +170,7 @@ impl<B: HackBackend> KvScheme<B> for HackScheme {
         let rotation = self
             .rotation(RotationRole::Key, layer, geometry.kv_heads, geometry.head_dim, device)
             .map_err(|e| e.to_string());
-        HackCache::new(self.config.clone(), layer, geometry, rotation)
+        HackCache::new(self.config.clone(), layer, geometry, rotation, device)
     }
 
     /// The configuration's text form, e.g. `hack:bits=2,pi=64,round=stochastic,seed=0`.

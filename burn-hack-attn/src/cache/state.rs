@@ -113,8 +113,8 @@ impl<B: HackBackend> TransferableCache<B> for HackCache<B> {
                 for (name, slots) in [("sinks", &s.sinks), ("tail", &s.tail)] {
                     if let Some(slots) = slots {
                         for (x, t) in [("k", &slots.k), ("v", &slots.v)] {
-                            let exact = StateTensor::from_float_as_f16(&format!("{name}_{x}"), t);
-                            tensors.push(exact.expect("float slots hold f16 values (rounded on append)"));
+                            let exact = StateTensor::from_float_as_f16(&format!("{name}_{x}"), &t.filled());
+                            tensors.push(exact.expect("float slots hold f16 values"));
                         }
                     }
                 }
@@ -190,17 +190,19 @@ fn import_channel<B: HackBackend>(
     let (b, h, d, pi) = (geometry.batch, geometry.kv_heads, geometry.head_dim, config.partition);
     let len = state.tokens;
     let present = |name: &str| state.tensors.iter().any(|t| t.name == name);
+    let float_dtype = s.float_dtype;
     let slots = |name: &str| -> Result<Option<FloatSlots<B>>, CacheError> {
         if !present(&format!("{name}_k")) {
             return Ok(None);
         }
-        let k = state.get(&format!("{name}_k"))?.to_float::<B, 4>(device)?;
-        let v = state.get(&format!("{name}_v"))?.to_float::<B, 4>(device)?;
+        let [k, v] = ["k", "v"].map(|x| state.get(&format!("{name}_{x}")).and_then(|t| t.to_float::<B, 4>(device)));
+        let (k, v) = (k?, v?);
         let n = k.dims()[2];
         if k.dims() != [b, h, n, d] || v.dims() != k.dims() || n == 0 {
             return Err(CacheError::State(format!("`{name}` slots have shapes {:?} / {:?}", k.dims(), v.dims())));
         }
-        Ok(Some(FloatSlots { k, v }))
+        let [k, v] = [k, v].map(|x| x.cast(float_dtype));
+        Ok(Some(FloatSlots::new(k, v)))
     };
     s.sinks = slots("sinks")?;
     s.tail = slots("tail")?;

@@ -315,20 +315,21 @@ fn merge_block(
 
 /// One split of channel-layout decode attention; see the module documentation. Slots: `sinks`
 /// float sink slots, `blocks` closed blocks of Π, `tail` float tail slots; `len` in all (the query
-/// is the last). Splits `0 .. block_splits` take `blocks_per_split` closed blocks each, split
-/// `block_splits` the float slots.
+/// is the last). The float slots lie in buffers of `F` with `sink_rows` and `tail_rows` rows per
+/// stream (their capacities). Splits `0 .. block_splits` take `blocks_per_split` closed blocks
+/// each, split `block_splits` the float slots.
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked)]
-pub fn channel_decode_kernel(
+pub fn channel_decode_kernel<F: Float>(
     q: &Array<f32>,
     k_words: &Array<u32>,
     k_params: &Array<u32>,
     v_words: &Array<u32>,
     v_params: &Array<u32>,
-    sinks_k: &Array<f32>,
-    sinks_v: &Array<f32>,
-    tail_k: &Array<f32>,
-    tail_v: &Array<f32>,
+    sinks_k: &Array<F>,
+    sinks_v: &Array<F>,
+    tail_k: &Array<F>,
+    tail_v: &Array<F>,
     key_start: &Array<u32>,
     out: &mut Array<f32>,
     out_max: &mut Array<f32>,
@@ -337,12 +338,15 @@ pub fn channel_decode_kernel(
     sinks: u32,
     blocks: u32,
     tail: u32,
+    sink_rows: u32,
+    tail_rows: u32,
     kv_heads: u32,
     block_splits: u32,
     blocks_per_split: u32,
     window: u32,
     scale: f32,
     #[comptime] geo: ChannelDecodeGeometry,
+    #[define(F)] _float: StorageType,
 ) {
     let (g_count, d, pi, groups) = comptime!((geo.group, geo.head_dim, geo.partition, geo.value_groups()));
     let split = CUBE_POS_X;
@@ -447,6 +451,8 @@ pub fn channel_decode_kernel(
                 sinks,
                 blocks,
                 tail,
+                sink_rows,
+                tail_rows,
                 len,
                 start,
                 window,
@@ -456,7 +462,19 @@ pub fn channel_decode_kernel(
             split_softmax(&mut scores, &mut block_max, pi, g_count, pi);
             split_masses(&scores, &mut block_mass, pi, g_count, pi);
             if unit < d {
-                float_values(&scores, sinks_v, tail_v, &mut block_out, chunk_start, stream, sinks, tail, geo);
+                float_values(
+                    &scores,
+                    sinks_v,
+                    tail_v,
+                    &mut block_out,
+                    chunk_start,
+                    stream,
+                    sinks,
+                    tail,
+                    sink_rows,
+                    tail_rows,
+                    geo,
+                );
             }
             merge_block(&mut head_stats, &block_max, &block_mass, &mut factors, g_count);
             accumulate(&mut acc, &block_out, &factors, g_count, d);
@@ -500,16 +518,18 @@ fn accumulate(
 /// where masked).
 #[allow(clippy::too_many_arguments)]
 #[cube]
-fn float_scores(
+fn float_scores<F: Float>(
     queries: &SharedMemory<f32>,
-    sinks_k: &Array<f32>,
-    tail_k: &Array<f32>,
+    sinks_k: &Array<F>,
+    tail_k: &Array<F>,
     scores: &mut SharedMemory<f32>,
     chunk_start: u32,
     stream: u32,
     sinks: u32,
     blocks: u32,
     tail: u32,
+    sink_rows: u32,
+    tail_rows: u32,
     len: u32,
     start: u32,
     window: u32,
@@ -529,9 +549,9 @@ fn float_scores(
             if visible {
                 for j in 0..d {
                     let key = if in_sinks {
-                        sinks_k[((stream * sinks + index) * d + j) as usize]
+                        f32::cast_from(sinks_k[((stream * sink_rows + index) * d + j) as usize])
                     } else {
-                        tail_k[((stream * tail + index - sinks) * d + j) as usize]
+                        f32::cast_from(tail_k[((stream * tail_rows + index - sinks) * d + j) as usize])
                     };
                     dot += queries[(g * d + j) as usize] * key;
                 }
@@ -545,15 +565,17 @@ fn float_scores(
 /// Unit `j < head_dim`: `Σ_t p_t v_tj` over the chunk's float slots into `block_out[g]`.
 #[allow(clippy::too_many_arguments)]
 #[cube]
-fn float_values(
+fn float_values<F: Float>(
     numerators: &SharedMemory<f32>,
-    sinks_v: &Array<f32>,
-    tail_v: &Array<f32>,
+    sinks_v: &Array<F>,
+    tail_v: &Array<F>,
     block_out: &mut Array<f32>,
     chunk_start: u32,
     stream: u32,
     sinks: u32,
     tail: u32,
+    sink_rows: u32,
+    tail_rows: u32,
     #[comptime] geo: ChannelDecodeGeometry,
 ) {
     let (g_count, d, pi) = comptime!((geo.group, geo.head_dim, geo.partition));
@@ -566,9 +588,9 @@ fn float_values(
     for t in 0..count {
         let index = chunk_start + t;
         let value = if index < sinks {
-            sinks_v[((stream * sinks + index) * d + j) as usize]
+            f32::cast_from(sinks_v[((stream * sink_rows + index) * d + j) as usize])
         } else {
-            tail_v[((stream * tail + index - sinks) * d + j) as usize]
+            f32::cast_from(tail_v[((stream * tail_rows + index - sinks) * d + j) as usize])
         };
         #[unroll]
         for g in 0..g_count {

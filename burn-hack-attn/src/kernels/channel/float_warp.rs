@@ -1,12 +1,13 @@
 //! The float slots (sinks and tail) of a channel-layout decode step, one warp on a run of them,
-//! in f32: the tensor-core kernel's last cube ([`channel_mma_decode_kernel`]) runs its warps on
+//! in f32 (read from f16 or f32 buffers): the tensor-core kernel's last cube ([`channel_mma_decode_kernel`]) runs its warps on
 //! them beside the other cubes' closed blocks.
 //!
-//! A round takes 32 slots, one per lane: the lane's dot products with every head's query (read
-//! from shared memory, where all lanes read the same address), then an online softmax per head
-//! (the round's max joins the running one, which rescales the running outputs and mass), then the
-//! outputs: lane `l` keeps channels `l + 32k` of every head and adds each slot's value row times
-//! its weight, which comes from the slot's lane by a shuffle.
+//! The warp reads one slot's key and value rows together, lane `l` channels `l + 32k` of each
+//! (coalesced), takes every head's score as a sum over the warp, joins it to the head's running
+//! softmax and adds the weighted value channels to the lane's running outputs. A round issues the
+//! loads of [`ROUND_SLOTS`] slots before it uses any of them: at batch 1 the float cubes are the
+//! step's longest chain, and a loop whose every load waits for the one before (the first version
+//! gave each lane a slot and walked its row a channel at a time) held them for about 100 µs.
 //!
 //! [`channel_mma_decode_kernel`]: super::mma_decode::channel_mma_decode_kernel
 
@@ -15,14 +16,19 @@ use cubecl::prelude::*;
 
 use crate::kernels::warp_codes::VISIBLE_FLOOR;
 
+/// Slots whose rows a warp loads before it uses the first of them.
+const ROUND_SLOTS: u32 = 4;
+
 /// Where a stream's float slots are: `sinks` rows of `sinks_k`/`sinks_v` from row `stream ·
-/// sinks`, then `tail` rows of `tail_k`/`tail_v` from row `stream · tail` (each of `head_dim`
-/// f32), at positions `0 .. sinks` and `first_tail ..`.
+/// sink_rows`, then `tail` rows of `tail_k`/`tail_v` from row `stream · tail_rows` (each of
+/// `head_dim` floats; `sink_rows` and `tail_rows` are the buffers' capacities), at positions `0 ..
+/// sinks` and `first_tail ..`.
 #[derive(CubeType)]
 pub struct FloatSlots {
     pub stream: u32,
     pub sinks: u32,
-    pub tail: u32,
+    pub sink_rows: u32,
+    pub tail_rows: u32,
     pub first_tail: u32,
 }
 
@@ -30,16 +36,18 @@ pub struct FloatSlots {
 impl FloatSlots {
     /// The first element of float slot `i`'s row in its array (the sinks' or the tail's).
     fn row_start(&self, i: u32, #[comptime] head_dim: u32) -> u32 {
-        let row = select(i < self.sinks, self.stream * self.sinks + i, self.stream * self.tail + i - self.sinks);
+        let row =
+            select(i < self.sinks, self.stream * self.sink_rows + i, self.stream * self.tail_rows + i - self.sinks);
         row * head_dim
     }
 
-    /// Element `at` of the row of float slot `i` (a sink or a tail slot) of `sinks` or `tail`.
-    fn read(&self, sinks: &Array<f32>, tail: &Array<f32>, i: u32, at: u32) -> f32 {
+    /// Element `at` of the row of float slot `i` (a sink or a tail slot) of `sinks` or `tail`, in
+    /// f32.
+    fn read<F: Float>(&self, sinks: &Array<F>, tail: &Array<F>, i: u32, at: u32) -> f32 {
         if i < self.sinks {
-            sinks[at as usize]
+            f32::cast_from(sinks[at as usize])
         } else {
-            tail[at as usize]
+            f32::cast_from(tail[at as usize])
         }
     }
 
@@ -54,12 +62,12 @@ impl FloatSlots {
 /// seen; writes the warp's split of `target` (unnormalized outputs, max and mass per head).
 #[allow(clippy::too_many_arguments)]
 #[cube]
-pub fn float_warp(
+pub fn float_warp<F: Float>(
     queries: &SharedMemory<f32>,
-    sinks_k: &Array<f32>,
-    sinks_v: &Array<f32>,
-    tail_k: &Array<f32>,
-    tail_v: &Array<f32>,
+    sinks_k: &Array<F>,
+    sinks_v: &Array<F>,
+    tail_k: &Array<F>,
+    tail_v: &Array<F>,
     slots: &FloatSlots,
     first: u32,
     end: u32,
@@ -74,6 +82,8 @@ pub fn float_warp(
 ) {
     let lane = UNIT_POS % WARP;
     let per_lane = comptime!(head_dim / WARP);
+    // Head g's query and running outputs at the lane's channels `lane + 32k`: index `g · per_lane + k`.
+    let mut own_q = Array::<f32>::new(comptime!((group * per_lane) as usize));
     let mut acc = Array::<f32>::new(comptime!((group * per_lane) as usize));
     let mut top = Array::<f32>::new(group as usize);
     let mut mass = Array::<f32>::new(group as usize);
@@ -83,58 +93,52 @@ pub fn float_warp(
         mass[g as usize] = 0.0;
         #[unroll]
         for k in 0..per_lane {
+            own_q[comptime!((g * per_lane + k) as usize)] = queries[(g * head_dim + lane + WARP * k) as usize];
             acc[comptime!((g * per_lane + k) as usize)] = 0.0;
         }
     }
     let mut round = first;
     while round < end {
-        // The lane's slot: its scores (masked past `end` or before the window).
-        let i = round + lane;
-        let own = i < end;
-        let slot = u32::min(i, end - 1);
-        let base = slots.row_start(slot, head_dim);
-        let seen = own && slots.position(i) >= visible_from;
-        let mut s = Array::<f32>::new(group as usize);
+        // The round's rows (a slot past `end` rereads the last one, masked below).
+        let mut keys = Array::<f32>::new(comptime!((ROUND_SLOTS * per_lane) as usize));
+        let mut values = Array::<f32>::new(comptime!((ROUND_SLOTS * per_lane) as usize));
         #[unroll]
-        for g in 0..group {
-            s[g as usize] = 0.0;
+        for x in 0..ROUND_SLOTS {
+            let slot = u32::min(round + x, end - 1);
+            let base = slots.row_start(slot, head_dim) + lane;
+            #[unroll]
+            for k in 0..per_lane {
+                keys[comptime!((x * per_lane + k) as usize)] = slots.read(sinks_k, tail_k, slot, base + WARP * k);
+                values[comptime!((x * per_lane + k) as usize)] = slots.read(sinks_v, tail_v, slot, base + WARP * k);
+            }
         }
-        for j in 0..head_dim {
-            let k = slots.read(sinks_k, tail_k, slot, base + j);
+        #[unroll]
+        for x in 0..ROUND_SLOTS {
+            let i = round + x;
+            let seen = i < end && slots.position(i) >= visible_from;
             #[unroll]
             for g in 0..group {
-                s[g as usize] += queries[(g * head_dim + j) as usize] * k;
-            }
-        }
-        // Per head: the round joins the running max; the weights of the round's slots.
-        #[unroll]
-        for g in 0..group {
-            let score = select(seen, s[g as usize] * scale, masked_score());
-            let m = f32::max(top[g as usize], plane_max(score));
-            let keep = select(top[g as usize] > VISIBLE_FLOOR, f32::exp(top[g as usize] - m), 0.0);
-            let p = select(score > VISIBLE_FLOOR, f32::exp(score - m), 0.0);
-            mass[g as usize] = mass[g as usize] * keep + plane_sum(p);
-            top[g as usize] = m;
-            s[g as usize] = p;
-            #[unroll]
-            for k in 0..per_lane {
-                acc[comptime!((g * per_lane + k) as usize)] *= keep;
-            }
-        }
-        // The round's value rows, one slot at a time, each lane on its channels.
-        let count = u32::min(WARP, end - round);
-        for x in 0..count {
-            let base = slots.row_start(round + x, head_dim);
-            #[unroll]
-            for k in 0..per_lane {
-                let v = slots.read(sinks_v, tail_v, round + x, base + lane + WARP * k);
+                let mut part = 0.0f32;
                 #[unroll]
-                for g in 0..group {
-                    acc[comptime!((g * per_lane + k) as usize)] += plane_shuffle(s[g as usize], x) * v;
+                for k in 0..per_lane {
+                    part +=
+                        own_q[comptime!((g * per_lane + k) as usize)] * keys[comptime!((x * per_lane + k) as usize)];
+                }
+                let score = select(seen, plane_sum(part) * scale, masked_score());
+                // The slot joins the head's running max; `keep` rescales what came before.
+                let m = f32::max(top[g as usize], score);
+                let keep = select(top[g as usize] > VISIBLE_FLOOR, f32::exp(top[g as usize] - m), 0.0);
+                let p = select(score > VISIBLE_FLOOR, f32::exp(score - m), 0.0);
+                mass[g as usize] = mass[g as usize] * keep + p;
+                top[g as usize] = m;
+                #[unroll]
+                for k in 0..per_lane {
+                    let at = comptime!((g * per_lane + k) as usize);
+                    acc[at] = acc[at] * keep + p * values[comptime!((x * per_lane + k) as usize)];
                 }
             }
         }
-        round += WARP;
+        round += ROUND_SLOTS;
     }
     #[unroll]
     for g in 0..group {

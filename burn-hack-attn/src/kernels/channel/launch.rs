@@ -1,10 +1,10 @@
 //! Launching the channel layout's decode kernel and its merge on a CubeCL backend.
 
-use burn::tensor::{backend::Backend as BurnBackend, Tensor, TensorPrimitive};
+use burn::tensor::{backend::Backend as BurnBackend, DType, Tensor, TensorPrimitive};
 use burn_cubecl::{cubecl::prelude::*, tensor::CubeTensor, BoolElement, CubeRuntime};
 use burn_kvcompress::{
     cache::AttendOptions,
-    kernels::{dense_output, float_arg as float, int_arg as int, merge_partials, CubeF32 as Backend, SplitPartials},
+    kernels::{dense_output_of, float_arg as float, int_arg as int, merge_partials, CubeF32 as Backend, SplitPartials},
 };
 
 use super::{
@@ -52,19 +52,29 @@ pub fn block_splits(blocks: usize, streams: usize, sms: Option<usize>) -> (usize
     (blocks.div_ceil(per_split).max(1), per_split)
 }
 
-/// The float slots of `view` as kernel arguments: sink keys and values, tail keys and values
-/// (`[streams · slots, head_dim]` each; a one-element placeholder where there are none, which the
-/// kernels never read). `like` gives the device.
-pub(super) fn float_slot_args<R: CubeRuntime, BT: BoolElement>(
-    view: &ChannelView<'_, Backend<R, BT>>,
-    like: &CubeTensor<R>,
-) -> [CubeTensor<R>; 4] {
-    let pair = |s: Option<&FloatSlots<Backend<R, BT>>>| match s {
-        Some(s) => [float(&s.k), float(&s.v)],
-        None => [(); 2].map(|_| dense_output::<R, f32>(like, 1)),
-    };
-    let ([sinks_k, sinks_v], [tail_k, tail_v]) = (pair(view.sinks), pair(view.tail));
-    [sinks_k, sinks_v, tail_k, tail_v]
+/// The float slots of `view` as kernel arguments.
+pub(super) struct FloatSlotArgs<R: CubeRuntime> {
+    /// Sink keys and values, tail keys and values: their buffers, `[streams · rows, head_dim]`
+    /// each (a one-element placeholder where there are none, which the kernels never read).
+    pub arrays: [CubeTensor<R>; 4],
+    /// Rows per stream of the sinks' and the tail's buffers (their capacities).
+    pub rows: [u32; 2],
+    /// Their float type.
+    pub dtype: DType,
+}
+
+impl<R: CubeRuntime> FloatSlotArgs<R> {
+    /// `view`'s float slots; `like` gives the device.
+    pub(super) fn new<BT: BoolElement>(view: &ChannelView<'_, Backend<R, BT>>, like: &CubeTensor<R>) -> Self {
+        let present = view.sinks.or(view.tail);
+        let dtype = present.map_or(DType::F32, |s| s.k.buffer().dtype());
+        let pair = |s: Option<&FloatSlots<Backend<R, BT>>>| match s {
+            Some(s) => ([float(s.k.buffer()), float(s.v.buffer())], s.k.capacity() as u32),
+            None => ([(); 2].map(|_| dense_output_of(like, 1, dtype)), 0),
+        };
+        let (([sinks_k, sinks_v], sink_rows), ([tail_k, tail_v], tail_rows)) = (pair(view.sinks), pair(view.tail));
+        Self { arrays: [sinks_k, sinks_v, tail_k, tail_v], rows: [sink_rows, tail_rows], dtype }
+    }
 }
 
 /// Decode attention of `q: [batch, heads, 1, head_dim]` (rotated; the last slot) over `view`
@@ -85,14 +95,16 @@ pub fn channel_decode_launch<R: CubeRuntime, BT: BoolElement>(
     let sms = client.properties().hardware.num_streaming_multiprocessors.map(|n| n as usize);
     let (splits, per_split) = block_splits(blocks, streams, sms);
     let (keys, values) = (view.keys.expect("closed blocks"), view.values.expect("closed blocks"));
-    let [sinks_k, sinks_v, tail_k, tail_v] = float_slot_args(view, &q);
+    let floats = FloatSlotArgs::new(view, &q);
+    let [sinks_k, sinks_v, tail_k, tail_v] = floats.arrays;
     let key_start = key_start_arg::<R, BT>(&options.key_start, &q);
     let partials = SplitPartials::allocate(&q, batch * heads, splits + 1, d);
     // SAFETY: cube (split, stream) reads its group's queries `< streams · group · d`; closed block
     // `b < blocks` of its stream at key words `(stream · blocks + b) · Π · words_per_row + …` and
     // metadata `(stream · blocks + b) · d + j`, value words and metadata of its slots likewise
     // (the tensors' own shapes, contiguous); the float split reads sink `i < sinks` and tail slot
-    // `i < tail` rows of its stream, and only those (branches, not selects); shared indices are
+    // `i < tail` rows of its stream (rows `stream · rows + i` of buffers of `streams · rows` rows,
+    // `i` below the filled ones), and only those (branches, not selects); shared indices are
     // bounded by the loops over `group · d`, `group · groups · Π`, and `Π`; partial outputs are
     // written at heads `< batch · heads` and splits `< splits + 1`. Bounds validated on CUDA:
     // `burn_kvcompress::kernels`.
@@ -118,12 +130,15 @@ pub fn channel_decode_launch<R: CubeRuntime, BT: BoolElement>(
             view.sinks_len() as u32,
             blocks as u32,
             view.tail_len() as u32,
+            floats.rows[0],
+            floats.rows[1],
             view.kv_heads as u32,
             splits as u32,
             per_split as u32,
             options.window.unwrap_or(0) as u32,
             options.scale,
             geo,
+            floats.dtype.into(),
         )
     };
     let out = merge_partials(partials);

@@ -98,8 +98,9 @@ impl ChannelMmaGeometry {
 /// - `q`: the step's queries, `[streams · group · head_dim]`;
 /// - `k_words`: `[streams · blocks · Π, key_vectors]`; `k_params`: `[streams · blocks ·
 ///   head_dim]`; `v_words`: `[streams · blocks · head_dim, value_vectors]`; `v_params`:
-///   `[streams · blocks · Π · groups]`; `sinks_k`, `sinks_v`: `[streams · sinks, head_dim]`;
-///   `tail_k`, `tail_v`: `[streams · tail, head_dim]`; `key_start`: `[batch]`;
+///   `[streams · blocks · Π · groups]`; `sinks_k`, `sinks_v`: `[streams · sink_rows, head_dim]`;
+///   `tail_k`, `tail_v`: `[streams · tail_rows, head_dim]` (buffers whose first `sinks`, `tail`
+///   rows of a stream are filled), in `F`; `key_start`: `[batch]`;
 /// - cube `(x, stream)`, `x` below the last: warp `w` takes closed blocks `(x · warps + w) ·
 ///   warp_blocks ..` (at most `warp_blocks`); the last cube's warps take a share each of the float
 ///   slots ([`float_warp`]); every warp writes its own split of `CUBE_COUNT_X · warps`.
@@ -109,16 +110,16 @@ impl ChannelMmaGeometry {
     address_type = "u64",
     fast_math = FastMath::ReducedPrecision | FastMath::NotNaN | FastMath::NotInf
 )]
-pub fn channel_mma_decode_kernel(
+pub fn channel_mma_decode_kernel<F: Float>(
     q: &Array<f32>,
     k_words: &Array<Words>,
     k_params: &Array<u32>,
     v_words: &Array<Words>,
     v_params: &Array<u32>,
-    sinks_k: &Array<f32>,
-    sinks_v: &Array<f32>,
-    tail_k: &Array<f32>,
-    tail_v: &Array<f32>,
+    sinks_k: &Array<F>,
+    sinks_v: &Array<F>,
+    tail_k: &Array<F>,
+    tail_v: &Array<F>,
     key_start: &Array<u32>,
     out: &mut Array<f32>,
     out_max: &mut Array<f32>,
@@ -127,11 +128,14 @@ pub fn channel_mma_decode_kernel(
     sinks: u32,
     blocks: u32,
     tail: u32,
+    sink_rows: u32,
+    tail_rows: u32,
     kv_heads: u32,
     warp_blocks: u32,
     window: u32,
     scale: f32,
     #[comptime] geo: ChannelMmaGeometry,
+    #[define(F)] _float: StorageType,
 ) {
     let (group, d, pi) = comptime!((geo.group, geo.head_dim, geo.partition));
     let warp = UNIT_POS / WARP;
@@ -151,7 +155,7 @@ pub fn channel_mma_decode_kernel(
         let float_count = sinks + tail;
         let chunk = float_count.div_ceil(geo.warps);
         let first = u32::min(warp * chunk, float_count);
-        let slots = FloatSlots { stream, sinks, tail, first_tail: sinks + blocks * pi };
+        let slots = FloatSlots { stream, sinks, sink_rows, tail_rows, first_tail: sinks + blocks * pi };
         let end = u32::min(first + chunk, float_count);
         float_warp(
             &tile,

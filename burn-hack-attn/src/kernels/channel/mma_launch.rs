@@ -21,7 +21,7 @@ use burn_kvcompress::{
 
 use super::{
     decode::ChannelDecodeGeometry,
-    launch::float_slot_args,
+    launch::FloatSlotArgs,
     mma_decode::{channel_mma_decode_kernel, ChannelMmaGeometry},
     mma_operands::{PRODUCT_COLUMNS, PRODUCT_DEPTH, PRODUCT_ROWS},
     ChannelView,
@@ -123,7 +123,8 @@ pub fn channel_mma_decode_launch<R: CubeRuntime, BT: BoolElement>(
     let cubes = splits.cubes + 1;
     let partials = SplitPartials::allocate(&q, batch * heads, cubes * geo.warps as usize, d);
     let (keys, values) = (view.keys.expect("closed blocks"), view.values.expect("closed blocks"));
-    let [sinks_k, sinks_v, tail_k, tail_v] = float_slot_args(view, &q);
+    let floats = FloatSlotArgs::new(view, &q);
+    let [sinks_k, sinks_v, tail_k, tail_v] = floats.arrays;
     let key_start = key_start_arg::<R, BT>(&options.key_start, &q);
     // SAFETY: warp `w` of cube `(x, stream)` below the last reads blocks `b < blocks` of its
     // stream only (its range is clamped to `blocks`): key rows `(stream · blocks + b) · Π + slot`
@@ -133,7 +134,8 @@ pub fn channel_mma_decode_launch<R: CubeRuntime, BT: BoolElement>(
     // groups + vg` (the tensors' own shapes, contiguous); queries of head `min(g, group − 1)` of
     // its stream; its own `[8 × Π]` part of the shared tile. The last cube's warps read float
     // slots `i < sinks + tail` of their stream, a sink's row only for `i < sinks` and a tail
-    // row's otherwise (branches), and the stream's `group · d` queries into the tile, which holds
+    // row's otherwise (branches; row `stream · rows + i` of a buffer of `streams · rows` rows, `i`
+    // below its filled ones), and the stream's `group · d` queries into the tile, which holds
     // at least that many (`channel_mma_geometry`). Partial outputs go to heads `< group` of the
     // stream and splits `< cubes · warps`, which `partials` holds. Bounds validated on CUDA:
     // `burn_kvcompress::kernels`.
@@ -159,11 +161,14 @@ pub fn channel_mma_decode_launch<R: CubeRuntime, BT: BoolElement>(
             view.sinks_len() as u32,
             blocks as u32,
             view.tail_len() as u32,
+            floats.rows[0],
+            floats.rows[1],
             view.kv_heads as u32,
             splits.warp_chunk as u32,
             options.window.unwrap_or(0) as u32,
             options.scale,
             geo,
+            floats.dtype.into(),
         )
     };
     let out = merge_partials(partials);

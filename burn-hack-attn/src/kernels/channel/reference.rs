@@ -54,9 +54,9 @@ impl<T: Copy> HeadRows<T> {
     }
 }
 
-fn float_rows<B: Backend>(t: Option<&Tensor<B, 4>>) -> HeadRows<f32> {
+fn float_rows<B: Backend>(t: Option<Tensor<B, 4>>) -> HeadRows<f32> {
     match t {
-        Some(t) => HeadRows { data: host(t), rows: t.dims()[2], width: t.dims()[3] },
+        Some(t) => HeadRows { data: host(&t), rows: t.dims()[2], width: t.dims()[3] },
         None => HeadRows { data: Vec::new(), rows: 0, width: 0 },
     }
 }
@@ -146,8 +146,8 @@ pub fn channel_attention_reference<B: Backend>(
     let group = heads / view.kv_heads;
     let device = q.device();
     let queries = host(&q);
-    let sinks = [float_rows(view.sinks.map(|s| &s.k)), float_rows(view.sinks.map(|s| &s.v))];
-    let tail = [float_rows(view.tail.map(|s| &s.k)), float_rows(view.tail.map(|s| &s.v))];
+    let sinks = [float_rows(view.sinks.map(|s| s.k.filled())), float_rows(view.sinks.map(|s| s.v.filled()))];
+    let tail = [float_rows(view.tail.map(|s| s.k.filled())), float_rows(view.tail.map(|s| s.v.filled()))];
     let (keys, values) = (packed_rows(view.keys), packed_rows(view.values));
     let per_head: Vec<Vec<f32>> = (0..batch * view.kv_heads)
         .into_par_iter()
