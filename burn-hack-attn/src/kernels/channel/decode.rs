@@ -23,6 +23,7 @@ use burn_kvcompress::kernels::{
 };
 use cubecl::prelude::*;
 
+use super::float_slots::FloatSlots;
 use crate::kernels::params_word::{params_min, params_scale};
 
 /// Shapes fixed at compile time (one compiled kernel per model geometry and configuration).
@@ -439,6 +440,7 @@ pub fn channel_decode_kernel<F: Float>(
     } else {
         // The float slots, Π at a time: the sinks, then the tail.
         let float_slots = sinks + tail;
+        let slots = FloatSlots { stream, sinks, sink_rows, tail_rows, first_tail: sinks + blocks * pi };
         let mut chunk_start = 0u32;
         while chunk_start < float_slots {
             float_scores(
@@ -447,12 +449,8 @@ pub fn channel_decode_kernel<F: Float>(
                 tail_k,
                 &mut scores,
                 chunk_start,
-                stream,
-                sinks,
-                blocks,
-                tail,
-                sink_rows,
-                tail_rows,
+                &slots,
+                float_slots,
                 len,
                 start,
                 window,
@@ -462,19 +460,7 @@ pub fn channel_decode_kernel<F: Float>(
             split_softmax(&mut scores, &mut block_max, pi, g_count, pi);
             split_masses(&scores, &mut block_mass, pi, g_count, pi);
             if unit < d {
-                float_values(
-                    &scores,
-                    sinks_v,
-                    tail_v,
-                    &mut block_out,
-                    chunk_start,
-                    stream,
-                    sinks,
-                    tail,
-                    sink_rows,
-                    tail_rows,
-                    geo,
-                );
+                float_values(&scores, sinks_v, tail_v, &mut block_out, chunk_start, &slots, float_slots, geo);
             }
             merge_block(&mut head_stats, &block_max, &block_mass, &mut factors, g_count);
             accumulate(&mut acc, &block_out, &factors, g_count, d);
@@ -513,9 +499,9 @@ fn accumulate(
     }
 }
 
-/// Unit `t < Π` scores float slot `chunk_start + t` (a sink, then a tail slot) for every head
-/// into `scores[g · Π + t]` (f32 dot products, scaled; [`masked_score`] past the float slots or
-/// where masked).
+/// Unit `t < Π` scores float slot `chunk_start + t` of the `count` in `slots` (a sink, then a
+/// tail slot) for every head into `scores[g · Π + t]` (f32 dot products, scaled; [`masked_score`]
+/// past the float slots or where masked).
 #[allow(clippy::too_many_arguments)]
 #[cube]
 fn float_scores<F: Float>(
@@ -524,12 +510,8 @@ fn float_scores<F: Float>(
     tail_k: &Array<F>,
     scores: &mut SharedMemory<f32>,
     chunk_start: u32,
-    stream: u32,
-    sinks: u32,
-    blocks: u32,
-    tail: u32,
-    sink_rows: u32,
-    tail_rows: u32,
+    slots: &FloatSlots,
+    count: u32,
     len: u32,
     start: u32,
     window: u32,
@@ -540,20 +522,14 @@ fn float_scores<F: Float>(
     let t = UNIT_POS;
     if t < pi {
         let index = chunk_start + t;
-        let in_sinks = index < sinks;
-        let slot = select(in_sinks, index, index + blocks * pi);
-        let visible = index < sinks + tail && decode_slot_visible(slot, len, start, window);
+        let visible = index < count && decode_slot_visible(slots.position(index), len, start, window);
         #[unroll]
         for g in 0..g_count {
             let mut dot = 0.0f32;
             if visible {
+                let row = slots.row_start(index, d);
                 for j in 0..d {
-                    let key = if in_sinks {
-                        f32::cast_from(sinks_k[((stream * sink_rows + index) * d + j) as usize])
-                    } else {
-                        f32::cast_from(tail_k[((stream * tail_rows + index - sinks) * d + j) as usize])
-                    };
-                    dot += queries[(g * d + j) as usize] * key;
+                    dot += queries[(g * d + j) as usize] * slots.read(sinks_k, tail_k, index, row + j);
                 }
             }
             scores[(g * pi + t) as usize] = select(visible, dot * scale, masked_score());
@@ -562,7 +538,8 @@ fn float_scores<F: Float>(
     sync_cube();
 }
 
-/// Unit `j < head_dim`: `Σ_t p_t v_tj` over the chunk's float slots into `block_out[g]`.
+/// Unit `j < head_dim`: `Σ_t p_t v_tj` over the chunk's float slots (of the `count` in `slots`)
+/// into `block_out[g]`.
 #[allow(clippy::too_many_arguments)]
 #[cube]
 fn float_values<F: Float>(
@@ -571,11 +548,8 @@ fn float_values<F: Float>(
     tail_v: &Array<F>,
     block_out: &mut Array<f32>,
     chunk_start: u32,
-    stream: u32,
-    sinks: u32,
-    tail: u32,
-    sink_rows: u32,
-    tail_rows: u32,
+    slots: &FloatSlots,
+    count: u32,
     #[comptime] geo: ChannelDecodeGeometry,
 ) {
     let (g_count, d, pi) = comptime!((geo.group, geo.head_dim, geo.partition));
@@ -584,14 +558,10 @@ fn float_values<F: Float>(
     for g in 0..g_count {
         block_out[g as usize] = 0.0;
     }
-    let count = u32::min(pi, sinks + tail - chunk_start);
-    for t in 0..count {
+    let chunk = u32::min(pi, count - chunk_start);
+    for t in 0..chunk {
         let index = chunk_start + t;
-        let value = if index < sinks {
-            f32::cast_from(sinks_v[((stream * sink_rows + index) * d + j) as usize])
-        } else {
-            f32::cast_from(tail_v[((stream * tail_rows + index - sinks) * d + j) as usize])
-        };
+        let value = slots.read(sinks_v, tail_v, index, slots.row_start(index, d) + j);
         #[unroll]
         for g in 0..g_count {
             block_out[g as usize] += numerators[(g * pi + t) as usize] * value;

@@ -1,61 +1,24 @@
 //! The float slots (sinks and tail) of a channel-layout decode step, one warp on a run of them,
-//! in f32 (read from f16 or f32 buffers): the tensor-core kernel's last cube ([`channel_mma_decode_kernel`]) runs its warps on
-//! them beside the other cubes' closed blocks.
+//! in f32 (read from f16 or f32 buffers): the tensor-core kernel's last cube
+//! ([`channel_mma_decode_kernel`]) runs its warps on them beside the other cubes' closed blocks.
 //!
 //! The warp reads one slot's key and value rows together, lane `l` channels `l + 32k` of each
 //! (coalesced), takes every head's score as a sum over the warp, joins it to the head's running
 //! softmax and adds the weighted value channels to the lane's running outputs. A round issues the
 //! loads of [`ROUND_SLOTS`] slots before it uses any of them: at batch 1 the float cubes are the
-//! step's longest chain, and a loop whose every load waits for the one before (the first version
-//! gave each lane a slot and walked its row a channel at a time) held them for about 100 µs.
+//! step's longest chain, and a row walked one dependent load at a time kept them busy for about
+//! 100 µs at 32K (`results/hack-decode-channel-h200.md`).
 //!
 //! [`channel_mma_decode_kernel`]: super::mma_decode::channel_mma_decode_kernel
 
 use burn_kvcompress::kernels::{masked_score, warp_mma::WARP, SplitOut};
 use cubecl::prelude::*;
 
+use super::float_slots::FloatSlots;
 use crate::kernels::warp_codes::VISIBLE_FLOOR;
 
 /// Slots whose rows a warp loads before it uses the first of them.
 const ROUND_SLOTS: u32 = 4;
-
-/// Where a stream's float slots are: `sinks` rows of `sinks_k`/`sinks_v` from row `stream ·
-/// sink_rows`, then `tail` rows of `tail_k`/`tail_v` from row `stream · tail_rows` (each of
-/// `head_dim` floats; `sink_rows` and `tail_rows` are the buffers' capacities), at positions `0 ..
-/// sinks` and `first_tail ..`.
-#[derive(CubeType)]
-pub struct FloatSlots {
-    pub stream: u32,
-    pub sinks: u32,
-    pub sink_rows: u32,
-    pub tail_rows: u32,
-    pub first_tail: u32,
-}
-
-#[cube]
-impl FloatSlots {
-    /// The first element of float slot `i`'s row in its array (the sinks' or the tail's).
-    fn row_start(&self, i: u32, #[comptime] head_dim: u32) -> u32 {
-        let row =
-            select(i < self.sinks, self.stream * self.sink_rows + i, self.stream * self.tail_rows + i - self.sinks);
-        row * head_dim
-    }
-
-    /// Element `at` of the row of float slot `i` (a sink or a tail slot) of `sinks` or `tail`, in
-    /// f32.
-    fn read<F: Float>(&self, sinks: &Array<F>, tail: &Array<F>, i: u32, at: u32) -> f32 {
-        if i < self.sinks {
-            f32::cast_from(sinks[at as usize])
-        } else {
-            f32::cast_from(tail[at as usize])
-        }
-    }
-
-    /// Float slot `i`'s position in the sequence.
-    fn position(&self, i: u32) -> u32 {
-        select(i < self.sinks, i, self.first_tail + i - self.sinks)
-    }
-}
 
 /// Attention of the calling warp over float slots `first .. end` of its stream for `group` heads
 /// whose queries sit in `queries` (`[group · head_dim]`), slots at positions from `visible_from`

@@ -42,7 +42,8 @@ use cubecl::prelude::*;
 use crate::kernels::warp_codes::VISIBLE_FLOOR;
 
 use super::{
-    float_warp::{float_warp, FloatSlots},
+    float_slots::FloatSlots,
+    float_warp::float_warp,
     mma_block::{block_outputs, block_query, block_scores, block_softmax, block_weights},
     mma_operands::{position, Words, HALF, PRODUCT_COLUMNS, PRODUCT_ROWS},
 };

@@ -9,6 +9,9 @@
 mod decode;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 #[allow(missing_docs)]
+mod float_slots;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[allow(missing_docs)]
 mod float_warp;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod launch;
