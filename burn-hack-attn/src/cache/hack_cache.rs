@@ -150,12 +150,8 @@ impl<B: HackBackend> KvCache<B> for HackCache<B> {
     fn append(&mut self, k: Tensor<B, 4>, v: Tensor<B, 4>) -> Result<(), CacheError> {
         self.check_supported()?;
         self.geometry.check_append(k.dims(), v.dims())?;
-        // Keys reach the channel layout's float slots in their type: the rotation's f32 sums rounded once.
-        let key_dtype = match &self.store {
-            Store::Paper(_) => DType::F32,
-            Store::Channel(s) => s.float_dtype,
-        };
-        let k = self.rotated_as(k, key_dtype);
+        // Keys reach the store in the type it takes: the rotation's f32 sums rounded once.
+        let k = self.rotated_as(k, self.input_dtype().into());
         let (config, layer, geometry) = (&self.config, self.layer, self.geometry);
         match &mut self.store {
             Store::Paper(s) => s.append(config, layer, geometry, k, v),

@@ -17,7 +17,8 @@ pub const LOADS: u32 = 16;
 pub struct RotateGeometry {
     /// Channels per head.
     pub head_dim: u32,
-    /// Parts the channels of a sum are split into (a cube has `parts · head_dim` units).
+    /// Parts the channels of a sum are split into (a cube has `parts · head_dim` units); each part
+    /// a multiple of [`LOADS`] channels.
     pub parts: u32,
 }
 
@@ -68,22 +69,18 @@ pub fn rotate_kernel<F: Float, O: Float>(
     }
     let mut held = Array::<f32>::new(LOADS as usize);
     #[unroll]
-    for block in 0..comptime!(span.div_ceil(LOADS)) {
+    for block in 0..comptime!(span / LOADS) {
         #[unroll]
         for l in 0..LOADS {
             let c = comptime!(block * LOADS + l);
-            if comptime!(c < span) {
-                held[l as usize] = r[(matrix + (part * span + c) * d + j) as usize];
-            }
+            held[l as usize] = r[(matrix + (part * span + c) * d + j) as usize];
         }
         #[unroll]
         for l in 0..LOADS {
             let c = comptime!(block * LOADS + l);
-            if comptime!(c < span) {
-                #[unroll]
-                for t in 0..TILE_ROWS {
-                    acc[t as usize] += tile[(t * d + part * span + c) as usize] * held[l as usize];
-                }
+            #[unroll]
+            for t in 0..TILE_ROWS {
+                acc[t as usize] += tile[(t * d + part * span + c) as usize] * held[l as usize];
             }
         }
     }

@@ -10,8 +10,8 @@ use super::kernel::{rotate_kernel, RotateGeometry, TILE_ROWS};
 const MAX_UNITS: u32 = 256;
 
 /// The kernel's shape for heads of `head_dim` channels: the most parts of at least
-/// [`super::kernel::LOADS`] channels each that fit [`MAX_UNITS`]; `None` where `head_dim` is
-/// not a power of two from 16 to 256.
+/// [`super::kernel::LOADS`] channels each that fit [`MAX_UNITS`] (powers of two, so each part is
+/// a multiple of `LOADS`); `None` where `head_dim` is not a power of two from 16 to 256.
 fn geometry(head_dim: usize) -> Option<RotateGeometry> {
     let d = head_dim as u32;
     if !d.is_power_of_two() || !(16..=MAX_UNITS).contains(&d) {
