@@ -87,7 +87,10 @@ impl<B: Backend> FloatSlots<B> {
     fn append(this: Option<Self>, k: Tensor<B, 4>, v: Tensor<B, 4>) -> Self {
         match this {
             None => Self::new(k, v),
-            Some(this) => Self { k: this.k.appended(k), v: this.v.appended(v) },
+            Some(this) => {
+                let [k, v] = SlotBuffer::appended_pair([this.k, this.v], [k, v]);
+                Self { k, v }
+            }
         }
     }
 

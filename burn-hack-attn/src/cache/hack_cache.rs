@@ -152,6 +152,21 @@ impl<B: HackBackend> KvCache<B> for HackCache<B> {
         self.geometry.check_append(k.dims(), v.dims())?;
         // Keys reach the store in the type it takes: the rotation's f32 sums rounded once.
         let k = self.rotated_as(k, self.input_dtype().into());
+        self.append_rotated(k, v)
+    }
+
+    fn attend(&self, q: Tensor<B, 4>, options: &AttendOptions) -> Result<Tensor<B, 4>, CacheError> {
+        self.attend_rotated(self.rotated(q), options)
+    }
+
+    fn key_rotation(&self) -> Option<Tensor<B, 3>> {
+        self.rotation.as_ref().ok().cloned().flatten()
+    }
+
+    fn append_rotated(&mut self, k: Tensor<B, 4>, v: Tensor<B, 4>) -> Result<(), CacheError> {
+        self.check_supported()?;
+        self.geometry.check_append(k.dims(), v.dims())?;
+        let k = k.cast(self.input_dtype());
         let (config, layer, geometry) = (&self.config, self.layer, self.geometry);
         match &mut self.store {
             Store::Paper(s) => s.append(config, layer, geometry, k, v),
@@ -159,8 +174,7 @@ impl<B: HackBackend> KvCache<B> for HackCache<B> {
         }
     }
 
-    fn attend(&self, q: Tensor<B, 4>, options: &AttendOptions) -> Result<Tensor<B, 4>, CacheError> {
-        let q = self.rotated(q);
+    fn attend_rotated(&self, q: Tensor<B, 4>, options: &AttendOptions) -> Result<Tensor<B, 4>, CacheError> {
         match &self.store {
             Store::Paper(s) => s.attend(&self.config, self.geometry.head_dim, q, options),
             Store::Channel(s) => s.attend(&self.config, self.geometry, q, options),

@@ -18,7 +18,6 @@ mod params_word;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub mod prefill;
 pub mod quantize;
-pub mod rotate;
 mod spec;
 // `#[cube]` expands the helpers into undocumented items.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -88,12 +87,14 @@ where
         Ok(quantize::quantize_launch(x, spec))
     }
 
-    /// One launch ([`rotate::rotate_launch`]) in f32 arithmetic, where Burn's product of the
-    /// expanded matrices takes several (and CUDA's runs in TF32); Burn's product for head
-    /// dimensions the kernel does not take.
+    /// One launch (`burn_kvcompress::kernels::rotate_heads_kernel`, the model's rotary kernel
+    /// without RoPE) in f32 arithmetic, where Burn's product of the expanded matrices takes
+    /// several (and CUDA's runs in TF32); Burn's product for head dimensions the kernel does not
+    /// take.
     fn hack_rotate(x: Tensor<Self, 4>, r: &Tensor<Self, 3>, dtype: DType) -> Tensor<Self, 4> {
-        match rotate::rotate_applies(x.dtype(), dtype, x.dims()[3]) {
-            true => rotate::rotate_launch(x, r, dtype),
+        use burn_kvcompress::kernels::{rotary_applies, rotate_heads_kernel};
+        match rotary_applies(x.dtype(), dtype, x.dims()[3], true) {
+            true => rotate_heads_kernel(x, r, dtype),
             false => rotate_heads(x.cast(DType::F32), r).cast(dtype),
         }
     }

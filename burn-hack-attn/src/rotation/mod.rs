@@ -9,6 +9,9 @@
 mod file;
 mod hadamard;
 
+/// Rotation per KV head of queries, keys or values in heads (the model crate's, which applies HACK's
+/// rotation of queries and keys with RoPE).
+pub use burn_kvcompress::model::rotate_heads;
 pub use file::{RotationFile, RotationFileError};
 pub use hadamard::{hadamard_rotation, is_power_of_two};
 
@@ -90,14 +93,4 @@ impl HackRotations {
         let matrices = self.keys.iter().chain(&self.values).flat_map(|layer| layer.chunks_exact(d * d));
         matrices.map(|r| orthogonality_error(r, d)).fold(0.0, f64::max)
     }
-}
-
-/// `x: [batch, heads, n, head_dim]` rotated per head by its KV head's matrix of `r: [kv_heads,
-/// head_dim, head_dim]` (query heads `g · group .. (g + 1) · group` share KV head `g`'s).
-pub fn rotate_heads<B: Backend>(x: Tensor<B, 4>, r: &Tensor<B, 3>) -> Tensor<B, 4> {
-    let [batch, heads, n, d] = x.dims();
-    let kv_heads = r.dims()[0];
-    let rows = heads / kv_heads * n;
-    let r = r.clone().reshape([1, kv_heads, d, d]).expand([batch, kv_heads, d, d]);
-    x.reshape([batch, kv_heads, rows, d]).matmul(r).reshape([batch, heads, n, d])
 }

@@ -87,12 +87,11 @@ impl<B: Backend> KvCache<B> for DenseCache<B> {
             check_storage::<B>(self.storage, &k.device())?;
         }
         let (k, v) = (k.cast(self.storage), v.cast(self.storage));
-        let append = |buffer: Option<SlotBuffer<B>>, slots| match buffer {
-            Some(buffer) => buffer.appended(slots),
-            None => SlotBuffer::new(slots),
+        let [k, v] = match (self.k.take(), self.v.take()) {
+            (Some(k_buffer), Some(v_buffer)) => SlotBuffer::appended_pair([k_buffer, v_buffer], [k, v]),
+            _ => [SlotBuffer::new(k), SlotBuffer::new(v)],
         };
-        self.k = Some(append(self.k.take(), k));
-        self.v = Some(append(self.v.take(), v));
+        (self.k, self.v) = (Some(k), Some(v));
         Ok(())
     }
 

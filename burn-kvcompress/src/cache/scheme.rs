@@ -38,6 +38,27 @@ pub trait KvCache<B: Backend> {
     fn input_dtype(&self) -> FloatDType {
         FloatDType::F32
     }
+
+    /// The orthogonal matrices `[kv_heads, head_dim, head_dim]` (f32) this cache multiplies keys
+    /// and queries by before it stores or attends them (query head `h` takes KV head `h / (heads
+    /// / kv_heads)`'s; the product `q kᵀ` is unchanged), if any. A model may apply them itself,
+    /// in the launch that applies RoPE, and hand the products to
+    /// [`append_rotated`](Self::append_rotated) and [`attend_rotated`](Self::attend_rotated).
+    fn key_rotation(&self) -> Option<Tensor<B, 3>> {
+        None
+    }
+
+    /// [`append`](Self::append) of keys already multiplied by
+    /// [`key_rotation`](Self::key_rotation) (as they are without one).
+    fn append_rotated(&mut self, k: Tensor<B, 4>, v: Tensor<B, 4>) -> Result<(), CacheError> {
+        self.append(k, v)
+    }
+
+    /// [`attend`](Self::attend) of f32 queries already multiplied by
+    /// [`key_rotation`](Self::key_rotation) (as they are without one).
+    fn attend_rotated(&self, q: Tensor<B, 4>, options: &AttendOptions) -> Result<Tensor<B, 4>, CacheError> {
+        self.attend(q, options)
+    }
 }
 
 /// The geometry a layer cache is built for.

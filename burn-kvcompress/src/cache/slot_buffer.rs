@@ -48,6 +48,29 @@ impl<B: Backend> SlotBuffer<B> {
         Self { buffer: grown.buffer.slice_assign(at, slots), len: needed }
     }
 
+    /// Two buffers of one shape and length (a cache's keys and values) with `slots` (`[k, v]`,
+    /// `[batch, heads, n, width]` each, the buffers' batch, heads, width and float type) after
+    /// their own, as [`Self::appended`] appends each: one launch for both on the CubeCL backends.
+    ///
+    /// # Panics
+    /// If the buffers differ in length.
+    pub fn appended_pair([k_buffer, v_buffer]: [Self; 2], [k, v]: [Tensor<B, 4>; 2]) -> [Self; 2] {
+        assert_eq!(k_buffer.len, v_buffer.len, "slot buffers of {} and {} slots", k_buffer.len, v_buffer.len);
+        let at = k_buffer.len;
+        let needed = at + k.dims()[2];
+        let grown = |b: Self| match needed > b.capacity() {
+            true => b.grown_to(capacity_for(needed)),
+            false => b,
+        };
+        let buffers = [grown(k_buffer).buffer, grown(v_buffer).buffer];
+        match write_in_place(buffers, [k, v], at) {
+            Ok(written) => written.map(|buffer| Self { buffer, len: needed }),
+            Err(([k_buffer, v_buffer], [k, v])) => {
+                [Self { buffer: k_buffer, len: at }.appended(k), Self { buffer: v_buffer, len: at }.appended(v)]
+            }
+        }
+    }
+
     /// This buffer with `capacity` slots (at least as many as it has): the new ones zeros.
     fn grown_to(self, capacity: usize) -> Self {
         let [batch, heads, have, width] = self.buffer.dims();
@@ -83,5 +106,54 @@ impl<B: Backend> SlotBuffer<B> {
         let [batch, heads, _, width] = self.buffer.dims();
         let ranges: [Range<usize>; 4] = [0..batch, 0..heads, 0..self.len, 0..width];
         self.buffer.clone().slice(ranges)
+    }
+}
+
+/// The operands of an in-place write, or the written buffers: `Ok` with the buffers `[k, v]`
+/// once written, `Err` with the buffers and the slots where the write did not apply.
+type Written<B> = Result<[Tensor<B, 4>; 2], ([Tensor<B, 4>; 2], [Tensor<B, 4>; 2])>;
+
+/// A kernel writing slots in place ([`write_slots`](crate::kernels::write_slots)).
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+type SlotWrite<C> = fn([Tensor<C, 4>; 2], [Tensor<C, 4>; 2], usize) -> Written<C>;
+
+/// Keys and values `[k, v]` written at slot `at` of `buffers` in place by
+/// [`write_slots`](crate::kernels::write_slots) where `B` is one of the crate's CubeCL backends
+/// and the kernel applies.
+// The operands go back by value for Burn's path: a step's hot path, where boxing them would
+// allocate for nothing.
+#[allow(clippy::result_large_err)]
+fn write_in_place<B: Backend>(buffers: [Tensor<B, 4>; 2], slots: [Tensor<B, 4>; 2], at: usize) -> Written<B> {
+    let attempt = Err((buffers, slots));
+    #[cfg(feature = "cuda")]
+    let attempt =
+        attempt.or_else(|(b, s)| on_backend::<B, crate::backend::Cuda>(b, s, at, crate::kernels::write_slots));
+    #[cfg(feature = "wgpu")]
+    let attempt =
+        attempt.or_else(|(b, s)| on_backend::<B, crate::backend::Wgpu>(b, s, at, crate::kernels::write_slots));
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+    let _ = at; // No kernel in this build.
+    attempt
+}
+
+/// `kernel` on the operands where `B` is `C` (moved, not cloned: the buffers are written in
+/// place only where nothing else holds them).
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[allow(clippy::result_large_err)] // As for `write_in_place`.
+fn on_backend<B: Backend, C: Backend>(
+    buffers: [Tensor<B, 4>; 2],
+    slots: [Tensor<B, 4>; 2],
+    at: usize,
+    kernel: SlotWrite<C>,
+) -> Written<B> {
+    use crate::backend::as_backend;
+    if std::any::TypeId::of::<B>() != std::any::TypeId::of::<C>() {
+        return Err((buffers, slots));
+    }
+    let to_c = |t: Tensor<B, 4>| as_backend::<B, C, 4>(t).unwrap_or_else(|_| unreachable!("B is C"));
+    let to_b = |t: Tensor<C, 4>| as_backend::<C, B, 4>(t).unwrap_or_else(|_| unreachable!("C is B"));
+    match kernel(buffers.map(to_c), slots.map(to_c), at) {
+        Ok(written) => Ok(written.map(to_b)),
+        Err((buffers, slots)) => Err((buffers.map(to_b), slots.map(to_b))),
     }
 }

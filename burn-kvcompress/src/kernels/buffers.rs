@@ -25,7 +25,7 @@ pub fn dense_output_of<R: CubeRuntime>(like: &CubeTensor<R>, n: usize, dtype: DT
 }
 
 /// Whether `dtype` is a float type the model kernels ([`rms_norm`](super::rms_norm),
-/// [`rotary`](super::rotary), [`row_product`](super::row_product)) compile for: f16, bf16 or f32.
+/// [`rotary_qk`](super::rotary_qk), [`row_product`](super::row_product)) compile for: f16, bf16 or f32.
 pub fn kernel_float(dtype: DType) -> bool {
     matches!(dtype, DType::F16 | DType::BF16 | DType::F32)
 }

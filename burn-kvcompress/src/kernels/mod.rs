@@ -4,8 +4,10 @@
 //! (flash-decoding) partial results, and the model's own ops in one or two launches where Burn's
 //! take many (a decode step is bound by launching them): the products of a few activation rows
 //! with the weights (on tensor cores where the device has them), RMSNorm (alone or after a
-//! residual addition), the rotary embedding and SwiGLU's gating; a prompt's products through the fastest of cubek's matrix-product variants
-//! that launches (or cuBLAS); and attention over an f16 cache on tensor cores (flash attention
+//! residual addition), the rotary embedding of a layer's queries and keys (with a cache's
+//! rotation of them), a step's keys and values written into their cache buffers, and SwiGLU's
+//! gating; a prompt's products through the fastest of cubek's matrix-product variants that
+//! launches (or cuBLAS); and attention over an f16 cache on tensor cores (flash attention
 //! for a prompt, flash decoding for a step).
 //!
 //! # Bounds
@@ -53,6 +55,9 @@ mod row_mma;
 // `#[cube]` expands each function into undocumented helper items.
 #[allow(missing_docs)]
 mod runs;
+// `#[cube]` expands each kernel into undocumented helper items.
+#[allow(missing_docs)]
+mod slot_write;
 // `#[cube]` expands each function into undocumented helper items.
 #[allow(missing_docs)]
 mod softmax;
@@ -78,10 +83,11 @@ pub use mask::{decode_slot_visible, first_visible_slot, slot_visible};
 pub use merge::{masked_score, merge_partials, SplitOut, SplitPartials, MASKED_SCORE, SM_UNITS};
 pub use prompt_product::{product_by, prompt_product};
 pub use rms_norm::{add_rms_norm, rms_norm};
-pub use rotary::rotary;
+pub use rotary::{rotary_applies, rotary_qk, rotate_heads_kernel};
 pub use row_mma::{row_mma_applies, MMA_MIN_ROWS};
 pub use row_product::{row_product, row_products, MAX_ROWS, MAX_WEIGHTS};
 pub use runs::{min_max_runs, sum_runs};
+pub use slot_write::write_slots;
 pub use softmax::{split_masses, split_softmax};
 pub use swiglu::swiglu;
 pub use warp_splits::{WarpSplits, SM_REGISTERS};

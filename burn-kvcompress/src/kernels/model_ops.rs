@@ -4,11 +4,11 @@
 
 use burn::{
     nn::RmsNorm,
-    tensor::{Int, Tensor},
+    tensor::{FloatDType, Int, Tensor},
 };
 use burn_cubecl::{BoolElement, CubeRuntime};
 
-use super::{add_rms_norm, rms_norm, rotary, row_product, row_products, swiglu, CubeF32};
+use super::{add_rms_norm, rms_norm, rotary_applies, rotary_qk, row_product, row_products, swiglu, CubeF32};
 use crate::model::{ModelOpsBackend, RotaryEmbedding};
 
 impl<R: CubeRuntime, BT: BoolElement> ModelOpsBackend for CubeF32<R, BT> {
@@ -35,14 +35,22 @@ impl<R: CubeRuntime, BT: BoolElement> ModelOpsBackend for CubeF32<R, BT> {
         add_rms_norm(x, delta, &norm.gamma.val(), norm.epsilon)
     }
 
-    fn rotary(
+    /// One launch ([`rotary_qk`]) where it applies; Burn's ops for head dimensions it does not
+    /// take (odd ones, or with a rotation ones that are not powers of two from 16 to 256).
+    fn rotary_qk(
         rope: &RotaryEmbedding<Self>,
-        x: Tensor<Self, 2>,
-        heads: usize,
+        [q, k]: [Tensor<Self, 2>; 2],
+        heads: [usize; 3],
         positions: &Tensor<Self, 1, Int>,
-    ) -> Tensor<Self, 2> {
+        rotation: Option<&Tensor<Self, 3>>,
+        k_dtype: FloatDType,
+    ) -> [Tensor<Self, 4>; 2] {
         let (cos, sin) = rope.tables();
-        rotary(x, heads, cos, sin, positions)
+        let head_dim = 2 * cos.dims()[1];
+        match rotary_applies(q.dtype(), k_dtype.into(), head_dim, rotation.is_some()) {
+            true => rotary_qk(q, k, heads, cos, sin, positions, rotation, k_dtype.into()),
+            false => rope.apply_qk([q, k], heads, positions, rotation, k_dtype),
+        }
     }
 
     fn swiglu(gate: Tensor<Self, 2>, up: Tensor<Self, 2>) -> Tensor<Self, 2> {

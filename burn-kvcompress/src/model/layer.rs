@@ -38,8 +38,9 @@ impl<B: Backend> SelfAttention<B> {
     /// the attention output `[batch * seq, hidden]`. Projections run on 2-D tensors (a 3-D input
     /// makes ndarray run one product per sequence, 4x slower when decoding), the query, key and
     /// value projections together ([`ModelOps::project_all`]: one launch on the CubeCL backends).
-    /// `x` and the output are in the weights' float type; queries and keys are f32 from RoPE on,
-    /// and the keys and values go to the cache in its [`input_dtype`](KvCache::input_dtype).
+    /// `x` and the output are in the weights' float type; queries are f32 from RoPE on, keys and
+    /// values go to the cache in its [`input_dtype`](KvCache::input_dtype), and where the cache
+    /// rotates queries and keys ([`KvCache::key_rotation`]) the rotation runs in RoPE's launch.
     pub fn forward<C: KvCache<B>>(
         &self,
         x: Tensor<B, 2>,
@@ -51,14 +52,14 @@ impl<B: Backend> SelfAttention<B> {
         let batch = options.key_start.len();
         let seq = x.dims()[0] / batch;
         let dtype = x.dtype();
-        let heads_of = |t: Tensor<B, 2>, heads: usize| t.reshape([batch, seq, heads, self.head_dim]).swap_dims(1, 2);
-        let rotated = |t: Tensor<B, 2>, heads: usize| heads_of(self.ops.rotary(rope, t, heads, positions), heads);
         let [q, k, v] = self.ops.project_all([&self.q_proj, &self.k_proj, &self.v_proj], x);
-        let (q, k) = (rotated(q, self.num_heads), rotated(k, self.num_kv_heads));
-        let v = heads_of(v, self.num_kv_heads);
         let input = cache.input_dtype();
-        cache.append(k.cast(input), v.cast(input))?;
-        let out = cache.attend(q, options)?;
+        let rotation = cache.key_rotation();
+        let heads = [batch, self.num_heads, self.num_kv_heads];
+        let [q, k] = self.ops.rotary_qk(rope, [q, k], heads, positions, rotation.as_ref(), input);
+        let v = v.reshape([batch, seq, self.num_kv_heads, self.head_dim]).swap_dims(1, 2);
+        cache.append_rotated(k, v.cast(input))?;
+        let out = cache.attend_rotated(q, options)?;
         let rows = [batch * seq, self.num_heads * self.head_dim];
         // A decode step's `[batch, heads, 1, head_dim]` lies as `[batch, 1, heads, head_dim]`
         // does: reshaped as it is, where the swapped view would be copied first.

@@ -13,6 +13,6 @@ pub use causal_lm::{logits_to_host, CausalLm, Logits};
 pub use config::{Architecture, ModelConfig};
 pub use fold::fold_value_rotation;
 pub use layer::{DecoderLayer, FeedForward, SelfAttention};
-pub use ops::{AddRmsNormOp, ModelOps, ModelOpsBackend, RmsNormOp, RotaryOp, RowProducts, SwigluOp};
+pub use ops::{AddRmsNormOp, ModelOps, ModelOpsBackend, RmsNormOp, RotaryQkOp, RowProducts, SwigluOp};
 pub use residual::Residual;
-pub use rope::RotaryEmbedding;
+pub use rope::{rotate_heads, RotaryEmbedding};

@@ -6,8 +6,9 @@
 //! rows, run far below the memory bandwidth. Around them, Burn composes a norm of about eight
 //! launches, a rotary embedding of about nine and SwiGLU's gating of eight, and with one row each
 //! launch costs more on the host than on the device. [`ModelOpsBackend`] lets a backend supply
-//! all four (the CubeCL backends: `kernels::{row_products, rms_norm, add_rms_norm, rotary,
-//! swiglu}`, one or two launches each, the products sharing an input in one); the model holds
+//! all four (the CubeCL backends: `kernels::{row_products, rms_norm, add_rms_norm, rotary_qk,
+//! swiglu}`, one or two launches each, the products sharing an input in one, a layer's queries
+//! and keys and its cache's rotation of them in one); the model holds
 //! them as function pointers ([`CausalLm::with_ops`]), since its code is generic over any
 //! backend.
 
@@ -17,7 +18,7 @@ use std::sync::Arc;
 
 use burn::{
     nn::{Linear, RmsNorm},
-    tensor::{activation::silu, backend::Backend, Int, Tensor},
+    tensor::{activation::silu, backend::Backend, FloatDType, Int, Tensor},
 };
 
 use super::{CausalLm, RotaryEmbedding};
@@ -29,9 +30,19 @@ pub type RowProducts<B> = fn(Tensor<B, 2>, Vec<Tensor<B, 2>>) -> Vec<Tensor<B, 2
 pub type RmsNormOp<B> = fn(&RmsNorm<B>, Tensor<B, 2>) -> Tensor<B, 2>;
 /// Rows `x` plus a residual `delta` (`[rows, hidden]` each), and the RMSNorm of that sum.
 pub type AddRmsNormOp<B> = fn(&RmsNorm<B>, Tensor<B, 2>, Tensor<B, 2>) -> [Tensor<B, 2>; 2];
-/// A rotary embedding of rows `[rows, heads · head_dim]` (their float type) by positions
-/// `[rows]` (`< max_position`), given the heads, to f32 `[rows, heads · head_dim]`.
-pub type RotaryOp<B> = fn(&RotaryEmbedding<B>, Tensor<B, 2>, usize, &Tensor<B, 1, Int>) -> Tensor<B, 2>;
+/// A layer's queries and keys `[batch · seq, heads or kv_heads · head_dim]` (their float type)
+/// rotated by positions `[batch · seq]` (`< max_position`) and multiplied by a cache's rotation
+/// `[kv_heads, head_dim, head_dim]` (f32) if any, given `[batch, heads, kv_heads]`: f32 queries
+/// `[batch, heads, seq, head_dim]` and keys `[batch, kv_heads, seq, head_dim]` in the given type
+/// ([`RotaryEmbedding::apply_qk`]).
+pub type RotaryQkOp<B> = fn(
+    &RotaryEmbedding<B>,
+    [Tensor<B, 2>; 2],
+    [usize; 3],
+    &Tensor<B, 1, Int>,
+    Option<&Tensor<B, 3>>,
+    FloatDType,
+) -> [Tensor<B, 4>; 2];
 
 /// SwiGLU's gating `silu(gate) · up` of `[rows, intermediate]` rows, in their float type.
 pub type SwigluOp<B> = fn(Tensor<B, 2>, Tensor<B, 2>) -> Tensor<B, 2>;
@@ -41,7 +52,7 @@ struct BackendOps<B: Backend> {
     row_products: RowProducts<B>,
     rms_norm: RmsNormOp<B>,
     add_rms_norm: AddRmsNormOp<B>,
-    rotary: RotaryOp<B>,
+    rotary_qk: RotaryQkOp<B>,
     swiglu: SwigluOp<B>,
 }
 
@@ -60,7 +71,7 @@ impl ModelOps {
             row_products: B::row_products,
             rms_norm: B::rms_norm,
             add_rms_norm: B::add_rms_norm,
-            rotary: B::rotary,
+            rotary_qk: B::rotary_qk,
             swiglu: B::swiglu,
         };
         Self { ops: Some(Arc::new(ops)) }
@@ -122,18 +133,23 @@ impl ModelOps {
         }
     }
 
-    /// The rows `x` `[rows, heads · head_dim]` rotated by `positions` `[rows]` (each `<
-    /// rope.max_position()`), in f32.
-    pub fn rotary<B: Backend>(
+    /// A layer's queries and keys `[q, k]` (`[batch · seq, heads or kv_heads · head_dim]`)
+    /// rotated by `positions` `[batch · seq]` (each `< rope.max_position()`) and multiplied by
+    /// `rotation` where given (a cache's [`key_rotation`](crate::cache::KvCache::key_rotation)),
+    /// given `[batch, heads, kv_heads]`: f32 queries `[batch, heads, seq, head_dim]` and keys
+    /// `[batch, kv_heads, seq, head_dim]` in `k_dtype` ([`RotaryEmbedding::apply_qk`]).
+    pub fn rotary_qk<B: Backend>(
         &self,
         rope: &RotaryEmbedding<B>,
-        x: Tensor<B, 2>,
-        heads: usize,
+        qk: [Tensor<B, 2>; 2],
+        heads: [usize; 3],
         positions: &Tensor<B, 1, Int>,
-    ) -> Tensor<B, 2> {
+        rotation: Option<&Tensor<B, 3>>,
+        k_dtype: FloatDType,
+    ) -> [Tensor<B, 4>; 2] {
         match self.of::<B>() {
-            Some(ops) => (ops.rotary)(rope, x, heads, positions),
-            None => rope.apply(x, heads, positions),
+            Some(ops) => (ops.rotary_qk)(rope, qk, heads, positions, rotation, k_dtype),
+            None => rope.apply_qk(qk, heads, positions, rotation, k_dtype),
         }
     }
 
@@ -178,14 +194,17 @@ pub trait ModelOpsBackend: Backend {
         [sum.clone(), Self::rms_norm(norm, sum)]
     }
 
-    /// `x` `[rows, heads · head_dim]` rotated by `positions` `[rows]`, in f32.
-    fn rotary(
+    /// A layer's queries and keys through the rotary embedding and a cache's rotation
+    /// ([`ModelOps::rotary_qk`]).
+    fn rotary_qk(
         rope: &RotaryEmbedding<Self>,
-        x: Tensor<Self, 2>,
-        heads: usize,
+        qk: [Tensor<Self, 2>; 2],
+        heads: [usize; 3],
         positions: &Tensor<Self, 1, Int>,
-    ) -> Tensor<Self, 2> {
-        rope.apply(x, heads, positions)
+        rotation: Option<&Tensor<Self, 3>>,
+        k_dtype: FloatDType,
+    ) -> [Tensor<Self, 4>; 2] {
+        rope.apply_qk(qk, heads, positions, rotation, k_dtype)
     }
 
     /// SwiGLU's gating `silu(gate) · up` of `[rows, intermediate]` rows, in their float type.

@@ -5,7 +5,7 @@
 
 use burn::{
     module::Module,
-    tensor::{backend::Backend, DType, Int, Tensor, TensorData},
+    tensor::{backend::Backend, DType, FloatDType, Int, Tensor, TensorData},
 };
 use rayon::prelude::*;
 
@@ -52,13 +52,38 @@ impl<B: Backend> RotaryEmbedding<B> {
     /// `x1 · cos − x2 · sin` and `x2 · cos + x1 · sin`. [`Self::apply_with_burn_ops`], but on the
     /// CPU backends on host slices (Burn's CPU ops broadcast the tables through a strided
     /// iterator, about a tenth of a prompt's time), with the same products and sums, so the same
-    /// bits. The CubeCL backends run it in one launch (`kernels::rotary`, through
-    /// [`ModelOps`](super::ModelOps)).
+    /// bits. The CubeCL backends run a layer's queries and keys in one launch
+    /// (`kernels::rotary_qk`, through [`ModelOps::rotary_qk`](super::ModelOps::rotary_qk)).
     pub fn apply(&self, x: Tensor<B, 2>, heads: usize, positions: &Tensor<B, 1, Int>) -> Tensor<B, 2> {
         match keeps_tensors_on_host::<B>() {
             true => self.apply_on_host(x, heads, positions),
             false => self.apply_with_burn_ops(x, heads, positions),
         }
+    }
+
+    /// A layer's queries `q: [batch · seq, heads · head_dim]` and keys `k: [batch · seq, kv_heads ·
+    /// head_dim]` (rows batch-major) rotated by `positions` `[batch · seq]` ([`Self::apply`]),
+    /// then multiplied by `rotation` ([`rotate_heads`]) where given: queries `[batch, heads, seq,
+    /// head_dim]` in f32 and keys `[batch, kv_heads, seq, head_dim]` in `k_dtype`. What
+    /// [`ModelOps::rotary_qk`](super::ModelOps::rotary_qk) runs without a backend's kernel.
+    pub fn apply_qk(
+        &self,
+        [q, k]: [Tensor<B, 2>; 2],
+        [batch, heads, kv_heads]: [usize; 3],
+        positions: &Tensor<B, 1, Int>,
+        rotation: Option<&Tensor<B, 3>>,
+        k_dtype: FloatDType,
+    ) -> [Tensor<B, 4>; 2] {
+        let rows = q.dims()[0];
+        let (seq, head_dim) = (rows / batch, 2 * self.cos.dims()[1]);
+        let in_heads = |x: Tensor<B, 2>, heads: usize| {
+            let x = self.apply(x, heads, positions).reshape([batch, seq, heads, head_dim]).swap_dims(1, 2);
+            match rotation {
+                Some(r) => rotate_heads(x, r),
+                None => x,
+            }
+        };
+        [in_heads(q, heads), in_heads(k, kv_heads).cast(k_dtype)]
     }
 
     /// [`Self::apply`] by Burn's tensor ops on any backend.
@@ -96,6 +121,17 @@ impl<B: Backend> RotaryEmbedding<B> {
         });
         Tensor::from_data(TensorData::new(out, [rows, width]), &device)
     }
+}
+
+/// `x: [batch, heads, n, head_dim]` multiplied per head by its KV head's matrix of `r:
+/// [kv_heads, head_dim, head_dim]` (query heads `g · group .. (g + 1) · group` share KV head
+/// `g`'s), in their float type.
+pub fn rotate_heads<B: Backend>(x: Tensor<B, 4>, r: &Tensor<B, 3>) -> Tensor<B, 4> {
+    let [batch, heads, n, d] = x.dims();
+    let kv_heads = r.dims()[0];
+    let rows = heads / kv_heads * n;
+    let r = r.clone().reshape([1, kv_heads, d, d]).expand([batch, kv_heads, d, d]);
+    x.reshape([batch, kv_heads, rows, d]).matmul(r).reshape([batch, heads, n, d])
 }
 
 #[cfg(all(test, feature = "ndarray"))]

@@ -1,18 +1,15 @@
-//! The RMSNorm (alone and after a residual addition), rotary-embedding and SwiGLU kernels (one
-//! launch each, for the model's decode steps) against plain f64 computations on the host, on wgpu (lavapipe in CI) or CUDA, in f32
-//! and f16, for awkward shapes: one to five rows, widths below, at and above a cube's units, one
-//! head to many, positions anywhere in the tables.
+//! The RMSNorm (alone and after a residual addition) and SwiGLU kernels (one launch each, for
+//! the model's decode steps) against plain f64 computations on the host, on wgpu (lavapipe in
+//! CI) or CUDA, in f32 and f16, for awkward shapes: one to five rows, widths below, at and above
+//! a cube's units.
 #![cfg(any(feature = "wgpu", feature = "cuda"))]
 
 use crate::common::{lcg_uniform, to_vec as host, Gpu};
 use burn::{
     nn::RmsNormConfig,
-    tensor::{DType, FloatDType, Int, Tensor, TensorData},
+    tensor::{DType, FloatDType, Tensor, TensorData},
 };
-use burn_kvcompress::{
-    kernels::{add_rms_norm, rms_norm, rotary, swiglu},
-    model::RotaryEmbedding,
-};
+use burn_kvcompress::kernels::{add_rms_norm, rms_norm, swiglu};
 
 const U_F32: f64 = 1.0 / 16_777_216.0;
 
@@ -93,63 +90,6 @@ fn add_rms_norm_is_the_addition_then_the_norm() {
         let as_f32 = |t: Tensor<Gpu, 2>| host(t.cast(DType::F32));
         assert_eq!(as_f32(sum), as_f32(added.clone()), "{rows}x{hidden} {dtype:?}: the sum");
         assert_eq!(as_f32(normed), as_f32(rms_norm(added, &gamma, 1e-5)), "{rows}x{hidden} {dtype:?}: the norm");
-    }
-}
-
-/// `rotary` on `[rows, heads · head_dim]` in `dtype` against the rotation in f64 of the operands
-/// as the kernel sees them (tables of 40 positions, `positions` per row): within `2 · u_f32` of
-/// the terms' magnitudes (two products and a sum, or one fused multiply-add, then the rounding).
-fn check_rotary(heads: usize, head_dim: usize, positions: &[i64], dtype: FloatDType) {
-    let device = Default::default();
-    let (rows, half, max_position) = (positions.len(), head_dim / 2, 40);
-    let rope = RotaryEmbedding::<Gpu>::new(head_dim, max_position, 10_000.0, &device);
-    let x = uniform(rows * heads * head_dim, 5 + heads as u64, [rows, heads * head_dim], dtype);
-    let ids = Tensor::<Gpu, 1, Int>::from_data(TensorData::new(positions.to_vec(), [rows]), &device);
-    let xs = host(x.clone().cast(DType::F32));
-    let (cos, sin) = rope.tables();
-    let (cos_host, sin_host) = (host(cos.clone()), host(sin.clone()));
-    let out = rotary(x, heads, cos, sin, &ids);
-    assert_eq!((out.dims(), out.dtype()), ([rows, heads * head_dim], DType::F32));
-    let out = host(out);
-    for (r, &p) in positions.iter().enumerate() {
-        for h in 0..heads {
-            for i in 0..half {
-                let at = (r * heads + h) * head_dim + i;
-                let (x1, x2) = (xs[at] as f64, xs[at + half] as f64);
-                let (c, s) = (cos_host[p as usize * half + i] as f64, sin_host[p as usize * half + i] as f64);
-                let bound = 2.0 * U_F32 * ((x1 * c).abs() + (x2 * s).abs() + (x2 * c).abs() + (x1 * s).abs()) + 1e-30;
-                for (got, exact) in [(out[at], x1 * c - x2 * s), (out[at + half], x2 * c + x1 * s)] {
-                    let diff = (got as f64 - exact).abs();
-                    assert!(diff <= bound, "{heads}x{head_dim} {dtype:?} row {r} head {h} pair {i}: {got} vs {exact}");
-                }
-            }
-        }
-    }
-}
-
-#[test]
-fn rotary_equals_a_plain_rotation() {
-    check_rotary(1, 2, &[0], FloatDType::F32);
-    check_rotary(4, 16, &[3, 0, 39], FloatDType::F32);
-    check_rotary(9, 64, &[17], FloatDType::F32);
-    check_rotary(3, 128, &[1, 2, 5, 8, 13], FloatDType::F16);
-    check_rotary(32, 128, &[39], FloatDType::F16);
-}
-
-#[test]
-fn rotary_takes_the_place_of_burns_ops() {
-    // The same rotation through Burn's ops (the model's path without the kernels): the same f32
-    // arithmetic, up to a fused multiply-add.
-    let device = Default::default();
-    let (heads, head_dim, max_position) = (4, 32, 24);
-    let rope = RotaryEmbedding::<Gpu>::new(head_dim, max_position, 500_000.0, &device);
-    let x = uniform(3 * heads * head_dim, 21, [3, heads * head_dim], FloatDType::F16);
-    let ids = Tensor::<Gpu, 1, Int>::from_data(TensorData::new(vec![23i64, 0, 9], [3]), &device);
-    let (cos, sin) = rope.tables();
-    let ours = host(rotary(x.clone(), heads, cos, sin, &ids));
-    let burns = host(rope.apply(x, heads, &ids));
-    for (a, b) in ours.iter().zip(&burns) {
-        assert!((a - b).abs() <= 4.0 * f32::EPSILON * b.abs().max(1.0), "{a} vs {b}");
     }
 }
 
