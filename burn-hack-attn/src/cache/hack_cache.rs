@@ -137,6 +137,16 @@ impl<B: HackBackend> HackCache<B> {
         self.rotated_as(x, DType::F32)
     }
 
+    /// Appends rotated keys in the store's input type and values to the store, the cache and
+    /// the shapes already checked (by [`KvCache::append`] or [`KvCache::append_rotated`]).
+    fn store_checked(&mut self, k: Tensor<B, 4>, v: Tensor<B, 4>) -> Result<(), CacheError> {
+        let (config, layer, geometry) = (&self.config, self.layer, self.geometry);
+        match &mut self.store {
+            Store::Paper(s) => s.append(config, layer, geometry, k, v),
+            Store::Channel(s) => s.append(config, layer, geometry, k, v),
+        }
+    }
+
     /// [`Self::rotated`] in `dtype` (the product's f32 sums rounded once).
     fn rotated_as(&self, x: Tensor<B, 4>, dtype: DType) -> Tensor<B, 4> {
         match &self.rotation {
@@ -152,7 +162,7 @@ impl<B: HackBackend> KvCache<B> for HackCache<B> {
         self.geometry.check_append(k.dims(), v.dims())?;
         // Keys reach the store in the type it takes: the rotation's f32 sums rounded once.
         let k = self.rotated_as(k, self.input_dtype().into());
-        self.append_rotated(k, v)
+        self.store_checked(k, v)
     }
 
     fn attend(&self, q: Tensor<B, 4>, options: &AttendOptions) -> Result<Tensor<B, 4>, CacheError> {
@@ -166,12 +176,7 @@ impl<B: HackBackend> KvCache<B> for HackCache<B> {
     fn append_rotated(&mut self, k: Tensor<B, 4>, v: Tensor<B, 4>) -> Result<(), CacheError> {
         self.check_supported()?;
         self.geometry.check_append(k.dims(), v.dims())?;
-        let k = k.cast(self.input_dtype());
-        let (config, layer, geometry) = (&self.config, self.layer, self.geometry);
-        match &mut self.store {
-            Store::Paper(s) => s.append(config, layer, geometry, k, v),
-            Store::Channel(s) => s.append(config, layer, geometry, k, v),
-        }
+        self.store_checked(k.cast(self.input_dtype()), v)
     }
 
     fn attend_rotated(&self, q: Tensor<B, 4>, options: &AttendOptions) -> Result<Tensor<B, 4>, CacheError> {

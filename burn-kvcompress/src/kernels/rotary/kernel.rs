@@ -154,12 +154,7 @@ pub fn rotary_kernel<F: Float, OQ: Float, OK: Float>(
         let mut i = UNIT_POS;
         while i < tile_rows * d {
             let place = row_place(&layout, batch, kv_head, first_row + i / d, d);
-            let position = position_of(positions, place.position_at, max_position, geo.rope);
-            if place.is_query {
-                tile[i as usize] = rotated_channel::<F>(q, cos, sin, place.read, i % d, position, d, geo.rope);
-            } else {
-                tile[i as usize] = rotated_channel::<F>(k, cos, sin, place.read, i % d, position, d, geo.rope);
-            }
+            tile[i as usize] = read_channel(q, k, cos, sin, positions, &place, i % d, max_position, geo);
             i += CUBE_DIM;
         }
         sync_cube();
@@ -168,17 +163,48 @@ pub fn rotary_kernel<F: Float, OQ: Float, OK: Float>(
         let mut i = UNIT_POS;
         while i < tile_rows * d {
             let place = row_place(&layout, batch, kv_head, first_row + i / d, d);
-            let position = position_of(positions, place.position_at, max_position, geo.rope);
-            let c = i % d;
-            if place.is_query {
-                let value = rotated_channel::<F>(q, cos, sin, place.read, c, position, d, geo.rope);
-                q_out[(place.write + c) as usize] = OQ::cast_from(value);
-            } else {
-                let value = rotated_channel::<F>(k, cos, sin, place.read, c, position, d, geo.rope);
-                k_out[(place.write + c) as usize] = OK::cast_from(value);
-            }
+            let value = read_channel(q, k, cos, sin, positions, &place, i % d, max_position, geo);
+            write_channel(q_out, k_out, &place, i % d, value);
             i += CUBE_DIM;
         }
+    }
+}
+
+/// Channel `c` of the row at `place` (in `q` or `k`), rotated by its position where `rope`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn read_channel<F: Float>(
+    q: &Array<F>,
+    k: &Array<F>,
+    cos: &Array<f32>,
+    sin: &Array<f32>,
+    positions: &Array<i32>,
+    place: &RowPlace,
+    c: u32,
+    max_position: u32,
+    #[comptime] geo: RotaryGeometry,
+) -> f32 {
+    let position = position_of(positions, place.position_at, max_position, geo.rope);
+    if place.is_query {
+        rotated_channel::<F>(q, cos, sin, place.read, c, position, geo.head_dim, geo.rope)
+    } else {
+        rotated_channel::<F>(k, cos, sin, place.read, c, position, geo.head_dim, geo.rope)
+    }
+}
+
+/// `value` rounded to channel `c` of the row at `place` (in `q_out` or `k_out`).
+#[cube]
+fn write_channel<OQ: Float, OK: Float>(
+    q_out: &mut Array<OQ>,
+    k_out: &mut Array<OK>,
+    place: &RowPlace,
+    c: u32,
+    value: f32,
+) {
+    if place.is_query {
+        q_out[(place.write + c) as usize] = OQ::cast_from(value);
+    } else {
+        k_out[(place.write + c) as usize] = OK::cast_from(value);
     }
 }
 
@@ -250,11 +276,7 @@ fn times_rotation<OQ: Float, OK: Float>(
             total += sums[(p * TILE_ROWS * d + i) as usize];
         }
         let place = row_place(layout, batch, kv_head, first_row + i / d, d);
-        if place.is_query {
-            q_out[(place.write + i % d) as usize] = OQ::cast_from(total);
-        } else {
-            k_out[(place.write + i % d) as usize] = OK::cast_from(total);
-        }
+        write_channel(q_out, k_out, &place, i % d, total);
         i += CUBE_DIM;
     }
 }
