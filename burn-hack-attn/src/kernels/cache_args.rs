@@ -52,10 +52,3 @@ impl<R: CubeRuntime> CacheArgs<R> {
         Self { k_words: int(&keys.words), k_meta, key_meta_pitch, blocks, v_words, v_meta, tail }
     }
 }
-
-/// Each batch row's first real slot (`options.key_start`) as a `u32` kernel argument.
-pub fn key_start_arg<R: CubeRuntime, BT: BoolElement>(key_start: &[usize], like: &CubeTensor<R>) -> CubeTensor<R> {
-    let starts: Vec<i32> = key_start.iter().map(|&s| s as i32).collect();
-    let n = starts.len();
-    int(&Tensor::<Backend<R, BT>, 1, Int>::from_data(burn::tensor::TensorData::new(starts, [n]), &like.device))
-}

@@ -19,6 +19,37 @@ pub fn dense_output<R: CubeRuntime, E: CubeElement>(like: &CubeTensor<R>, n: usi
     empty_device::<R, E>(like.client.clone(), like.device.clone(), Shape::new([n]))
 }
 
+/// `N` dense output buffers of `lens` elements of `E` on `like`'s device, carved out of one
+/// allocation: each part starts at a multiple of the device's memory alignment (as Burn's slices
+/// of a buffer do). A reservation in CubeCL's memory pool scans its pages on the device thread
+/// that also launches the kernels; the outputs a decode step's layer allocates for one kernel
+/// (split partials) cost one reservation instead of `N`.
+pub fn dense_outputs<R: CubeRuntime, E: CubeElement, const N: usize>(
+    like: &CubeTensor<R>,
+    lens: [usize; N],
+) -> [CubeTensor<R>; N] {
+    let alignment = (like.client.properties().memory.alignment as usize).max(1);
+    let elem = size_of::<E>();
+    // Bytes each part spans: its elements rounded up to the alignment (and to whole elements).
+    let spans = lens.map(|n| (n * elem).div_ceil(alignment) * alignment);
+    let total_elems = spans.iter().sum::<usize>() / elem;
+    let buffer = dense_output::<R, E>(like, total_elems);
+    let total = (total_elems * elem) as u64;
+    let mut start = 0u64;
+    std::array::from_fn(|i| {
+        let span = spans[i] as u64;
+        let handle = buffer.handle.clone().offset_start(start).offset_end(total - start - span);
+        start += span;
+        CubeTensor::new_contiguous(
+            buffer.client.clone(),
+            buffer.device.clone(),
+            Shape::new([lens[i]]),
+            handle,
+            buffer.dtype,
+        )
+    })
+}
+
 /// [`dense_output`] with the element type chosen at run time (a float type of the weights).
 pub fn dense_output_of<R: CubeRuntime>(like: &CubeTensor<R>, n: usize, dtype: DType) -> CubeTensor<R> {
     empty_device_dtype(like.client.clone(), like.device.clone(), Shape::new([n]), dtype)

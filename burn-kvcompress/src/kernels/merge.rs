@@ -8,7 +8,7 @@
 use burn_cubecl::{tensor::CubeTensor, CubeRuntime};
 use cubecl::prelude::*;
 
-use super::dense_output;
+use super::{dense_output, dense_outputs};
 
 /// The score of a masked slot: finite, so that `exp(masked - m)` is 0 without NaNs.
 pub const MASKED_SCORE: f32 = -3.0e38;
@@ -182,16 +182,11 @@ pub struct SplitPartials<R: CubeRuntime> {
 }
 
 impl<R: CubeRuntime> SplitPartials<R> {
-    /// Allocates the buffers on `like`'s device.
+    /// Allocates the buffers on `like`'s device, in one allocation ([`dense_outputs`]).
     pub fn allocate(like: &CubeTensor<R>, heads: usize, splits: usize, head_dim: usize) -> Self {
-        Self {
-            output: dense_output::<R, f32>(like, heads * splits * head_dim),
-            max: dense_output::<R, f32>(like, heads * splits),
-            sum: dense_output::<R, f32>(like, heads * splits),
-            heads,
-            splits,
-            head_dim,
-        }
+        let [output, max, sum] =
+            dense_outputs::<R, f32, 3>(like, [heads * splits * head_dim, heads * splits, heads * splits]);
+        Self { output, max, sum, heads, splits, head_dim }
     }
 }
 

@@ -32,6 +32,7 @@ mod buffers;
 #[cfg(feature = "cuda")]
 mod cublas_product;
 mod flash_attention;
+mod key_start;
 // `#[cube]` expands each function into undocumented helper items.
 #[allow(missing_docs)]
 mod mask;
@@ -73,12 +74,13 @@ mod warp_splits;
 mod weight_slots;
 
 pub use buffers::{
-    dense_arg, dense_output, dense_output_of, float_arg, int_arg, kernel_float, lies_dense, pitched_rows_arg,
-    widest_vector, CubeF32,
+    dense_arg, dense_output, dense_output_of, dense_outputs, float_arg, int_arg, kernel_float, lies_dense,
+    pitched_rows_arg, widest_vector, CubeF32,
 };
 #[cfg(feature = "cuda")]
 pub use cublas_product::{cublas_product, CublasUnavailable};
 pub use flash_attention::{flash_attention, flash_geometry, FlashGeometry, MAX_HEAD_DIM};
+pub use key_start::key_start_arg;
 pub use mask::{decode_slot_visible, first_visible_slot, slot_visible};
 pub use merge::{masked_score, merge_partials, SplitOut, SplitPartials, MASKED_SCORE, SM_UNITS};
 pub use prompt_product::{product_by, prompt_product};

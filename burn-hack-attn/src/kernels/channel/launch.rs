@@ -4,14 +4,17 @@ use burn::tensor::{backend::Backend as BurnBackend, DType, Tensor, TensorPrimiti
 use burn_cubecl::{cubecl::prelude::*, tensor::CubeTensor, BoolElement, CubeRuntime};
 use burn_kvcompress::{
     cache::AttendOptions,
-    kernels::{dense_output_of, float_arg as float, int_arg as int, merge_partials, CubeF32 as Backend, SplitPartials},
+    kernels::{
+        dense_output_of, float_arg as float, int_arg as int, key_start_arg, merge_partials, CubeF32 as Backend,
+        SplitPartials,
+    },
 };
 
 use super::{
     decode::{channel_decode_kernel, ChannelDecodeGeometry},
     ChannelView,
 };
-use crate::{cache::FloatSlots, kernels::cache_args::key_start_arg};
+use crate::cache::FloatSlots;
 
 /// Cubes a launch aims for per multiprocessor (two waves' worth of work hide a cube's barriers).
 const CUBES_PER_SM: usize = 4;

@@ -14,8 +14,8 @@ use burn_cubecl::{
 use burn_kvcompress::{
     cache::AttendOptions,
     kernels::{
-        float_arg as float, int_arg as int, merge_partials, warp_mma::WARP, CubeF32 as Backend, SplitPartials,
-        WarpSplits, SM_REGISTERS,
+        float_arg as float, int_arg as int, key_start_arg, merge_partials, warp_mma::WARP, CubeF32 as Backend,
+        SplitPartials, WarpSplits, SM_REGISTERS,
     },
 };
 
@@ -26,7 +26,6 @@ use super::{
     mma_operands::{PRODUCT_COLUMNS, PRODUCT_DEPTH, PRODUCT_ROWS},
     ChannelView,
 };
-use crate::kernels::cache_args::key_start_arg;
 
 /// The most warps per cube (fewer where their tiles do not fit in shared memory). Each warp runs
 /// on its own blocks with no cube-wide synchronization; the count sets CUDA's launch bound, which

@@ -4,7 +4,7 @@ use burn::tensor::{backend::Backend as BurnBackend, Tensor, TensorPrimitive};
 use burn_cubecl::{cubecl::prelude::*, tensor::CubeTensor, BoolElement, CubeRuntime};
 use burn_kvcompress::{
     cache::AttendOptions,
-    kernels::{dense_output, float_arg as float, merge_partials, CubeF32 as Backend, SplitPartials},
+    kernels::{dense_output, float_arg as float, key_start_arg, merge_partials, CubeF32 as Backend, SplitPartials},
 };
 
 use super::{
@@ -13,10 +13,7 @@ use super::{
 };
 use crate::{
     cache::key_group,
-    kernels::{
-        cache_args::{key_start_arg, CacheArgs},
-        CacheView,
-    },
+    kernels::{cache_args::CacheArgs, CacheView},
 };
 
 /// Slots per cube (and units: one per slot): the smallest multiple of Π that is at least 256.

@@ -13,7 +13,8 @@ use burn_cubecl::{
 use burn_kvcompress::{
     cache::AttendOptions,
     kernels::{
-        float_arg as float, merge_partials, warp_mma::WARP, CubeF32 as Backend, SplitPartials, WarpSplits, SM_REGISTERS,
+        float_arg as float, key_start_arg, merge_partials, warp_mma::WARP, CubeF32 as Backend, SplitPartials,
+        WarpSplits, SM_REGISTERS,
     },
 };
 
@@ -22,10 +23,7 @@ use super::{
     mma_geometry::{MmaGeometry, PRODUCT_COLUMNS, PRODUCT_DEPTH, PRODUCT_ROWS},
     mma_kernel::mma_decode_kernel,
 };
-use crate::kernels::{
-    cache_args::{key_start_arg, CacheArgs},
-    CacheView,
-};
+use crate::kernels::{cache_args::CacheArgs, CacheView};
 
 /// The most warps per cube (fewer where their stages do not fit in shared memory). CUDA's launch
 /// bound (the cube's 512 units) caps a lane at 128 registers; the kernel would take about 145

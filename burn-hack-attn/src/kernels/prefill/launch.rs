@@ -4,16 +4,13 @@ use burn::tensor::{Tensor, TensorPrimitive};
 use burn_cubecl::{cubecl::prelude::*, BoolElement, CubeRuntime};
 use burn_kvcompress::{
     cache::AttendOptions,
-    kernels::{dense_output, float_arg as float, CubeF32 as Backend},
+    kernels::{dense_output, float_arg as float, key_start_arg, CubeF32 as Backend},
 };
 
 use super::kernel::{prefill_kernel, PrefillGeometry};
 use crate::{
     cache::key_group,
-    kernels::{
-        cache_args::{key_start_arg, CacheArgs},
-        CacheView,
-    },
+    kernels::{cache_args::CacheArgs, CacheView},
 };
 
 /// Rows (query slots × heads of a KV head) a cube aims for, halved until its shared memory fits.

@@ -1,6 +1,6 @@
 //! The host side of the flash-attention kernel: whether it applies, its shape, and its launch.
 
-use burn::tensor::{f16, DType, Int, Tensor, TensorData, TensorPrimitive};
+use burn::tensor::{f16, DType, Tensor, TensorPrimitive};
 use burn_cubecl::{
     cubecl::{
         features::MmaConfig,
@@ -13,7 +13,7 @@ use burn_cubecl::{
 use super::kernel::{flash_attention_kernel, FlashGeometry, KEY_ROWS, PIECE};
 use crate::{
     cache::AttendOptions,
-    kernels::{dense_output, float_arg, int_arg, merge_partials, CubeF32, SplitPartials},
+    kernels::{dense_output, float_arg, key_start_arg, merge_partials, CubeF32, SplitPartials},
 };
 
 /// Widest head the kernel takes: a warp keeps a query row's value sums, `head_dim / 2` floats per
@@ -85,7 +85,6 @@ pub fn flash_attention<R: CubeRuntime, BT: BoolElement>(
 ) -> Option<Tensor<CubeF32<R, BT>, 4>> {
     let [batch, heads, q_len, head_dim] = q.dims();
     let [_, kv_heads, capacity, _] = k.dims();
-    let device = q.device();
     let q = float_arg(&q);
     let properties = q.client.properties();
     let geo = flash_geometry(q_len, head_dim, heads / kv_heads, (q.dtype, k.dtype()), properties)?;
@@ -93,8 +92,7 @@ pub fn flash_attention<R: CubeRuntime, BT: BoolElement>(
     let blocks = (geo.group as usize * q_len).div_ceil(geo.rows() as usize);
     let splits = if geo.split { decode_splits(blocks * kv_heads * batch, total_len, properties) } else { 1 };
     let (keys, values) = (float_arg(&k), float_arg(&v));
-    let starts: Vec<i32> = options.key_start.iter().map(|&s| s as i32).collect();
-    let key_start = int_arg(&Tensor::<CubeF32<R, BT>, 1, Int>::from_data(TensorData::new(starts, [batch]), &device));
+    let key_start = key_start_arg::<R, BT>(&options.key_start, &q);
     let rows = batch * heads * q_len;
     let partials = geo.split.then(|| SplitPartials::allocate(&q, rows, splits, head_dim));
     let (out, out_max, out_sum) = match &partials {

@@ -1,10 +1,10 @@
 //! Launching the fused PQ decode kernel and its merge on a CubeCL backend.
 
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::{Int, Tensor};
 use burn_cubecl::{cubecl::prelude::*, BoolElement, CubeRuntime};
 use burn_kvcompress::{
     cache::AttendOptions,
-    kernels::{dense_output, float_arg, int_arg, merge_partials, CubeF32, SplitPartials},
+    kernels::{dense_output, float_arg, int_arg, key_start_arg, merge_partials, CubeF32, SplitPartials},
 };
 
 use super::{
@@ -135,20 +135,10 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
         || (dense_output::<R, f32>(&q, 1), dense_output::<R, f32>(&q, 1)),
         |(k, v)| (float_arg(k), float_arg(v)),
     );
-    let key_start: Vec<i32> = options.key_start.iter().map(|&s| s as i32).collect();
-    let key_start = Tensor::<CubeF32<R, BT>, 1, Int>::from_data(TensorData::new(key_start, [batch]), &device);
+    let key_start = key_start_arg::<R, BT>(&options.key_start, &q);
     if let Some(geo) = mma_geometry(shape, client.properties()) {
         let codes = (k_codes, v_codes);
-        let out = mma_decode_launch(
-            q,
-            view,
-            options,
-            (batch, kv_heads),
-            codes,
-            (k_recent, v_recent),
-            int_arg(&key_start),
-            geo,
-        );
+        let out = mma_decode_launch(q, view, options, (batch, kv_heads), codes, (k_recent, v_recent), key_start, geo);
         return output_tensor(out, [batch, heads, d]);
     }
     let shared_limit = client.properties().hardware.max_shared_memory_size;
@@ -195,7 +185,7 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
             float_arg(view.value_books).into_array_arg(),
             k_recent.into_array_arg(),
             v_recent.into_array_arg(),
-            int_arg(&key_start).into_array_arg(),
+            key_start.into_array_arg(),
             partials.output.clone().into_array_arg(),
             partials.max.clone().into_array_arg(),
             partials.sum.clone().into_array_arg(),
