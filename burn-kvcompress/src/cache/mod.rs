@@ -8,6 +8,7 @@ mod attention;
 mod dense;
 mod host_attention;
 mod options;
+mod ragged;
 mod recording;
 mod scheme;
 mod slot_buffer;
@@ -17,6 +18,7 @@ pub use attention::{attention_reference, check_attend_shapes, dense_attention, h
 pub use dense::{append_slots, DenseCache, DenseScheme, HalfDenseScheme};
 pub use host_attention::{host_attention, HostShape};
 pub use options::AttendOptions;
+pub use ragged::{RaggedBatch, RaggedCache};
 pub use recording::{KvRecorder, LayerRecording, RecordedTensor, RecordingCache, RecordingScheme};
 pub use scheme::{CacheGeometry, KvCache, KvScheme, LayerCaches};
 pub use slot_buffer::{SlotBuffer, GROWTH_SLOTS};

@@ -20,6 +20,7 @@ mod merge_gpu;
 mod model_ops_gpu;
 mod model_precision;
 mod prefill_decode;
+mod ragged_batch;
 mod rotary_gpu;
 mod row_product_gpu;
 mod slot_buffer;
