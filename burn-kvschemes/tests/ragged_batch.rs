@@ -1,4 +1,4 @@
-//! Continuous batching with every scheme: sequences that join and leave a ragged batch between
+//! Continuous batching with every scheme (dense, HACK, PQ, ZACK): sequences that join and leave a ragged batch between
 //! decode steps, each at its own length, decode exactly the tokens each decodes alone (greedy,
 //! the same scheme), on the tiny Llama and Mistral (sliding window) fixtures, on the CPU.
 
@@ -7,7 +7,7 @@ use std::{path::PathBuf, sync::Arc};
 use burn::tensor::Tensor;
 use burn_kvcompress::{
     backend::NdArray,
-    cache::{KvScheme, RaggedBatch},
+    cache::{KvScheme, RaggedBatch, RecordingScheme},
     fingerprint::ModelFingerprint,
     loading::load_hf_model,
     model::{CausalLm, Logits},
@@ -17,6 +17,11 @@ use burn_million_pq::{
     cache::PqScheme,
     codebook::{CodebookGeometry, Codebooks},
     CodebookScope, PqConfig,
+};
+use burn_zack::{
+    cache::ZackScheme,
+    rotation::{calibrate_rotations, GramAccumulator, RotationConfig, RotationGeometry},
+    RankRule, Ranks,
 };
 
 /// A batch's weight products take several rows where a sequence alone takes one, which may change
@@ -133,6 +138,23 @@ fn pq_scheme(model: &CausalLm<NdArray>, window: usize) -> AnyScheme {
     AnyScheme::Pq(PqScheme::new(Arc::new(books), window))
 }
 
+/// ZACK with rotations calibrated on `model`'s own activations for a few prompts and the ranks of
+/// a 40 % compression rate (so that heads are truncated).
+fn zack_scheme(model: &CausalLm<NdArray>, prompts: &[Vec<u32>]) -> AnyScheme {
+    let recording = RecordingScheme { record_queries: true, ..Default::default() };
+    let mut grams = GramAccumulator::new(RotationGeometry::of_model(model.config()));
+    for prompt in prompts {
+        let mut caches = model.new_cache(&recording, 1, &Default::default());
+        model.forward(std::slice::from_ref(prompt), &mut caches, Logits::Last).unwrap();
+        grams.add(&recording.recorder.take()).unwrap();
+    }
+    let fingerprint = ModelFingerprint::of_bytes(b"tiny");
+    let rotations = calibrate_rotations(&grams, model, RotationConfig::default(), fingerprint, "prompts".into())
+        .expect("calibrated rotations");
+    let (ranks, _) = Ranks::for_compression_rate(&rotations, 0.4, RankRule::default()).expect("ranks");
+    AnyScheme::Zack(ZackScheme::new(Arc::new(rotations), ranks).expect("a ZACK scheme"))
+}
+
 #[test]
 fn every_scheme_decodes_a_ragged_batch_as_each_sequence_alone() {
     for name in ["tiny-llama", "tiny-mistral-swa"] {
@@ -158,6 +180,8 @@ fn every_scheme_decodes_a_ragged_batch_as_each_sequence_alone() {
         })
         .collect();
         schemes.push(("pq (fixed centroids), window 4".into(), pq_scheme(&loaded.model, 4)));
+        let prompts: Vec<Vec<u32>> = requests.iter().map(|r| r.prompt.clone()).collect();
+        schemes.push(("zack (calibrated, 40 % removed)".into(), zack_scheme(&loaded.model, &prompts)));
         for (spelling, scheme) in schemes {
             let model = scheme.prepare(loaded.model.clone()).expect("prepared");
             let want = with_scheme!(scheme.clone(), alone, (&model, &requests));
