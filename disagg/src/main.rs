@@ -191,11 +191,16 @@ struct RunArgs {
     max_new_tokens: usize,
     /// Requests per second arriving on a fixed schedule, request `i` at `i / rate` s (several:
     /// `0.05,0.1`, each a timed run of all the requests). The requests are prefilled and
-    /// transferred in arrival order while earlier ones decode, and decoded one at a time in
-    /// arrival order (no batching): above the rate decoding sustains, they queue. Default: one
+    /// transferred in arrival order while earlier ones decode, and decoded in arrival order,
+    /// `--max-batch` at a time: above the rate decoding sustains, they queue. Default: one
     /// request at a time, each submitted once the previous one has finished.
     #[arg(long = "request-rate", value_delimiter = ',', value_parser = parse_rate)]
     request_rates: Vec<f64>,
+    /// With `--request-rate`: the most requests decoded together (continuous batching: a request
+    /// joins the running batch once its cache is in, leaves when it has its tokens, and every
+    /// step decodes each request of the batch at its own length). 1: one at a time.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    max_batch: u16,
     /// Sampling temperature; 0 is greedy.
     #[arg(long, default_value_t = 0.0)]
     temperature: f32,

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use burn::tensor::backend::Backend;
 use burn_kvcompress::{
-    cache::{KvCache, LayerCaches, TransferableCache, TransferableScheme},
-    generation::{decode_batch, generate, GenerateOptions, SamplingConfig},
-    model::CausalLm,
+    cache::{KvCache, LayerCaches, RaggedBatch, TransferableCache, TransferableScheme},
+    generation::{generate, GenerateOptions, Sampler, SamplingConfig},
+    model::{CausalLm, Logits},
     tokenizer::{chatml_prompt, ChatMessage, Role, TokenStream, Tokenizer},
 };
 use burn_kvtransfer::{
@@ -197,7 +197,7 @@ where
     }?;
     let mut rows = match job.request_rate {
         None => run_one_at_a_time(&context, &requests, tokenizer.filter(|_| job.run.show_text))?,
-        Some(rate) => run_at_rate(&context, &requests, rate)?,
+        Some(rate) => run_at_rate(&context, &requests, rate, job.run.max_batch.into())?,
     };
     for (row, check) in rows.iter_mut().zip(checks) {
         row.check = check.map(|(kv_ok, reference)| (kv_ok, reference == row.tokens));
@@ -238,14 +238,18 @@ where
 
 /// Runs `requests` arriving `rate` per second, request `i` at `i / rate` s: a thread pulls their
 /// layer states into host memory in arrival order (each submitted once it has arrived and the
-/// one before it is in) while this one imports and decodes those that are in, one at a time in
-/// arrival order. All the device's work stays on this thread: with the caches imported on the
+/// one before it is in) while this one imports and decodes those that are in. Up to `max_batch`
+/// decode together (continuous batching): a request joins the running batch when its states are
+/// in and there is room, in arrival order, and leaves when it has its tokens; each step decodes
+/// every request of the batch, each at its own length ([`RaggedBatch`]). With 1, one at a time
+/// in arrival order. All the device's work stays on this thread: with the caches imported on the
 /// pulling thread (a stream of its own under CubeCL), a request decoded while the next one was
 /// imported decoded other tokens in 3 runs of 21 on an H200.
 fn run_at_rate<B: Backend, S>(
     cx: &JobContext<B, S>,
     requests: &[(String, Vec<u32>)],
     rate: f64,
+    max_batch: usize,
 ) -> anyhow::Result<Vec<Row>>
 where
     S: TransferableScheme<B>,
@@ -270,11 +274,92 @@ where
         });
         let Fetcher { scheme, device, .. } = cx.fetcher;
         let import = |states: ReceivedStates| Ok(states.import::<B, S>(scheme, device)?);
-        requests
-            .iter()
-            .map(|_| cx.decode(receiver.recv().context("the fetching thread stopped")??, import, None))
-            .collect()
+        let mut batch = RaggedBatch::new(cx.model.config().num_layers);
+        // The running requests in the batch's row order, with their arrival indices.
+        let mut running: Vec<(usize, Decoding)> = Vec::new();
+        let mut rows: Vec<Option<Row>> = requests.iter().map(|_| None).collect();
+        let mut joined = 0;
+        loop {
+            // Requests whose states are in join while there is room; with none running, wait.
+            while running.len() < max_batch && joined < requests.len() {
+                let fetched = match running.is_empty() {
+                    true => receiver.recv().context("the fetching thread stopped")?,
+                    false => match receiver.try_recv() {
+                        Ok(fetched) => fetched,
+                        Err(mpsc::TryRecvError::Empty) => break,
+                        Err(mpsc::TryRecvError::Disconnected) => bail!("the fetching thread stopped"),
+                    },
+                }?;
+                let (decoding, caches) = cx.start(fetched, import)?;
+                batch.join(caches)?;
+                running.push((joined, decoding));
+                joined += 1;
+            }
+            for row in (0..running.len()).rev() {
+                if running[row].1.finished(&cx.options) {
+                    batch.leave(row)?;
+                    let (index, decoding) = running.remove(row);
+                    rows[index] = Some(decoding.finish());
+                }
+            }
+            if running.is_empty() {
+                match joined == requests.len() {
+                    true => break,
+                    false => continue,
+                }
+            }
+            let tokens: Vec<Vec<u32>> = running.iter().map(|(_, d)| vec![d.last_token()]).collect();
+            let logits = host_logits(cx.model.forward(&tokens, batch.caches(), Logits::Last)?)?;
+            let vocab = logits.len() / running.len();
+            for ((_, decoding), row_logits) in running.iter_mut().zip(logits.chunks(vocab)) {
+                decoding.push(row_logits);
+            }
+        }
+        Ok(rows.into_iter().map(|row| row.expect("every request decoded")).collect())
     })
+}
+
+/// A step's logits `[rows, 1, vocab]` on the host, row after row.
+fn host_logits<B: Backend>(logits: burn::tensor::Tensor<B, 3>) -> anyhow::Result<Vec<f32>> {
+    logits.into_data().convert::<f32>().into_vec().map_err(|e| anyhow::anyhow!("logits: {e:?}"))
+}
+
+/// A request being decoded: its row so far, its sampler and when each of its tokens came.
+struct Decoding {
+    row: Row,
+    sampler: Sampler,
+    arrived: Instant,
+    /// Each new token's time from the request's arrival.
+    times: Vec<Duration>,
+}
+
+impl Decoding {
+    /// Its newest token.
+    fn last_token(&self) -> u32 {
+        *self.row.tokens.last().expect("a decoding request has its first token")
+    }
+
+    /// Picks the next token from `logits` (`[vocab]`); returns it.
+    fn push(&mut self, logits: &[f32]) -> u32 {
+        let token = self.sampler.pick(logits);
+        self.row.tokens.push(token);
+        self.times.push(self.arrived.elapsed());
+        token
+    }
+
+    /// Whether it has all its tokens: `max_new_tokens`, or a stop token.
+    fn finished(&self, options: &GenerateOptions) -> bool {
+        self.row.tokens.len() >= options.max_new_tokens || options.stop_tokens.contains(&self.last_token())
+    }
+
+    /// Its row, timed.
+    fn finish(mut self) -> Row {
+        let gaps = self.times.windows(2).map(|w| w[1] - w[0]);
+        self.row.tbt = gaps.clone().sum::<Duration>().checked_div(gaps.len() as u32).unwrap_or_default();
+        self.row.ttft = self.times.first().copied().unwrap_or_default();
+        self.row.jct = self.arrived.elapsed();
+        self.row
+    }
 }
 
 impl<B: Backend, S> JobContext<'_, B, S>
@@ -282,43 +367,57 @@ where
     S: TransferableScheme<B>,
     S::Cache: TransferableCache<B>,
 {
-    /// Decodes a fetched request, its caches first made by `import` (on this thread, timed as
-    /// decoding), and measures it (printing its text to `stream`).
+    /// A fetched request's caches made by `import` (on this thread, timed as decoding) and its
+    /// first token picked from the prompt's logits.
+    fn start<R>(
+        &self,
+        fetched: Fetched<R>,
+        import: impl FnOnce(R) -> anyhow::Result<Received<S::Cache>>,
+    ) -> anyhow::Result<(Decoding, LayerCaches<S::Cache>)> {
+        let Fetched { received, prompt_tokens, wire_bytes, arrived, submitted, ready } = fetched;
+        let decode_start = Instant::now();
+        let received = import(received)?;
+        let row = Row {
+            prompt_tokens,
+            server: received.server,
+            attempts: received.attempts,
+            kv_bytes: received.caches.layers.iter().map(KvCache::memory_bytes).sum(),
+            wire_bytes,
+            arrivals: received.arrivals,
+            queue: (submitted - arrived) + (decode_start - ready),
+            ttft: Duration::ZERO,
+            tbt: Duration::ZERO,
+            jct: Duration::ZERO,
+            tokens: Vec::new(),
+            check: None,
+        };
+        // The sampler a batch of one seeds (`generation::decode_batch`'s row 0).
+        let mut decoding = Decoding { row, sampler: Sampler::new(self.options.sampling), arrived, times: Vec::new() };
+        decoding.push(&received.logits);
+        Ok((decoding, received.caches))
+    }
+
+    /// Decodes a fetched request alone, its caches first made by `import`, and measures it
+    /// (printing its text to `stream`).
     fn decode<R>(
         &self,
         fetched: Fetched<R>,
         import: impl FnOnce(R) -> anyhow::Result<Received<S::Cache>>,
         mut stream: Option<&mut TokenStream<'_>>,
     ) -> anyhow::Result<Row> {
-        let Fetched { received, prompt_tokens, wire_bytes, arrived, submitted, ready } = fetched;
-        let decode_start = Instant::now();
-        let mut received = import(received)?;
-        let kv_bytes = received.caches.layers.iter().map(KvCache::memory_bytes).sum();
-        let mut times = Vec::new();
-        let decoded =
-            decode_batch(self.model, &mut received.caches, vec![received.logits], &self.options, |_, token| {
-                times.push(arrived.elapsed());
-                if let Some(Ok(piece)) = stream.as_mut().map(|s| s.push(token)) {
-                    print!("{piece}");
-                    _ = std::io::stdout().flush();
-                }
-            })?;
-        let gaps = times.windows(2).map(|w| w[1] - w[0]);
-        let tbt = gaps.clone().sum::<Duration>().checked_div(gaps.len() as u32).unwrap_or_default();
-        Ok(Row {
-            prompt_tokens,
-            server: received.server,
-            attempts: received.attempts,
-            kv_bytes,
-            wire_bytes,
-            arrivals: received.arrivals,
-            queue: (submitted - arrived) + (decode_start - ready),
-            ttft: times.first().copied().unwrap_or_default(),
-            tbt,
-            jct: arrived.elapsed(),
-            tokens: decoded.tokens.into_iter().next().unwrap_or_default(),
-            check: None,
-        })
+        let (mut decoding, mut caches) = self.start(fetched, import)?;
+        let mut show = |token: u32| {
+            if let Some(Ok(piece)) = stream.as_mut().map(|s| s.push(token)) {
+                print!("{piece}");
+                _ = std::io::stdout().flush();
+            }
+        };
+        show(decoding.last_token());
+        while !decoding.finished(&self.options) {
+            let logits = host_logits(self.model.forward(&[vec![decoding.last_token()]], &mut caches, Logits::Last)?)?;
+            show(decoding.push(&logits));
+        }
+        Ok(decoding.finish())
     }
 }
 

@@ -7,12 +7,18 @@ use std::process::Command;
 
 use examples::e2e_report::RequestRecord;
 
-/// Runs `disagg sweep` of the tiny random model with dense and HACK storage at 10 Gbit/s and
-/// `args`, into a fresh directory named after `name`: the directory and the records.
+/// Runs `disagg sweep` of the tiny random model with dense and HACK storage at 10 Gbit/s, 4 new
+/// tokens a request, and `args`, into a fresh directory named after `name`: the directory and the
+/// records.
 fn sweep(name: &str, args: &[&str]) -> (PathBuf, Vec<RequestRecord>) {
+    sweep_tokens(name, 4, args)
+}
+
+/// [`sweep`] with `new_tokens` new tokens a request.
+fn sweep_tokens(name: &str, new_tokens: usize, args: &[&str]) -> (PathBuf, Vec<RequestRecord>) {
     let out = std::env::temp_dir().join(format!("disagg-{name}-{}", std::process::id()));
     let status = Command::new(env!("CARGO_BIN_EXE_disagg"))
-        .args(["sweep", "--random-model", "tiny", "--max-new-tokens", "4"])
+        .args(["sweep", "--random-model", "tiny", "--max-new-tokens", &new_tokens.to_string()])
         .args(["--kv", "dense", "--kv", "hack:bits=2,pi=64", "--link-gbps", "10"])
         .args(args)
         .arg("--out")
@@ -84,4 +90,37 @@ fn requests_arriving_faster_than_they_are_served_queue_and_decode_the_same_token
     assert!(rows[0].starts_with("| dense | 10 | 1000 | 160 | 2 |"), "{table}");
     assert!(std::fs::read_to_string(out.join("jct-vs-rate.svg")).unwrap().contains("<svg"));
     std::fs::remove_dir_all(&out).unwrap();
+}
+
+#[test]
+fn a_continuous_batch_decodes_each_request_as_it_decodes_alone() {
+    // Four requests a millisecond apart, up to three decoded together: each decodes 24 tokens,
+    // longer than the next one's prefill, so the next joins while the ones before it decode, at
+    // another length. `--check` fails the run if a request's tokens differ from a single-process
+    // run's or its received KV from a local prefill's.
+    let args = ["--prompt-tokens", "160,96,160,64", "--request-rate", "1000", "--max-batch", "3", "--check"];
+    let (out, records) = sweep_tokens("batch", 24, &args);
+    assert_eq!(records.len(), 8);
+    for (i, r) in records.iter().enumerate() {
+        assert_eq!((r.prompt_tokens, r.new_tokens), ([160, 96, 160, 64][i % 4], 24));
+        assert!(r.queue_ms >= 0.0 && r.queue_ms <= r.ttft_ms && r.ttft_ms <= r.jct_ms, "{r:?}");
+    }
+    // Requests overlap: one's first token comes before the one that arrived before it finishes
+    // (arrivals are 1 ms apart).
+    for scheme in records.chunks(4) {
+        assert!(
+            scheme.windows(2).any(|w| w[1].ttft_ms + 1.0 < w[0].jct_ms),
+            "no two requests decoded together: {scheme:?}"
+        );
+    }
+    std::fs::remove_dir_all(&out).unwrap();
+}
+
+#[test]
+fn a_batch_of_no_requests_is_refused() {
+    let status = Command::new(env!("CARGO_BIN_EXE_disagg"))
+        .args(["sweep", "--random-model", "tiny", "--kv", "dense", "--request-rate", "10", "--max-batch", "0"])
+        .status()
+        .expect("disagg runs");
+    assert!(!status.success());
 }
