@@ -21,8 +21,9 @@
 //! transfer and import), TBT (mean gap between later tokens), JCT (arrival to last token), the
 //! time spent queueing and the bytes on the wire. Requests run one at a time, or arrive at each
 //! `--request-rate` (requests/s, on a fixed schedule): then they are prefilled and transferred in
-//! arrival order while earlier ones decode, and decoded one at a time (no batching), so a rate
-//! above what decoding sustains makes a queue. `--check` also verifies that the received KV
+//! arrival order while earlier ones decode, and decoded `--max-batch` at a time (continuous
+//! batching: a request joins the running batch once its cache is in and leaves when done; 1 by
+//! default), so a rate above what decoding sustains makes a queue. `--check` also verifies that the received KV
 //! hashes equal a local prefill's and that the tokens equal a single-process run with the same
 //! scheme and seed; `--json FILE` writes the requests' records, with when the first and the last
 //! layer and the logits arrived.

@@ -42,25 +42,27 @@ impl<C> RaggedCache<C> {
         self.rows.len()
     }
 
-    /// `f` of each row's cache with the row's keys, values or queries `x: [rows, ·, ·, ·]`
-    /// (narrowed to `[1, ·, ·, ·]`); the rows' results concatenated in order.
-    fn per_row<B: Backend>(
+    /// Each row's attention: `f` of the row's cache, its queries (`q: [rows, heads, q_len,
+    /// head_dim]` narrowed to the row) and its own options; the outputs concatenated in row
+    /// order, `[rows, heads, q_len, head_dim]`.
+    fn attend_per_row<B: Backend>(
         &self,
-        x: Tensor<B, 4>,
+        q: Tensor<B, 4>,
         mut f: impl FnMut(&C, Tensor<B, 4>, &AttendOptions) -> Result<Tensor<B, 4>, CacheError>,
         options: &AttendOptions,
     ) -> Result<Tensor<B, 4>, CacheError> {
-        self.check_rows(x.dims())?;
+        self.check_rows(q.dims())?;
         let outputs = self
             .rows
             .iter()
             .enumerate()
-            .map(|(b, row)| f(&row.cache, x.clone().narrow(0, b, 1), &row.options(options)))
+            .map(|(b, row)| f(&row.cache, q.clone().narrow(0, b, 1), &row.options(options)))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Tensor::cat(outputs, 0))
     }
 
-    /// `f` of each row's cache with the row's keys and values `[rows, ·, ·, ·]`.
+    /// Each row's append: `f` of the row's cache and its keys and values (`k`, `v`: `[rows,
+    /// kv_heads, new, head_dim]` narrowed to the row).
     fn append_per_row<B: Backend>(
         &mut self,
         k: Tensor<B, 4>,
@@ -100,7 +102,7 @@ impl<B: Backend, C: KvCache<B>> KvCache<B> for RaggedCache<C> {
     }
 
     fn attend(&self, q: Tensor<B, 4>, options: &AttendOptions) -> Result<Tensor<B, 4>, CacheError> {
-        self.per_row(q, |cache, q, options| cache.attend(q, options), options)
+        self.attend_per_row(q, |cache, q, options| cache.attend(q, options), options)
     }
 
     /// The longest row's slots (the batch's length with its virtual padding).
@@ -127,7 +129,7 @@ impl<B: Backend, C: KvCache<B>> KvCache<B> for RaggedCache<C> {
     }
 
     fn attend_rotated(&self, q: Tensor<B, 4>, options: &AttendOptions) -> Result<Tensor<B, 4>, CacheError> {
-        self.per_row(q, |cache, q, options| cache.attend_rotated(q, options), options)
+        self.attend_per_row(q, |cache, q, options| cache.attend_rotated(q, options), options)
     }
 }
 
