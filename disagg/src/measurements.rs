@@ -45,6 +45,8 @@ impl Row {
             scheme: job.kv.to_string(),
             link_gbps: job.link_gbps,
             request_rate: job.request_rate,
+            // Requests one at a time (no rate) decode alone whatever `--max-batch` says.
+            max_batch: job.request_rate.map_or(1, |_| job.run.max_batch.into()),
             prompt_tokens: self.prompt_tokens,
             new_tokens: self.tokens.len(),
             kv_bytes: self.kv_bytes,

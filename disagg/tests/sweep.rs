@@ -102,7 +102,7 @@ fn a_continuous_batch_decodes_each_request_as_it_decodes_alone() {
     let (out, records) = sweep_tokens("batch", 24, &args);
     assert_eq!(records.len(), 8);
     for (i, r) in records.iter().enumerate() {
-        assert_eq!((r.prompt_tokens, r.new_tokens), ([160, 96, 160, 64][i % 4], 24));
+        assert_eq!((r.prompt_tokens, r.new_tokens, r.max_batch), ([160, 96, 160, 64][i % 4], 24, 3));
         assert!(r.queue_ms >= 0.0 && r.queue_ms <= r.ttft_ms && r.ttft_ms <= r.jct_ms, "{r:?}");
     }
     // Requests overlap: one's first token comes before the one that arrived before it finishes
@@ -113,6 +113,8 @@ fn a_continuous_batch_decodes_each_request_as_it_decodes_alone() {
             "no two requests decoded together: {scheme:?}"
         );
     }
+    let table = std::fs::read_to_string(out.join("e2e.md")).unwrap();
+    assert!(table.lines().nth(2).unwrap().starts_with("| dense | 10 | 1000, batch 3 | 160 | 2 |"), "{table}");
     std::fs::remove_dir_all(&out).unwrap();
 }
 

@@ -20,6 +20,10 @@ pub struct RequestRecord {
     /// arriving when the previous one has finished).
     #[serde(default)]
     pub request_rate: Option<f64>,
+    /// The most requests decoded together (`disagg --max-batch`; 1: one at a time, as records
+    /// from before batching were).
+    #[serde(default = "one")]
+    pub max_batch: usize,
     /// Prompt tokens.
     pub prompt_tokens: usize,
     /// Tokens generated.
@@ -47,7 +51,11 @@ pub struct RequestRecord {
     pub queue_ms: f64,
 }
 
-/// The means over the requests of one (scheme, link rate, request rate, prompt length).
+fn one() -> usize {
+    1
+}
+
+/// The means over the requests of one (scheme, link rate, request rate and batch, prompt length).
 #[derive(Debug, Clone, PartialEq)]
 pub struct GroupMean {
     /// The scheme.
@@ -56,6 +64,8 @@ pub struct GroupMean {
     pub link_gbps: Option<f64>,
     /// Requests per second (`None`: one at a time).
     pub request_rate: Option<f64>,
+    /// The most requests decoded together.
+    pub max_batch: usize,
     /// Prompt tokens.
     pub prompt_tokens: usize,
     /// Requests averaged.
@@ -75,20 +85,22 @@ pub struct GroupMean {
 }
 
 impl GroupMean {
-    /// Whether `other` is this group's counterpart (same link rate, request rate and prompt
-    /// length).
+    /// Whether `other` is this group's counterpart (same link rate, request rate, batch and
+    /// prompt length).
     fn matches(&self, other: &GroupMean) -> bool {
         self.link_gbps == other.link_gbps
             && self.request_rate == other.request_rate
+            && self.max_batch == other.max_batch
             && self.prompt_tokens == other.prompt_tokens
     }
 }
 
-/// The means of `records` per (scheme, link rate, request rate, prompt length), in the order the
-/// groups first appear.
+/// The means of `records` per (scheme, link rate, request rate, batch, prompt length), in the
+/// order the groups first appear.
 pub fn group_means(records: &[RequestRecord]) -> Vec<GroupMean> {
     let key = |r: &RequestRecord| {
-        (r.scheme.clone(), r.link_gbps.map(f64::to_bits), r.request_rate.map(f64::to_bits), r.prompt_tokens)
+        let rate = r.request_rate.map(f64::to_bits);
+        (r.scheme.clone(), r.link_gbps.map(f64::to_bits), rate, r.max_batch, r.prompt_tokens)
     };
     let mut keys = Vec::new();
     for r in records {
@@ -104,7 +116,8 @@ pub fn group_means(records: &[RequestRecord]) -> Vec<GroupMean> {
                 scheme: k.0,
                 link_gbps: k.1.map(f64::from_bits),
                 request_rate: k.2.map(f64::from_bits),
-                prompt_tokens: k.3,
+                max_batch: k.3,
+                prompt_tokens: k.4,
                 requests: group.len(),
                 queue_ms: mean(|r| r.queue_ms),
                 kv_in_ms: mean(|r| r.last_layer_ms),
@@ -134,7 +147,11 @@ pub fn markdown_table(groups: &[GroupMean], baseline: &str) -> String {
     );
     for g in groups {
         let link = g.link_gbps.map_or("unpaced".to_string(), |l| format!("{l}"));
-        let rate = g.request_rate.map_or("one at a time".to_string(), |r| format!("{r}"));
+        let rate = match (g.request_rate, g.max_batch) {
+            (None, _) => "one at a time".to_string(),
+            (Some(r), 1) => format!("{r}"),
+            (Some(r), batch) => format!("{r}, batch {batch}"),
+        };
         let versus = groups
             .iter()
             .find(|b| b.scheme == baseline && b.matches(g))
@@ -204,6 +221,7 @@ mod tests {
             scheme: scheme.into(),
             link_gbps: Some(link),
             request_rate: None,
+            max_batch: 1,
             prompt_tokens: prompt,
             new_tokens: 8,
             kv_bytes: 1000,
@@ -281,6 +299,31 @@ mod tests {
         // At 2 requests/s, against dense at the same rate: 30 against 400 ms, of which 5 queueing.
         assert!(lines[6].starts_with("| hack | 10 | 2 | 64 | 1 | 5.0 | 10.0 | 5.0 | 10.0 | 20.0 |"), "{}", lines[6]);
         assert!(lines[6].ends_with("| -92.5 % |"), "{}", lines[6]);
+    }
+
+    #[test]
+    fn batched_runs_are_their_own_groups_and_compare_with_the_baseline_at_the_same_batch() {
+        let batched = |r: RequestRecord| RequestRecord { max_batch: 4, ..r };
+        let records = [
+            queued(record("dense", 10.0, 64, 80.0, 90.0, 100.0), 2.0, 300.0),
+            batched(queued(record("dense", 10.0, 64, 80.0, 90.0, 100.0), 2.0, 100.0)),
+            batched(queued(record("hack", 10.0, 64, 10.0, 15.0, 25.0), 2.0, 5.0)),
+        ];
+        let groups = group_means(&records);
+        assert_eq!(groups.iter().map(|g| g.max_batch).collect::<Vec<_>>(), [1, 4, 4]);
+        let table = markdown_table(&groups, "dense");
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[3].starts_with("| dense | 10 | 2, batch 4 | 64 | 1 | 100.0 |"), "{}", lines[3]);
+        // Against the batched dense run (200 ms), not the one at a time (400).
+        assert!(
+            lines[4].starts_with("| hack | 10 | 2, batch 4 |") && lines[4].ends_with("| -85.0 % |"),
+            "{}",
+            lines[4]
+        );
+        // A record from before batching reads as one at a time.
+        let old = r#"{"scheme":"dense","link_gbps":10.0,"prompt_tokens":64,"new_tokens":8,"kv_bytes":1,"wire_bytes":2,
+            "first_layer_ms":1.0,"last_layer_ms":2.0,"logits_ms":2.0,"ttft_ms":3.0,"tbt_ms":1.0,"jct_ms":9.0}"#;
+        assert_eq!(serde_json::from_str::<RequestRecord>(old).unwrap().max_batch, 1);
     }
 
     #[test]
