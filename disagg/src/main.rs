@@ -202,6 +202,13 @@ struct RunArgs {
     /// step decodes each request of the batch at its own length). 1: one at a time.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     max_batch: u16,
+    /// With `--request-rate`: the decode side's KV memory budget, GB (1e9 bytes). A request is
+    /// sized at arrival (its cache at prompt plus new tokens, in its scheme's format) and joins
+    /// the batch in arrival order once it fits in what the running requests leave (no
+    /// overtaking); a request larger than the whole budget ends the run with an error. Default:
+    /// no budget.
+    #[arg(long, value_parser = parse_budget)]
+    kv_budget_gb: Option<f64>,
     /// Sampling temperature; 0 is greedy.
     #[arg(long, default_value_t = 0.0)]
     temperature: f32,
@@ -311,7 +318,19 @@ fn parse_rate(s: &str) -> Result<f64, String> {
     }
 }
 
+fn parse_budget(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(gb) if gb > 0.0 && gb.is_finite() => Ok(gb),
+        _ => Err(format!("`{s}` is not a positive number of GB")),
+    }
+}
+
 impl RunArgs {
+    /// The KV budget in bytes, if any.
+    fn kv_budget_bytes(&self) -> Option<usize> {
+        self.kv_budget_gb.map(|gb| (gb * 1e9) as usize)
+    }
+
     /// The request rates, None for one request at a time.
     fn request_rates(&self) -> Vec<Option<f64>> {
         match self.request_rates.is_empty() {

@@ -4,6 +4,7 @@
 //! before them are imported and decoded, one at a time in arrival order, on another.
 
 use burn_kvschemes::{with_scheme, AnyScheme};
+use std::collections::VecDeque;
 use std::io::Write;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -12,7 +13,7 @@ use anyhow::{bail, Context};
 use burn::tensor::backend::Backend;
 use burn_kvcompress::{
     cache::{KvCache, LayerCaches, RaggedBatch, TransferableCache, TransferableScheme},
-    generation::{generate, GenerateOptions, Sampler, SamplingConfig},
+    generation::{generate, Admission, GenerateOptions, Sampler, SamplingConfig},
     model::{CausalLm, Logits},
     tokenizer::{chatml_prompt, ChatMessage, Role, TokenStream, Tokenizer},
 };
@@ -197,7 +198,7 @@ where
     }?;
     let mut rows = match job.request_rate {
         None => run_one_at_a_time(&context, &requests, tokenizer.filter(|_| job.run.show_text))?,
-        Some(rate) => run_at_rate(&context, &requests, rate, job.run.max_batch.into())?,
+        Some(rate) => run_at_rate(&context, &requests, rate, job.run.max_batch.into(), job.run.kv_budget_bytes())?,
     };
     for (row, check) in rows.iter_mut().zip(checks) {
         row.check = check.map(|(kv_ok, reference)| (kv_ok, reference == row.tokens));
@@ -250,6 +251,7 @@ fn run_at_rate<B: Backend, S>(
     requests: &[(String, Vec<u32>)],
     rate: f64,
     max_batch: usize,
+    kv_budget: Option<usize>,
 ) -> anyhow::Result<Vec<Row>>
 where
     S: TransferableScheme<B>,
@@ -275,14 +277,17 @@ where
         let Fetcher { scheme, device, .. } = cx.fetcher;
         let import = |states: ReceivedStates| Ok(states.import::<B, S>(scheme, device)?);
         let mut batch = RaggedBatch::new(cx.model.config().num_layers);
+        let mut admission = Admission::new(kv_budget.unwrap_or(usize::MAX));
+        // Requests whose states are in, waiting for admission, in arrival order.
+        let mut waiting: VecDeque<Fetched<ReceivedStates>> = VecDeque::new();
         // The running requests in the batch's row order, with their arrival indices.
         let mut running: Vec<(usize, Decoding)> = Vec::new();
         let mut rows: Vec<Option<Row>> = requests.iter().map(|_| None).collect();
-        let mut joined = 0;
+        let (mut received, mut joined) = (0, 0);
         loop {
-            // Requests whose states are in join while there is room; with none running, wait.
-            while running.len() < max_batch && joined < requests.len() {
-                let fetched = match running.is_empty() {
+            // Take every request whose states are in; with nothing running or waiting, wait.
+            while received < requests.len() {
+                let fetched = match running.is_empty() && waiting.is_empty() {
                     true => receiver.recv().context("the fetching thread stopped")?,
                     false => match receiver.try_recv() {
                         Ok(fetched) => fetched,
@@ -290,6 +295,14 @@ where
                         Err(mpsc::TryRecvError::Disconnected) => bail!("the fetching thread stopped"),
                     },
                 }?;
+                let bytes = final_cache_bytes(&fetched.received, fetched.prompt_tokens, cx.options.max_new_tokens);
+                admission.arrive(received as u64, bytes).context("the KV budget (--kv-budget-gb)")?;
+                waiting.push_back(fetched);
+                received += 1;
+            }
+            // Admitted requests join, in arrival order, while the batch has room.
+            while running.len() < max_batch && admission.admit_next().is_some() {
+                let fetched = waiting.pop_front().expect("an admitted request is waiting");
                 let (decoding, caches) = cx.start(fetched, import)?;
                 batch.join(caches)?;
                 running.push((joined, decoding));
@@ -299,6 +312,7 @@ where
                 if running[row].1.finished(&cx.options) {
                     batch.leave(row)?;
                     let (index, decoding) = running.remove(row);
+                    admission.release(index as u64)?;
                     rows[index] = Some(decoding.finish());
                 }
             }
@@ -317,6 +331,16 @@ where
         }
         Ok(rows.into_iter().map(|row| row.expect("every request decoded")).collect())
     })
+}
+
+/// The bytes a request's caches will hold once it has its tokens, for the KV budget: its
+/// received states' bytes (the scheme's format at the prompt's length) scaled from
+/// `prompt_tokens` to `prompt_tokens + new_tokens` slots. Exact for dense; an upper bound for the
+/// formats whose float windows stay the same size. The buffers' spare room (up to 256 slots of a
+/// dense cache) is not counted.
+fn final_cache_bytes(states: &ReceivedStates, prompt_tokens: usize, new_tokens: usize) -> usize {
+    let bytes: usize = states.states.iter().flat_map(|s| &s.tensors).map(|t| t.bytes.len()).sum();
+    (bytes * (prompt_tokens + new_tokens)).div_ceil(prompt_tokens.max(1))
 }
 
 /// A step's logits `[rows, 1, vocab]` on the host, row after row.

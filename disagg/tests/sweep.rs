@@ -120,9 +120,39 @@ fn a_continuous_batch_decodes_each_request_as_it_decodes_alone() {
 
 #[test]
 fn a_batch_of_no_requests_is_refused() {
-    let status = Command::new(env!("CARGO_BIN_EXE_disagg"))
+    let out = std::env::temp_dir().join(format!("disagg-batch0-{}", std::process::id()));
+    let output = Command::new(env!("CARGO_BIN_EXE_disagg"))
         .args(["sweep", "--random-model", "tiny", "--kv", "dense", "--request-rate", "10", "--max-batch", "0"])
-        .status()
+        .arg("--out")
+        .arg(&out)
+        .output()
         .expect("disagg runs");
-    assert!(!status.success());
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--max-batch"));
+}
+
+#[test]
+fn under_a_kv_budget_the_compressed_cache_decodes_more_requests_at_once() {
+    // 1 MB of KV: one dense (f32) request of 160 prompt and 24 new tokens takes about 0.75 MB, so
+    // the next waits until it finishes; HACK's 2-bit requests (about 0.15 MB each) decode together.
+    let args = ["--prompt-tokens", "160,96,160", "--request-rate", "1000", "--max-batch", "3"];
+    let (out, records) = sweep_tokens("budget", 24, &[&args[..], &["--kv-budget-gb", "0.001", "--check"]].concat());
+    let (dense, hack) = records.split_at(3);
+    assert!(dense.windows(2).all(|w| w[1].ttft_ms + 1.0 >= w[0].jct_ms), "dense requests overlapped: {dense:?}");
+    assert!(hack.windows(2).any(|w| w[1].ttft_ms + 1.0 < w[0].jct_ms), "no two HACK requests overlapped: {hack:?}");
+    std::fs::remove_dir_all(&out).unwrap();
+}
+
+#[test]
+fn a_request_larger_than_the_whole_budget_is_refused_with_an_error() {
+    let output = Command::new(env!("CARGO_BIN_EXE_disagg"))
+        .args(["sweep", "--random-model", "tiny", "--kv", "dense", "--max-new-tokens", "4"])
+        .args(["--prompt-tokens", "160", "--request-rate", "10", "--link-gbps", "10", "--kv-budget-gb", "0.0001"])
+        .arg("--out")
+        .arg(std::env::temp_dir().join(format!("disagg-budget-{}", std::process::id())))
+        .output()
+        .expect("disagg runs");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("more than the whole budget"), "{stderr}");
 }

@@ -68,16 +68,19 @@ impl Admission {
     /// Admits the waiting requests that fit, in arrival order, stopping at the first that does
     /// not; returns their ids in that order.
     pub fn admit(&mut self) -> Vec<u64> {
-        let mut taken = Vec::new();
-        while let Some(&(id, bytes)) = self.waiting.front() {
-            if bytes > self.budget - self.held_bytes() {
-                break;
-            }
-            self.waiting.pop_front();
-            self.admitted.push((id, bytes));
-            taken.push(id);
+        std::iter::from_fn(|| self.admit_next()).collect()
+    }
+
+    /// Admits the first waiting request if it fits; returns its id. (For a batch that also caps
+    /// the number of requests: take one while there is room.)
+    pub fn admit_next(&mut self) -> Option<u64> {
+        let &(id, bytes) = self.waiting.front()?;
+        if bytes > self.budget - self.held_bytes() {
+            return None;
         }
-        taken
+        self.waiting.pop_front();
+        self.admitted.push((id, bytes));
+        Some(id)
     }
 
     /// Returns admitted request `id`'s bytes to the budget.
