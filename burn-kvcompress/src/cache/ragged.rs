@@ -52,13 +52,18 @@ impl<C> RaggedCache<C> {
         options: &AttendOptions,
     ) -> Result<Tensor<B, 4>, CacheError> {
         self.check_rows(q.dims())?;
-        let outputs = self
+        let mut outputs = self
             .rows
             .iter()
             .enumerate()
             .map(|(b, row)| f(&row.cache, q.clone().narrow(0, b, 1), &row.options(options)))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Tensor::cat(outputs, 0))
+        // Burn's `cat` allocates and copies even one tensor: a batch of one (a worker decoding
+        // one request at a time) returns its row's output as it is.
+        match outputs.len() {
+            1 => Ok(outputs.pop().expect("one output")),
+            _ => Ok(Tensor::cat(outputs, 0)),
+        }
     }
 
     /// Each row's append: `f` of the row's cache and its keys and values (`k`, `v`: `[rows,
