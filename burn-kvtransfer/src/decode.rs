@@ -65,16 +65,77 @@ impl ReceivedStates {
         S: TransferableScheme<B>,
         S::Cache: TransferableCache<B>,
     {
-        let geometry = self.shape.geometry();
-        let layers = (self.states.iter().enumerate())
-            .map(|(layer, state)| import_layer::<B, S>(scheme, layer, geometry, state, device))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut importing = self.importing();
+        while !importing.is_done() {
+            importing.import_next::<B, S>(scheme, device)?;
+        }
+        importing.finish()
+    }
+
+    /// The states, to be imported a layer at a time ([`Importing`]).
+    pub fn importing<C>(self) -> Importing<C> {
+        Importing { caches: Vec::with_capacity(self.states.len()), received: self }
+    }
+
+    /// Bytes of every layer's state.
+    pub fn bytes(&self) -> usize {
+        self.states.iter().map(LayerState::byte_len).sum()
+    }
+}
+
+/// A request's received states being imported a layer at a time, in layer order: a thread that
+/// decodes other requests meanwhile can spread the uploads over its steps instead of stalling
+/// them all for the whole cache. Each layer's host copy is freed once it is imported.
+#[derive(Debug)]
+pub struct Importing<C> {
+    received: ReceivedStates,
+    /// The layers imported so far, in order.
+    caches: Vec<C>,
+}
+
+impl<C> Importing<C> {
+    /// Whether every layer is in.
+    pub fn is_done(&self) -> bool {
+        self.caches.len() == self.received.states.len()
+    }
+
+    /// Bytes of the next layer's state, if a layer is left.
+    pub fn next_layer_bytes(&self) -> Option<usize> {
+        self.received.states.get(self.caches.len()).map(LayerState::byte_len)
+    }
+
+    /// Imports the next layer into a cache of `scheme` on `device` (on this thread's stream);
+    /// returns its state's bytes (0 when every layer was already in).
+    pub fn import_next<B, S>(&mut self, scheme: &S, device: &B::Device) -> Result<usize, TransferError>
+    where
+        B: Backend,
+        S: TransferableScheme<B, Cache = C>,
+        S::Cache: TransferableCache<B>,
+    {
+        let layer = self.caches.len();
+        let Some(state) = self.received.states.get_mut(layer) else { return Ok(0) };
+        let state = std::mem::take(state);
+        let cache = import_layer::<B, S>(scheme, layer, self.received.shape.geometry(), &state, device)?;
+        self.caches.push(cache);
+        Ok(state.byte_len())
+    }
+
+    /// The request's caches and logits, every layer imported; an error if some are not.
+    pub fn finish(self) -> Result<Received<C>, TransferError> {
+        let Self { received, caches } = self;
+        if caches.len() != received.states.len() {
+            return Err(TransferError::Import(format!(
+                "{} of {} layers imported",
+                caches.len(),
+                received.states.len()
+            )));
+        }
         Ok(Received {
-            caches: LayerCaches::new(layers, 1),
-            logits: self.logits,
-            server: self.server,
-            attempts: self.attempts,
-            arrivals: self.arrivals,
+            caches: LayerCaches::new(caches, 1),
+            logits: received.logits,
+            server: received.server,
+            attempts: received.attempts,
+            arrivals: received.arrivals,
         })
     }
 }

@@ -361,6 +361,30 @@ async fn states_fetched_for_another_thread_are_retried_alike_and_import_to_the_s
 }
 
 #[tokio::test]
+async fn states_imported_a_layer_at_a_time_give_the_same_caches_and_are_not_finished_early() {
+    let (pool, _servers) = a_dying_and_a_healthy_server().await;
+    let tokens: Vec<u32> = (0..40).collect();
+    let states = fetch_states(&pool, &tokens, 2).await.unwrap();
+    let layer_bytes: Vec<usize> = states.states.iter().map(|s| s.byte_len()).collect();
+    assert_eq!(states.bytes(), layer_bytes.iter().sum::<usize>());
+    let device = Default::default();
+    let mut importing = states.importing();
+    for (layer, &bytes) in layer_bytes.iter().enumerate() {
+        assert!(!importing.is_done());
+        assert_eq!(importing.next_layer_bytes(), Some(bytes), "layer {layer}");
+        assert_eq!(importing.import_next::<NdArray, _>(&DenseScheme, &device).unwrap(), bytes);
+    }
+    assert!(importing.is_done() && importing.next_layer_bytes().is_none());
+    assert_eq!(importing.import_next::<NdArray, _>(&DenseScheme, &device).unwrap(), 0);
+    served_by_the_healthy_server(&pool, &importing.finish().unwrap(), &tokens);
+
+    let mut partial = fetch_states(&pool, &tokens, 2).await.unwrap().importing();
+    partial.import_next::<NdArray, _>(&DenseScheme, &device).unwrap();
+    let err = partial.finish().unwrap_err();
+    assert!(matches!(&err, TransferError::Import(m) if m.contains(&format!("1 of {}", layer_bytes.len()))), "{err:?}");
+}
+
+#[tokio::test]
 async fn a_stalled_peer_times_out() {
     // A server whose prefill takes far longer than the client's patience.
     let engine = engine().with_per_layer(Duration::from_secs(5));
