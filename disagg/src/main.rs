@@ -20,18 +20,23 @@
 //! The decode worker prints, per request: TTFT (arrival to first token: queueing, prefill,
 //! transfer and import), TBT (mean gap between later tokens), JCT (arrival to last token), the
 //! time spent queueing and the bytes on the wire. Requests run one at a time, or arrive at each
-//! `--request-rate` (requests/s, on a fixed schedule): then they are prefilled and transferred in
-//! arrival order while earlier ones decode, and decoded `--max-batch` at a time (continuous
-//! batching: a request joins the running batch once its cache is in and leaves when done; 1 by
-//! default), so a rate above what decoding sustains makes a queue. `--check` also verifies that the received KV
-//! hashes equal a local prefill's and that the tokens equal a single-process run with the same
-//! scheme and seed; `--json FILE` writes the requests' records, with when the first and the last
-//! layer and the logits arrived.
+//! `--request-rate` (requests/s, on a fixed schedule or, with `--arrivals poisson`, by a seeded
+//! Poisson process): then they are prefilled and transferred in arrival order while earlier ones
+//! decode, and decoded `--max-batch` at a time (continuous batching: a request joins the running
+//! batch once its cache is in and fits the `--kv-budget-gb`, and leaves when done; 1 by default),
+//! so a rate above what decoding sustains makes a queue. `--check` also verifies that the
+//! received KV hashes equal a local prefill's and that the tokens equal a single-process run with
+//! the same scheme and seed; `--json FILE` writes the requests' records, with when the first and
+//! the last layer and the logits arrived and every gap between tokens.
 //!
 //! `sweep` runs the demo for each scheme at each link rate (and request rate) and writes the
 //! records, a table of means (the job completion time split into queueing, prefill and transfer
 //! until the last layer is in, then the first token, then decoding; each scheme against the first
-//! one) and plots of the job completion time against the link rate and the request rate.
+//! one), a table of the load each run made (requests served per second, the most decoded together,
+//! 99th percentiles of TTFT, TBT and JCT), the most load each scheme serves with its 99th
+//! percentile gap between tokens within `--tbt-target-ms`, and plots of the job completion time
+//! against the link rate and, of the JCT, the TBT tail and the requests served, against the
+//! request rate.
 
 mod base;
 mod measurements;
@@ -48,7 +53,10 @@ use base::BaseModel;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use examples::{
     backend_choice::{BackendChoice, KernelBackend},
-    e2e_report::{describe_rate, group_means, jct_series, markdown_table, JctAxis, RequestRecord},
+    e2e_report::{
+        describe_arrivals, group_means, load_table, markdown_table, series, within_tbt_table, ArrivalProcess, Axis,
+        Quantity, RequestRecord,
+    },
     plot::{plot_series, PlotSpec},
     random_model::RandomShape,
     weights_arg::WeightsArg,
@@ -190,13 +198,22 @@ struct RunArgs {
     /// Tokens to generate per request.
     #[arg(long, default_value_t = 32)]
     max_new_tokens: usize,
-    /// Requests per second arriving on a fixed schedule, request `i` at `i / rate` s (several:
-    /// `0.05,0.1`, each a timed run of all the requests). The requests are prefilled and
-    /// transferred in arrival order while earlier ones decode, and decoded in arrival order,
-    /// `--max-batch` at a time: above the rate decoding sustains, they queue. Default: one
-    /// request at a time, each submitted once the previous one has finished.
+    /// Requests per second arriving by `--arrivals` (several: `0.05,0.1`, each a timed run of
+    /// all the requests). The requests are prefilled and transferred in arrival order while
+    /// earlier ones decode, and decoded in arrival order, `--max-batch` at a time: above the rate
+    /// decoding sustains, they queue. Default: one request at a time, each submitted once the
+    /// previous one has finished.
     #[arg(long = "request-rate", value_delimiter = ',', value_parser = parse_rate)]
     request_rates: Vec<f64>,
+    /// With `--request-rate`: how requests arrive. `fixed`: request `i` at `i / rate` s.
+    /// `poisson`: a Poisson process of that rate (exponential gaps drawn from `--arrival-seed`),
+    /// the first request at 0.
+    #[arg(long, value_enum, default_value_t = ArrivalsArg::Fixed)]
+    arrivals: ArrivalsArg,
+    /// Seed of `--arrivals poisson`'s gaps (the same seed gives the same schedule at each rate,
+    /// scaled).
+    #[arg(long, default_value_t = 0)]
+    arrival_seed: u64,
     /// With `--request-rate`: the most requests decoded together (continuous batching: a request
     /// joins the running batch once its cache is in, leaves when it has its tokens, and every
     /// step decodes each request of the batch at its own length). 1: one at a time.
@@ -209,6 +226,14 @@ struct RunArgs {
     /// no budget.
     #[arg(long, value_parser = parse_budget)]
     kv_budget_gb: Option<f64>,
+    /// With `--request-rate`: the most of a joining request's cache imported (uploaded to the
+    /// device) between two decode steps of the running batch, MB, at least one layer a step (0:
+    /// a layer a step). Default: the whole cache before the next step. Each step waits for the
+    /// uploads before it (about 0.7 ms a MB of an 8K-token f16 cache on an H200 host): smaller
+    /// spreads a joining request's stall over more steps, shorter each, and delays its first
+    /// token (`results/e2e/batched-8b-f16-h200/` measures both).
+    #[arg(long, value_parser = parse_import_mb)]
+    import_mb_per_step: Option<f64>,
     /// Sampling temperature; 0 is greedy.
     #[arg(long, default_value_t = 0.0)]
     temperature: f32,
@@ -281,10 +306,14 @@ struct DemoArgs {
 struct SweepArgs {
     #[command(flatten)]
     demo: DemoArgs,
-    /// Directory for `e2e.json`, `e2e.md` and `jct-vs-link.svg` (created if missing; `e2e.json`
-    /// is rewritten after every pair, so an interrupted sweep keeps what it measured).
+    /// Directory for `e2e.json`, `e2e.md` and the plots (created if missing; `e2e.json` is
+    /// rewritten after every pair, so an interrupted sweep keeps what it measured).
     #[arg(long)]
     out: PathBuf,
+    /// The target of the 99th percentile gap between tokens, ms: the report gives the most
+    /// requests per second each scheme served within it.
+    #[arg(long, default_value_t = 50.0)]
+    tbt_target_ms: f64,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -296,9 +325,21 @@ struct ReportArgs {
     /// record's).
     #[arg(long)]
     baseline: Option<String>,
-    /// Directory for `e2e.md`, `jct-vs-link.svg` and `jct-vs-rate.svg` (created if missing).
+    /// Directory for `e2e.md` and the plots (created if missing).
     #[arg(long)]
     out: PathBuf,
+    /// The target of the 99th percentile gap between tokens, ms (see `sweep --help`).
+    #[arg(long, default_value_t = 50.0)]
+    tbt_target_ms: f64,
+}
+
+/// `--arrivals`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ArrivalsArg {
+    /// A fixed schedule, evenly spaced.
+    Fixed,
+    /// A Poisson process, seeded by `--arrival-seed`.
+    Poisson,
 }
 
 /// `--mode`.
@@ -325,10 +366,31 @@ fn parse_budget(s: &str) -> Result<f64, String> {
     }
 }
 
+/// An `--import-mb-per-step`: a finite number of MB, 0 or more.
+fn parse_import_mb(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(mb) if mb >= 0.0 && mb.is_finite() => Ok(mb),
+        _ => Err(format!("`{s}` is not a number of MB (0 or more)")),
+    }
+}
+
 impl RunArgs {
+    /// `--import-mb-per-step` in bytes (the whole cache without it).
+    fn import_bytes_per_step(&self) -> usize {
+        self.import_mb_per_step.map_or(usize::MAX, |mb| (mb * 1e6) as usize)
+    }
+
     /// The KV budget in bytes, if any.
     fn kv_budget_bytes(&self) -> Option<usize> {
         self.kv_budget_gb.map(|gb| (gb * 1e9) as usize)
+    }
+
+    /// How requests arrive at a rate.
+    fn arrival_process(&self) -> ArrivalProcess {
+        match self.arrivals {
+            ArrivalsArg::Fixed => ArrivalProcess::Fixed,
+            ArrivalsArg::Poisson => ArrivalProcess::Poisson { seed: self.arrival_seed },
+        }
     }
 
     /// The request rates, None for one request at a time.
@@ -366,6 +428,7 @@ fn decode<B: KernelBackend>(device: B::Device, args: &DecodeArgs) -> anyhow::Res
             kv: &model.kv,
             link_gbps: model.link_gbps,
             request_rate,
+            arrivals: args.run.arrival_process(),
             run: &args.run,
             servers: &args.servers,
             warmup,
@@ -383,11 +446,14 @@ fn demo<B: KernelBackend>(
     after_pair: &dyn Fn(&[RequestRecord]) -> anyhow::Result<()>,
 ) -> anyhow::Result<Vec<RequestRecord>> {
     let started = Instant::now();
-    let spawned = (0..args.spawn.servers)
+    // The servers load their models while this process loads its own.
+    let starting = (0..args.spawn.servers)
         .map(|_| spawn_server(&args.source, &args.pairs, &args.spawn))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    eprintln!("[{} prefill server(s) up after {:.1} s]", spawned.len(), started.elapsed().as_secs_f64());
     let base = BaseModel::<B>::load(&args.source, &device)?;
+    let spawned =
+        (starting.into_iter()).map(|server| server.listening(args.pairs.len())).collect::<anyhow::Result<Vec<_>>>()?;
+    eprintln!("[{} prefill server(s) up after {:.1} s]", spawned.len(), started.elapsed().as_secs_f64());
     let mut records = Vec::new();
     // Pairs in the order the servers listen: schemes outermost.
     let mut pair = 0;
@@ -397,10 +463,11 @@ fn demo<B: KernelBackend>(
             let servers: Vec<String> = spawned.iter().map(|(_, addresses)| addresses[pair].clone()).collect();
             let link = link_gbps.map_or("an unpaced link".into(), |g| format!("{g} Gbit/s"));
             for (rate_index, request_rate) in args.run.request_rates().into_iter().enumerate() {
-                let rate = describe_rate(request_rate);
+                let rate = describe_arrivals(request_rate, args.run.arrival_process());
                 eprintln!("[{kv} at {link}, {rate}]");
                 let warmup = if link_index == 0 && rate_index == 0 { args.run.warmup } else { 0 };
-                let job = Job { kv, link_gbps, request_rate, run: &args.run, servers: &servers, warmup };
+                let arrivals = args.run.arrival_process();
+                let job = Job { kv, link_gbps, request_rate, arrivals, run: &args.run, servers: &servers, warmup };
                 records.extend(run_job(&base, &prepared, &job, &device)?);
                 after_pair(&records)?;
             }
@@ -424,7 +491,7 @@ fn sweep(args: &SweepArgs) -> anyhow::Result<()> {
     let json = args.out.join("e2e.json");
     let save = |records: &[RequestRecord]| write_records(&json, records);
     let records = with_backend!(demo_args.source.backend, demo(demo_args, &save))?;
-    write_report(&records, &demo_args.pairs.schemes[0], &args.out)?;
+    write_report(&records, &demo_args.pairs.schemes[0], args.tbt_target_ms, &args.out)?;
     println!("wrote {} and the report", json.display());
     Ok(())
 }
@@ -444,28 +511,40 @@ fn report(args: &ReportArgs) -> anyhow::Result<()> {
         (None, None) => bail!("the record files hold no requests"),
     };
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
-    write_report(&records, &baseline, &args.out)
+    write_report(&records, &baseline, args.tbt_target_ms, &args.out)
 }
 
-/// Writes the table of `records`' means against `baseline`'s (`e2e.md`), the plot of job
-/// completion time against the link rate (`jct-vs-link.svg`) and, where requests arrived at a
-/// rate, against the request rate (`jct-vs-rate.svg`) to `out`.
-fn write_report(records: &[RequestRecord], baseline: &str, out: &Path) -> anyhow::Result<()> {
+/// Writes `records`' tables to `out/e2e.md`: the means against `baseline`'s and, where requests
+/// arrived at a rate, the load each run made and the most load each scheme served within
+/// `tbt_target_ms`; and the plots: job completion time against the link rate (`jct-vs-link.svg`)
+/// and, at rates, the mean JCT, the 99th percentile TBT and the requests served against the
+/// request rate (`jct-vs-rate.svg`, `tbt-p99-vs-rate.svg`, `served-vs-rate.svg`).
+fn write_report(records: &[RequestRecord], baseline: &str, tbt_target_ms: f64, out: &Path) -> anyhow::Result<()> {
     let groups = group_means(records);
+    let at_rates = records.iter().any(|r| r.request_rate.is_some());
+    let mut text = markdown_table(&groups, baseline);
+    if at_rates {
+        text += &format!("\n{}\n{}", load_table(&groups), within_tbt_table(&groups, baseline, tbt_target_ms));
+    }
     let table = out.join("e2e.md");
-    std::fs::write(&table, markdown_table(&groups, baseline))
-        .with_context(|| format!("writing {}", table.display()))?;
+    std::fs::write(&table, text).with_context(|| format!("writing {}", table.display()))?;
     let spec = PlotSpec {
         title: "Job completion time against the link rate",
         x_label: "link rate, Gbit/s",
         y_label: "mean JCT, ms",
         curves: &[],
     };
-    plot_series(&out.join("jct-vs-link.svg"), &spec, &jct_series(&groups, JctAxis::LinkRate))?;
-    if records.iter().any(|r| r.request_rate.is_some()) {
-        let spec =
-            PlotSpec { title: "Job completion time against the request rate", x_label: "requests per second", ..spec };
-        plot_series(&out.join("jct-vs-rate.svg"), &spec, &jct_series(&groups, JctAxis::RequestRate))?;
+    plot_series(&out.join("jct-vs-link.svg"), &spec, &series(&groups, Axis::LinkRate, Quantity::MeanJct))?;
+    if at_rates {
+        let plots = [
+            ("jct-vs-rate.svg", "Job completion time against the request rate", "mean JCT, ms", Quantity::MeanJct),
+            ("tbt-p99-vs-rate.svg", "Gaps between tokens against the request rate", "p99 TBT, ms", Quantity::P99Tbt),
+            ("served-vs-rate.svg", "Requests served against the request rate", "served requests/s", Quantity::Served),
+        ];
+        for (file, title, y_label, quantity) in plots {
+            let spec = PlotSpec { title, x_label: "requests per second", y_label, ..spec };
+            plot_series(&out.join(file), &spec, &series(&groups, Axis::RequestRate, quantity))?;
+        }
     }
     println!("wrote {} and the plots", table.display());
     Ok(())

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use burn_kvtransfer::decode::Arrivals;
-use examples::e2e_report::{describe_rate, RequestRecord};
+use examples::e2e_report::{describe_arrivals, p99, RequestRecord};
 
 use crate::worker::Job;
 
@@ -31,6 +31,15 @@ pub struct Row {
     pub tbt: Duration,
     /// From its arrival to its last new token.
     pub jct: Duration,
+    /// When it arrived, from the run's first arrival.
+    pub arrival: Duration,
+    /// Each gap between two consecutive new tokens.
+    pub token_gaps: Vec<Duration>,
+    /// The most requests a step decoded while it ran, itself included.
+    pub peak_batch: usize,
+    /// The bytes it held of the KV budget (its cache at prompt plus new tokens), where requests
+    /// arrived at a rate.
+    pub reserved_bytes: Option<usize>,
     /// The new tokens.
     pub tokens: Vec<u32>,
     /// With `--check`: whether its received KV hashed like a local prefill's, and whether its
@@ -45,6 +54,7 @@ impl Row {
             scheme: job.kv.to_string(),
             link_gbps: job.link_gbps,
             request_rate: job.request_rate,
+            arrivals: job.arrivals,
             // Requests one at a time (no rate) decode alone whatever `--max-batch` says.
             max_batch: job.request_rate.map_or(1, |_| job.run.max_batch.into()),
             prompt_tokens: self.prompt_tokens,
@@ -58,6 +68,11 @@ impl Row {
             tbt_ms: ms(self.tbt),
             jct_ms: ms(self.jct),
             queue_ms: ms(self.queue),
+            arrival_ms: ms(self.arrival),
+            token_gaps_ms: self.token_gaps.iter().map(|&g| ms(g) as f32).collect(),
+            peak_batch: self.peak_batch,
+            kv_budget_bytes: job.request_rate.and(job.run.kv_budget_bytes()).map(|b| b as u64),
+            reserved_bytes: self.reserved_bytes.map(|b| b as u64),
         }
     }
 }
@@ -70,7 +85,7 @@ fn ms(d: Duration) -> f64 {
 /// Prints `rows` of `job` under scheme `scheme`: one line per request, then the means.
 pub fn print_table(scheme: &str, job: &Job, rows: &[Row]) {
     let link = job.link_gbps.map_or("unpaced".into(), |g| format!("{g} Gbit/s"));
-    let arrivals = describe_rate(job.request_rate);
+    let arrivals = describe_arrivals(job.request_rate, job.arrivals);
     println!("scheme {scheme}, {:?} mode, link {link}, {arrivals}, {} server(s)", job.run.mode, job.servers.len());
     println!(
         "{:>3} {:>6} {:>6} {:>4} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9} {:>6} {:>5} {:>6}",
@@ -114,12 +129,14 @@ pub fn print_table(scheme: &str, job: &Job, rows: &[Row]) {
     let n = rows.len().max(1) as f64;
     let mean = |f: fn(&Row) -> Duration| rows.iter().map(|r| ms(f(r))).sum::<f64>() / n;
     println!(
-        "mean queue {:.1} ms, TTFT {:.1} ms, TBT {:.1} ms, JCT {:.1} ms; wire bytes {} (--check and warm-up fetches \
-         not counted)",
+        "mean queue {:.1} ms, TTFT {:.1} ms, TBT {:.1} ms, JCT {:.1} ms; p99 TBT {:.1} ms; most decoded together \
+         {}; wire bytes {} (--check and warm-up fetches not counted)",
         mean(|r| r.queue),
         mean(|r| r.ttft),
         mean(|r| r.tbt),
         mean(|r| r.jct),
+        p99(rows.iter().flat_map(|r| r.token_gaps.iter().map(|&g| ms(g))).collect()),
+        rows.iter().map(|r| r.peak_batch).max().unwrap_or(1),
         rows.iter().map(|r| r.wire_bytes).sum::<u64>()
     );
 }

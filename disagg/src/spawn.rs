@@ -1,7 +1,7 @@
 //! The prefill server processes `demo` and `sweep` spawn on loopback.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
 
 use anyhow::{bail, Context};
 
@@ -17,9 +17,15 @@ impl Drop for Spawned {
     }
 }
 
-/// Spawns one server process that serves every pair of `pairs`; returns it and the address of
-/// each pair, schemes outermost (the order `serve` listens in).
-pub fn spawn_server(source: &ModelSource, pairs: &Pairs, spawn: &SpawnArgs) -> anyhow::Result<(Spawned, Vec<String>)> {
+/// A spawned server process still loading its model.
+pub struct Starting {
+    child: Spawned,
+    stdout: BufReader<ChildStdout>,
+}
+
+/// Spawns one server process that serves every pair of `pairs` and returns at once (the process
+/// loads its model while this one goes on; [`Starting::listening`] waits for it).
+pub fn spawn_server(source: &ModelSource, pairs: &Pairs, spawn: &SpawnArgs) -> anyhow::Result<Starting> {
     let mut cmd = Command::new(std::env::current_exe()?);
     cmd.args(["serve", "--listen", "127.0.0.1:0", "--block-kib", &spawn.block_kib.to_string()]);
     for kv in &pairs.schemes {
@@ -43,15 +49,23 @@ pub fn spawn_server(source: &ModelSource, pairs: &Pairs, spawn: &SpawnArgs) -> a
         cmd.env("CUDA_VISIBLE_DEVICES", gpu);
     }
     let mut child = Spawned(cmd.stdout(Stdio::piped()).spawn()?);
-    let mut stdout = BufReader::new(child.0.stdout.take().context("child stdout")?);
-    let mut addresses = Vec::new();
-    for _ in 0..pairs.len() {
-        let mut line = String::new();
-        stdout.read_line(&mut line)?;
-        match line.trim().strip_prefix(LISTENING).and_then(|rest| rest.split_whitespace().next()) {
-            Some(addr) => addresses.push(addr.to_string()),
-            None => bail!("the prefill server did not start (said {line:?})"),
+    let stdout = BufReader::new(child.0.stdout.take().context("child stdout")?);
+    Ok(Starting { child, stdout })
+}
+
+impl Starting {
+    /// Waits until the server listens on each of its `pairs` addresses; returns it and the
+    /// addresses, schemes outermost (the order `serve` listens in).
+    pub fn listening(mut self, pairs: usize) -> anyhow::Result<(Spawned, Vec<String>)> {
+        let mut addresses = Vec::new();
+        for _ in 0..pairs {
+            let mut line = String::new();
+            self.stdout.read_line(&mut line)?;
+            match line.trim().strip_prefix(LISTENING).and_then(|rest| rest.split_whitespace().next()) {
+                Some(addr) => addresses.push(addr.to_string()),
+                None => bail!("the prefill server did not start (said {line:?})"),
+            }
         }
+        Ok((self.child, addresses))
     }
-    Ok((child, addresses))
 }

@@ -1,7 +1,8 @@
 //! The decode worker: pulls each request's KV cache from the prefill servers of one (scheme, link)
-//! pair, decodes, and measures; either one request at a time, or requests arriving at a fixed
-//! rate, pulled (prefilled and transferred) in arrival order on one thread while the requests
-//! before them are imported and decoded, one at a time in arrival order, on another.
+//! pair, decodes, and measures; either one request at a time, or requests arriving at a rate
+//! (on a fixed schedule or by a Poisson process), pulled (prefilled and transferred) in arrival
+//! order on one thread while the requests before them are imported and decoded, batched, on
+//! another.
 
 use burn_kvschemes::{with_scheme, AnyScheme};
 use std::collections::VecDeque;
@@ -18,14 +19,18 @@ use burn_kvcompress::{
     tokenizer::{chatml_prompt, ChatMessage, Role, TokenStream, Tokenizer},
 };
 use burn_kvtransfer::{
-    decode::{fetch, fetch_states, Received, ReceivedStates},
+    decode::{fetch, fetch_states, Importing, Received, ReceivedStates},
     protocol::{ClientConfig, PrefillClient, PrefillPool},
     state_codec::encode_state,
     transport::tcp::TcpConnector,
     wire::Mode,
     ModelFingerprint, SchemeDescriptor,
 };
-use examples::{backend_choice::KernelBackend, e2e_report::RequestRecord, random_model::random_prompt};
+use examples::{
+    backend_choice::KernelBackend,
+    e2e_report::{ArrivalProcess, RequestRecord},
+    random_model::random_prompt,
+};
 use sha2::{Digest, Sha256};
 
 use crate::{
@@ -39,8 +44,10 @@ pub struct Job<'a> {
     pub kv: &'a str,
     /// The emulated link rate (None: unpaced).
     pub link_gbps: Option<f64>,
-    /// Requests per second arriving on a fixed schedule (None: one request at a time).
+    /// Requests per second arriving by `arrivals` (None: one request at a time).
     pub request_rate: Option<f64>,
+    /// How requests arrive at `request_rate`.
+    pub arrivals: ArrivalProcess,
     /// The requests and how to run them.
     pub run: &'a RunArgs,
     /// Prefill server addresses serving this pair.
@@ -95,6 +102,20 @@ struct Fetched<R> {
     submitted: Instant,
     /// When its caches (or states) and logits were in.
     ready: Instant,
+}
+
+impl<R> Fetched<R> {
+    /// The same request with `f` of what was received.
+    fn map<T>(self, f: impl FnOnce(R) -> T) -> Fetched<T> {
+        let Self { received, prompt_tokens, wire_bytes, arrived, submitted, ready } = self;
+        Fetched { received: f(received), prompt_tokens, wire_bytes, arrived, submitted, ready }
+    }
+
+    /// The same request with `f` of what was received, or `f`'s error.
+    fn try_map<T, E>(self, f: impl FnOnce(R) -> Result<T, E>) -> Result<Fetched<T>, E> {
+        let Self { received, prompt_tokens, wire_bytes, arrived, submitted, ready } = self;
+        Ok(Fetched { received: f(received)?, prompt_tokens, wire_bytes, arrived, submitted, ready })
+    }
 }
 
 impl<B: Backend, S> Fetcher<'_, B, S>
@@ -190,7 +211,8 @@ where
     }
     for tokens in (0..job.warmup).flat_map(|_| &one_per_length) {
         let fetcher = &context.fetcher;
-        context.decode(fetcher.puller.timed(tokens, Instant::now(), |t| fetcher.fetch(t))?, Ok, None)?;
+        let now = Instant::now();
+        context.decode(fetcher.puller.timed(tokens, now, |t| fetcher.fetch(t))?, Ok, None, now)?;
     }
     let checks = match job.run.check {
         true => requests.iter().map(|(_, tokens)| check_request(&context, tokens).map(Some)).collect(),
@@ -198,7 +220,15 @@ where
     }?;
     let mut rows = match job.request_rate {
         None => run_one_at_a_time(&context, &requests, tokenizer.filter(|_| job.run.show_text))?,
-        Some(rate) => run_at_rate(&context, &requests, rate, job.run.max_batch.into(), job.run.kv_budget_bytes())?,
+        Some(rate) => {
+            let arrivals = job.arrivals.times(rate, requests.len());
+            let policy = BatchPolicy {
+                max_batch: job.run.max_batch.into(),
+                kv_budget: job.run.kv_budget_bytes(),
+                import_per_step: job.run.import_bytes_per_step(),
+            };
+            run_at_rate(&context, &requests, &arrivals, &policy)?
+        }
     };
     for (row, check) in rows.iter_mut().zip(checks) {
         row.check = check.map(|(kv_ok, reference)| (kv_ok, reference == row.tokens));
@@ -222,6 +252,7 @@ where
     S::Cache: TransferableCache<B>,
 {
     let mut rows = Vec::new();
+    let run_start = Instant::now();
     for (text, tokens) in requests {
         let mut stream = show_text.map(|t| t.stream(true));
         if stream.is_some() {
@@ -229,7 +260,7 @@ where
         }
         let fetcher = &cx.fetcher;
         let fetched = fetcher.puller.timed(tokens, Instant::now(), |t| fetcher.fetch(t))?;
-        rows.push(cx.decode(fetched, Ok, stream.as_mut())?);
+        rows.push(cx.decode(fetched, Ok, stream.as_mut(), run_start)?);
         if let Some(mut stream) = stream {
             println!("{}\n", stream.finish()?);
         }
@@ -237,7 +268,7 @@ where
     Ok(rows)
 }
 
-/// Runs `requests` arriving `rate` per second, request `i` at `i / rate` s: a thread pulls their
+/// Runs `requests`, request `i` arriving `arrivals[i]` after the first: a thread pulls their
 /// layer states into host memory in arrival order (each submitted once it has arrived and the
 /// one before it is in) while this one imports and decodes those that are in. Up to `max_batch`
 /// decode together (continuous batching): a request joins the running batch when its states are
@@ -249,22 +280,20 @@ where
 fn run_at_rate<B: Backend, S>(
     cx: &JobContext<B, S>,
     requests: &[(String, Vec<u32>)],
-    rate: f64,
-    max_batch: usize,
-    kv_budget: Option<usize>,
+    arrivals: &[Duration],
+    policy: &BatchPolicy,
 ) -> anyhow::Result<Vec<Row>>
 where
     S: TransferableScheme<B>,
     S::Cache: TransferableCache<B>,
 {
-    let gap = Duration::from_secs_f64(1.0 / rate);
     let puller = &cx.fetcher.puller;
     std::thread::scope(|scope| {
         let (sender, receiver) = mpsc::channel();
         let start = Instant::now();
         scope.spawn(move || {
-            for (i, (_, tokens)) in requests.iter().enumerate() {
-                let arrived = start + gap * i as u32;
+            for ((_, tokens), &offset) in requests.iter().zip(arrivals) {
+                let arrived = start + offset;
                 std::thread::sleep(arrived.saturating_duration_since(Instant::now()));
                 let fetched = puller.timed(tokens, arrived, |t| puller.fetch_states(t));
                 let failed = fetched.is_err();
@@ -275,19 +304,21 @@ where
             }
         });
         let Fetcher { scheme, device, .. } = cx.fetcher;
-        let import = |states: ReceivedStates| Ok(states.import::<B, S>(scheme, device)?);
         let mut batch = RaggedBatch::new(cx.model.config().num_layers);
-        let mut admission = Admission::new(kv_budget.unwrap_or(usize::MAX));
-        // Requests whose states are in, waiting for admission, in arrival order.
-        let mut waiting: VecDeque<Fetched<ReceivedStates>> = VecDeque::new();
+        let mut admission = Admission::new(policy.kv_budget.unwrap_or(usize::MAX));
+        // Requests whose states are in, waiting for admission, in arrival order, with the bytes
+        // they hold once admitted.
+        let mut waiting: VecDeque<(Fetched<ReceivedStates>, usize)> = VecDeque::new();
+        // The next request to join, admitted, its layers being imported.
+        let mut joining: Option<Joining<S::Cache>> = None;
         // The running requests in the batch's row order, with their arrival indices.
         let mut running: Vec<(usize, Decoding)> = Vec::new();
         let mut rows: Vec<Option<Row>> = requests.iter().map(|_| None).collect();
         let (mut received, mut joined) = (0, 0);
         loop {
-            // Take every request whose states are in; with nothing running or waiting, wait.
+            // Take every request whose states are in; with nothing else to do, wait for one.
             while received < requests.len() {
-                let fetched = match running.is_empty() && waiting.is_empty() {
+                let fetched = match running.is_empty() && waiting.is_empty() && joining.is_none() {
                     true => receiver.recv().context("the fetching thread stopped")?,
                     false => match receiver.try_recv() {
                         Ok(fetched) => fetched,
@@ -297,23 +328,36 @@ where
                 }?;
                 let bytes = final_cache_bytes(&fetched.received, fetched.prompt_tokens, cx.options.max_new_tokens);
                 admission.arrive(received as u64, bytes).context("the KV budget (--kv-budget-gb)")?;
-                waiting.push_back(fetched);
+                waiting.push_back((fetched, bytes));
                 received += 1;
             }
-            // Admitted requests join, in arrival order, while the batch has room.
-            while running.len() < max_batch && admission.admit_next().is_some() {
-                let fetched = waiting.pop_front().expect("an admitted request is waiting");
-                let (decoding, caches) = cx.start(fetched, import)?;
-                batch.join(caches)?;
-                running.push((joined, decoding));
-                joined += 1;
+            // The next admitted request, in arrival order, starts importing while the batch has
+            // room.
+            if joining.is_none() && running.len() < policy.max_batch && admission.admit_next().is_some() {
+                let (fetched, bytes) = waiting.pop_front().expect("an admitted request is waiting");
+                joining =
+                    Some(Joining { fetched: fetched.map(ReceivedStates::importing), bytes, began: Instant::now() });
+            }
+            // Some of its layers before the next step (all of them when no step would wait), and
+            // it joins once all are in.
+            if let Some(next) = &mut joining {
+                let budget = if running.is_empty() { usize::MAX } else { policy.import_per_step };
+                next.import(budget, scheme, device)?;
+                if next.fetched.received.is_done() {
+                    let Joining { fetched, bytes, began } = joining.take().expect("a request joining");
+                    let (mut decoding, caches) = cx.start(fetched.try_map(Importing::finish)?, began);
+                    decoding.row.reserved_bytes = Some(bytes);
+                    batch.join(caches)?;
+                    running.push((joined, decoding));
+                    joined += 1;
+                }
             }
             for row in (0..running.len()).rev() {
                 if running[row].1.finished(&cx.options) {
                     batch.leave(row)?;
                     let (index, decoding) = running.remove(row);
                     admission.release(index as u64)?;
-                    rows[index] = Some(decoding.finish());
+                    rows[index] = Some(decoding.finish(start));
                 }
             }
             if running.is_empty() {
@@ -324,13 +368,51 @@ where
             }
             let tokens: Vec<Vec<u32>> = running.iter().map(|(_, d)| vec![d.last_token()]).collect();
             let logits = host_logits(cx.model.forward(&tokens, batch.caches(), Logits::Last)?)?;
-            let vocab = logits.len() / running.len();
+            let (vocab, batch_size) = (logits.len() / running.len(), running.len());
             for ((_, decoding), row_logits) in running.iter_mut().zip(logits.chunks(vocab)) {
                 decoding.push(row_logits);
+                decoding.row.peak_batch = decoding.row.peak_batch.max(batch_size);
             }
         }
         Ok(rows.into_iter().map(|row| row.expect("every request decoded")).collect())
     })
+}
+
+/// How the worker batches requests arriving at a rate.
+struct BatchPolicy {
+    /// The most requests decoded together.
+    max_batch: usize,
+    /// The KV memory budget, bytes (None: unbounded).
+    kv_budget: Option<usize>,
+    /// The most bytes of a joining request's states imported between two steps of the running
+    /// batch (at least one layer a step).
+    import_per_step: usize,
+}
+
+/// A request joining the batch: its states being imported a few layers between steps (each
+/// import holds up the running requests' next step by its upload), the bytes it holds of the KV
+/// budget, and when its import began.
+struct Joining<C> {
+    fetched: Fetched<Importing<C>>,
+    bytes: usize,
+    began: Instant,
+}
+
+impl<C> Joining<C> {
+    /// Imports its next layers: one, then more while their states' bytes stay within `budget`.
+    fn import<B, S>(&mut self, budget: usize, scheme: &S, device: &B::Device) -> anyhow::Result<()>
+    where
+        B: Backend,
+        S: TransferableScheme<B, Cache = C>,
+        S::Cache: TransferableCache<B>,
+    {
+        let importing = &mut self.fetched.received;
+        let mut imported = importing.import_next::<B, S>(scheme, device)?;
+        while importing.next_layer_bytes().is_some_and(|next| imported + next <= budget) {
+            imported += importing.import_next::<B, S>(scheme, device)?;
+        }
+        Ok(())
+    }
 }
 
 /// The bytes a request's caches will hold once it has its tokens, for the KV budget: its
@@ -339,7 +421,7 @@ where
 /// formats whose float windows stay the same size. The buffers' spare room (up to 256 slots of a
 /// dense cache) is not counted.
 fn final_cache_bytes(states: &ReceivedStates, prompt_tokens: usize, new_tokens: usize) -> usize {
-    let bytes: usize = states.states.iter().flat_map(|s| &s.tensors).map(|t| t.bytes.len()).sum();
+    let bytes = states.bytes();
     (bytes * (prompt_tokens + new_tokens)).div_ceil(prompt_tokens.max(1))
 }
 
@@ -376,12 +458,14 @@ impl Decoding {
         self.row.tokens.len() >= options.max_new_tokens || options.stop_tokens.contains(&self.last_token())
     }
 
-    /// Its row, timed.
-    fn finish(mut self) -> Row {
-        let gaps = self.times.windows(2).map(|w| w[1] - w[0]);
-        self.row.tbt = gaps.clone().sum::<Duration>().checked_div(gaps.len() as u32).unwrap_or_default();
+    /// Its row, timed, its arrival counted from `run_start`.
+    fn finish(mut self, run_start: Instant) -> Row {
+        self.row.token_gaps = self.times.windows(2).map(|w| w[1] - w[0]).collect();
+        let gaps = &self.row.token_gaps;
+        self.row.tbt = gaps.iter().sum::<Duration>().checked_div(gaps.len() as u32).unwrap_or_default();
         self.row.ttft = self.times.first().copied().unwrap_or_default();
         self.row.jct = self.arrived.elapsed();
+        self.row.arrival = self.arrived.saturating_duration_since(run_start);
         self.row
     }
 }
@@ -391,16 +475,10 @@ where
     S: TransferableScheme<B>,
     S::Cache: TransferableCache<B>,
 {
-    /// A fetched request's caches made by `import` (on this thread, timed as decoding) and its
-    /// first token picked from the prompt's logits.
-    fn start<R>(
-        &self,
-        fetched: Fetched<R>,
-        import: impl FnOnce(R) -> anyhow::Result<Received<S::Cache>>,
-    ) -> anyhow::Result<(Decoding, LayerCaches<S::Cache>)> {
+    /// A fetched request's decoding, its first token picked from the prompt's logits, and its
+    /// caches (imported from `import_began` on, timed as decoding).
+    fn start(&self, fetched: Fetched<Received<S::Cache>>, import_began: Instant) -> (Decoding, LayerCaches<S::Cache>) {
         let Fetched { received, prompt_tokens, wire_bytes, arrived, submitted, ready } = fetched;
-        let decode_start = Instant::now();
-        let received = import(received)?;
         let row = Row {
             prompt_tokens,
             server: received.server,
@@ -408,28 +486,34 @@ where
             kv_bytes: received.caches.layers.iter().map(KvCache::memory_bytes).sum(),
             wire_bytes,
             arrivals: received.arrivals,
-            queue: (submitted - arrived) + (decode_start - ready),
+            queue: (submitted - arrived) + import_began.saturating_duration_since(ready),
             ttft: Duration::ZERO,
             tbt: Duration::ZERO,
             jct: Duration::ZERO,
+            arrival: Duration::ZERO,
+            token_gaps: Vec::new(),
+            peak_batch: 1,
+            reserved_bytes: None,
             tokens: Vec::new(),
             check: None,
         };
         // The sampler a batch of one seeds (`generation::decode_batch`'s row 0).
         let mut decoding = Decoding { row, sampler: Sampler::new(self.options.sampling), arrived, times: Vec::new() };
         decoding.push(&received.logits);
-        Ok((decoding, received.caches))
+        (decoding, received.caches)
     }
 
     /// Decodes a fetched request alone, its caches first made by `import`, and measures it
-    /// (printing its text to `stream`).
+    /// (printing its text to `stream`; its arrival counted from `run_start`).
     fn decode<R>(
         &self,
         fetched: Fetched<R>,
         import: impl FnOnce(R) -> anyhow::Result<Received<S::Cache>>,
         mut stream: Option<&mut TokenStream<'_>>,
+        run_start: Instant,
     ) -> anyhow::Result<Row> {
-        let (mut decoding, mut caches) = self.start(fetched, import)?;
+        let began = Instant::now();
+        let (mut decoding, mut caches) = self.start(fetched.try_map(import)?, began);
         let mut show = |token: u32| {
             if let Some(Ok(piece)) = stream.as_mut().map(|s| s.push(token)) {
                 print!("{piece}");
@@ -441,7 +525,7 @@ where
             let logits = host_logits(self.model.forward(&[vec![decoding.last_token()]], &mut caches, Logits::Last)?)?;
             show(decoding.push(&logits));
         }
-        Ok(decoding.finish())
+        Ok(decoding.finish(run_start))
     }
 }
 

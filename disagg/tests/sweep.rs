@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use examples::e2e_report::RequestRecord;
+use examples::e2e_report::{ArrivalProcess, RequestRecord};
 
 /// Runs `disagg sweep` of the tiny random model with dense and HACK storage at 10 Gbit/s, 4 new
 /// tokens a request, and `args`, into a fresh directory named after `name`: the directory and the
@@ -84,8 +84,8 @@ fn requests_arriving_faster_than_they_are_served_queue_and_decode_the_same_token
         }
     }
     let table = std::fs::read_to_string(out.join("e2e.md")).unwrap();
-    // Groups per prompt length: 160 (two requests) and 96, per scheme.
-    let rows: Vec<&str> = table.lines().skip(2).collect();
+    // Groups per prompt length: 160 (two requests) and 96, per scheme, in the first table.
+    let rows: Vec<&str> = table.lines().skip(2).take_while(|l| !l.is_empty()).collect();
     assert_eq!(rows.len(), 4, "{table}");
     assert!(rows[0].starts_with("| dense | 10 | 1000 | 160 | 2 |"), "{table}");
     assert!(std::fs::read_to_string(out.join("jct-vs-rate.svg")).unwrap().contains("<svg"));
@@ -98,7 +98,10 @@ fn a_continuous_batch_decodes_each_request_as_it_decodes_alone() {
     // longer than the next one's prefill, so the next joins while the ones before it decode, at
     // another length. `--check` fails the run if a request's tokens differ from a single-process
     // run's or its received KV from a local prefill's.
-    let args = ["--prompt-tokens", "160,96,160,64", "--request-rate", "1000", "--max-batch", "3", "--check"];
+    // A joining request's cache is imported a layer between steps (`--import-mb-per-step 0`).
+    let args =
+        ["--prompt-tokens", "160,96,160,64", "--request-rate", "1000", "--max-batch", "3", "--import-mb-per-step", "0"];
+    let args = [&args[..], &["--check"]].concat();
     let (out, records) = sweep_tokens("batch", 24, &args);
     assert_eq!(records.len(), 8);
     for (i, r) in records.iter().enumerate() {
@@ -112,9 +115,22 @@ fn a_continuous_batch_decodes_each_request_as_it_decodes_alone() {
             scheme.windows(2).any(|w| w[1].ttft_ms + 1.0 < w[0].jct_ms),
             "no two requests decoded together: {scheme:?}"
         );
+        // And the steps say so: some decoded with another, none with more than three.
+        assert!(scheme.iter().any(|r| r.peak_batch > 1) && scheme.iter().all(|r| r.peak_batch <= 3), "{scheme:?}");
+    }
+    for r in &records {
+        // Every gap between its 24 tokens, which average to its mean gap.
+        assert_eq!(r.token_gaps_ms.len(), 23, "{r:?}");
+        let mean = r.token_gaps_ms.iter().map(|&g| f64::from(g)).sum::<f64>() / 23.0;
+        assert!((mean - r.tbt_ms).abs() < 1e-3 * r.tbt_ms.max(1.0), "{r:?}");
     }
     let table = std::fs::read_to_string(out.join("e2e.md")).unwrap();
     assert!(table.lines().nth(2).unwrap().starts_with("| dense | 10 | 1000, batch 3 | 160 | 2 |"), "{table}");
+    // The load table and the most load within the TBT target follow, with their plots.
+    assert!(table.contains("| served req/s |") && table.contains("with TBT p99 ≤ 50 ms"), "{table}");
+    for plot in ["tbt-p99-vs-rate.svg", "served-vs-rate.svg"] {
+        assert!(std::fs::read_to_string(out.join(plot)).unwrap().contains("<svg"), "{plot}");
+    }
     std::fs::remove_dir_all(&out).unwrap();
 }
 
@@ -140,6 +156,18 @@ fn under_a_kv_budget_the_compressed_cache_decodes_more_requests_at_once() {
     let (dense, hack) = records.split_at(3);
     assert!(dense.windows(2).all(|w| w[1].ttft_ms + 1.0 >= w[0].jct_ms), "dense requests overlapped: {dense:?}");
     assert!(hack.windows(2).any(|w| w[1].ttft_ms + 1.0 < w[0].jct_ms), "no two HACK requests overlapped: {hack:?}");
+    assert!(dense.iter().all(|r| r.peak_batch == 1) && hack.iter().any(|r| r.peak_batch > 1), "{records:?}");
+    // Each request holds a share of the budget that grows with its prompt (160, 96, 160 tokens)
+    // and is smaller in HACK's format.
+    let reserved = |r: &RequestRecord| r.reserved_bytes.expect("a request under a budget holds some of it");
+    for r in &records {
+        assert_eq!(r.kv_budget_bytes, Some(1_000_000));
+        assert!(reserved(r) <= 1_000_000, "{r:?}");
+    }
+    for scheme in [dense, hack] {
+        assert!(reserved(&scheme[0]) > reserved(&scheme[1]) && reserved(&scheme[0]) == reserved(&scheme[2]));
+    }
+    assert!(reserved(&hack[0]) * 4 < reserved(&dense[0]), "{records:?}");
     std::fs::remove_dir_all(&out).unwrap();
 }
 
@@ -155,4 +183,19 @@ fn a_request_larger_than_the_whole_budget_is_refused_with_an_error() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("more than the whole budget"), "{stderr}");
+}
+
+#[test]
+fn poisson_arrivals_follow_the_seeded_schedule() {
+    let args = ["--prompt-tokens", "64,64,64", "--request-rate", "20", "--arrivals", "poisson", "--arrival-seed", "3"];
+    let (out, records) = sweep("poisson", &args);
+    let expected = ArrivalProcess::Poisson { seed: 3 }.times(20.0, 3);
+    for (i, r) in records.iter().enumerate() {
+        assert_eq!(r.arrivals, ArrivalProcess::Poisson { seed: 3 });
+        let at = expected[i % 3].as_secs_f64() * 1e3;
+        assert!((r.arrival_ms - at).abs() < 0.01, "request {i} arrived at {} ms, not {at}: {r:?}", r.arrival_ms);
+    }
+    let table = std::fs::read_to_string(out.join("e2e.md")).unwrap();
+    assert!(table.lines().nth(2).unwrap().starts_with("| dense | 10 | 20 Poisson | 64 | 3 |"), "{table}");
+    std::fs::remove_dir_all(&out).unwrap();
 }
