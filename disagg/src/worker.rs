@@ -5,7 +5,6 @@
 //! another.
 
 use burn_kvschemes::{with_scheme, AnyScheme};
-use std::collections::VecDeque;
 use std::io::Write;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -305,10 +304,10 @@ where
         });
         let Fetcher { scheme, device, .. } = cx.fetcher;
         let mut batch = RaggedBatch::new(cx.model.config().num_layers);
-        let mut admission = Admission::new(policy.kv_budget.unwrap_or(usize::MAX));
-        // Requests whose states are in, waiting for admission, in arrival order, with the bytes
-        // they hold once admitted.
-        let mut waiting: VecDeque<(Fetched<ReceivedStates>, usize)> = VecDeque::new();
+        // Requests whose states are in, waiting for admission in arrival order, each with the
+        // bytes it holds once admitted.
+        let mut admission: Admission<(Fetched<ReceivedStates>, usize)> =
+            Admission::new(policy.kv_budget.unwrap_or(usize::MAX));
         // The next request to join, admitted, its layers being imported.
         let mut joining: Option<Joining<S::Cache>> = None;
         // The running requests in the batch's row order, with their arrival indices.
@@ -318,7 +317,8 @@ where
         loop {
             // Take every request whose states are in; with nothing else to do, wait for one.
             while received < requests.len() {
-                let fetched = match running.is_empty() && waiting.is_empty() && joining.is_none() {
+                let idle = running.is_empty() && admission.waiting().next().is_none() && joining.is_none();
+                let fetched = match idle {
                     true => receiver.recv().context("the fetching thread stopped")?,
                     false => match receiver.try_recv() {
                         Ok(fetched) => fetched,
@@ -327,16 +327,17 @@ where
                     },
                 }?;
                 let bytes = final_cache_bytes(&fetched.received, fetched.prompt_tokens, cx.options.max_new_tokens);
-                admission.arrive(received as u64, bytes).context("the KV budget (--kv-budget-gb)")?;
-                waiting.push_back((fetched, bytes));
+                let id = received as u64;
+                admission.arrive(id, bytes, (fetched, bytes)).context("the KV budget (--kv-budget-gb)")?;
                 received += 1;
             }
             // The next admitted request, in arrival order, starts importing while the batch has
             // room.
-            if joining.is_none() && running.len() < policy.max_batch && admission.admit_next().is_some() {
-                let (fetched, bytes) = waiting.pop_front().expect("an admitted request is waiting");
-                joining =
-                    Some(Joining { fetched: fetched.map(ReceivedStates::importing), bytes, began: Instant::now() });
+            if joining.is_none() && running.len() < policy.max_batch {
+                if let Some((fetched, bytes)) = admission.admit_next() {
+                    let fetched = fetched.map(ReceivedStates::importing);
+                    joining = Some(Joining { fetched, bytes, began: Instant::now() });
+                }
             }
             // Some of its layers before the next step (all of them when no step would wait), and
             // it joins once all are in.

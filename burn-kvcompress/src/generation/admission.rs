@@ -38,49 +38,58 @@ pub enum AdmissionError {
     NotAdmitted(u64),
 }
 
-/// The admission state of a continuous batch: the budget, the admitted requests and the queue.
+/// The admission state of a continuous batch: the budget, the admitted requests and the queue of
+/// waiting ones, each holding its `T` (what the caller needs to start it) until admitted.
 #[derive(Debug, Clone)]
-pub struct Admission {
+pub struct Admission<T> {
     budget: usize,
     admitted: Vec<(u64, usize)>,
-    waiting: VecDeque<(u64, usize)>,
+    waiting: VecDeque<Waiting<T>>,
 }
 
-impl Admission {
+/// A request in the queue.
+#[derive(Debug, Clone)]
+struct Waiting<T> {
+    id: u64,
+    bytes: usize,
+    item: T,
+}
+
+impl<T> Admission<T> {
     /// An empty batch with `budget` bytes of KV memory.
     pub fn new(budget: usize) -> Self {
         Self { budget, admitted: Vec::new(), waiting: VecDeque::new() }
     }
 
-    /// Queues request `id` whose cache takes `bytes` at its longest; refused if it can never fit
-    /// or if `id` is already known.
-    pub fn arrive(&mut self, id: u64, bytes: usize) -> Result<(), AdmissionError> {
-        if self.admitted.iter().chain(&self.waiting).any(|&(known, _)| known == id) {
+    /// Queues request `id` whose cache takes `bytes` at its longest, with `item`; refused (and
+    /// `item` dropped) if it can never fit or if `id` is already known.
+    pub fn arrive(&mut self, id: u64, bytes: usize, item: T) -> Result<(), AdmissionError> {
+        if self.admitted().chain(self.waiting()).any(|known| known == id) {
             return Err(AdmissionError::Duplicate(id));
         }
         if bytes > self.budget {
             return Err(AdmissionError::NeverFits { id, bytes, budget: self.budget });
         }
-        self.waiting.push_back((id, bytes));
+        self.waiting.push_back(Waiting { id, bytes, item });
         Ok(())
     }
 
     /// Admits the waiting requests that fit, in arrival order, stopping at the first that does
-    /// not; returns their ids in that order.
-    pub fn admit(&mut self) -> Vec<u64> {
+    /// not; returns their items in that order.
+    pub fn admit(&mut self) -> Vec<T> {
         std::iter::from_fn(|| self.admit_next()).collect()
     }
 
-    /// Admits the first waiting request if it fits; returns its id. (For a batch that also caps
-    /// the number of requests: take one while there is room.)
-    pub fn admit_next(&mut self) -> Option<u64> {
-        let &(id, bytes) = self.waiting.front()?;
-        if bytes > self.budget - self.held_bytes() {
+    /// Admits the first waiting request if it fits; returns its item. (For a batch that also
+    /// caps the number of requests: take one while there is room.)
+    pub fn admit_next(&mut self) -> Option<T> {
+        let first = self.waiting.front()?;
+        if first.bytes > self.budget - self.held_bytes() {
             return None;
         }
-        self.waiting.pop_front();
+        let Waiting { id, bytes, item } = self.waiting.pop_front()?;
         self.admitted.push((id, bytes));
-        Some(id)
+        Some(item)
     }
 
     /// Returns admitted request `id`'s bytes to the budget.
@@ -102,7 +111,7 @@ impl Admission {
 
     /// Waiting requests, in arrival order.
     pub fn waiting(&self) -> impl Iterator<Item = u64> + '_ {
-        self.waiting.iter().map(|&(id, _)| id)
+        self.waiting.iter().map(|w| w.id)
     }
 }
 
@@ -110,11 +119,16 @@ impl Admission {
 mod tests {
     use super::*;
 
+    /// Queues request `id` carrying its own id, so that admissions read as ids.
+    fn arrive(a: &mut Admission<u64>, id: u64, bytes: usize) -> Result<(), AdmissionError> {
+        a.arrive(id, bytes, id)
+    }
+
     #[test]
     fn requests_are_admitted_in_arrival_order_while_they_fit() {
         let mut a = Admission::new(100);
         for (id, bytes) in [(1, 40), (2, 50), (3, 30), (4, 5)] {
-            a.arrive(id, bytes).unwrap();
+            arrive(&mut a, id, bytes).unwrap();
         }
         // 40 + 50 fit; 30 does not (10 left), and 4 (5 bytes, would fit) waits behind it.
         assert_eq!(a.admit(), [1, 2]);
@@ -131,12 +145,12 @@ mod tests {
     #[test]
     fn a_long_request_is_not_overtaken_and_gets_in_when_the_batch_drains() {
         let mut a = Admission::new(100);
-        a.arrive(1, 60).unwrap();
-        a.arrive(2, 90).unwrap();
+        arrive(&mut a, 1, 60).unwrap();
+        arrive(&mut a, 2, 90).unwrap();
         assert_eq!(a.admit(), [1]);
         // Short requests arriving after the long one wait behind it.
         for id in 3..8 {
-            a.arrive(id, 1).unwrap();
+            arrive(&mut a, id, 1).unwrap();
         }
         assert_eq!(a.admit(), Vec::<u64>::new());
         a.release(1).unwrap();
@@ -147,12 +161,12 @@ mod tests {
     #[test]
     fn impossible_duplicate_and_unknown_requests_are_refused_without_side_effects() {
         let mut a = Admission::new(100);
-        a.arrive(1, 100).unwrap();
-        assert_eq!(a.arrive(2, 101), Err(AdmissionError::NeverFits { id: 2, bytes: 101, budget: 100 }));
-        assert_eq!(a.arrive(1, 5), Err(AdmissionError::Duplicate(1)));
+        arrive(&mut a, 1, 100).unwrap();
+        assert_eq!(arrive(&mut a, 2, 101), Err(AdmissionError::NeverFits { id: 2, bytes: 101, budget: 100 }));
+        assert_eq!(arrive(&mut a, 1, 5), Err(AdmissionError::Duplicate(1)));
         assert_eq!(a.release(1), Err(AdmissionError::NotAdmitted(1)), "waiting, not admitted");
         assert_eq!(a.admit(), [1]);
-        assert_eq!(a.arrive(1, 5), Err(AdmissionError::Duplicate(1)));
+        assert_eq!(arrive(&mut a, 1, 5), Err(AdmissionError::Duplicate(1)));
         a.release(1).unwrap();
         assert_eq!(a.release(1), Err(AdmissionError::NotAdmitted(1)));
         assert_eq!((a.held_bytes(), a.waiting().count()), (0, 0));
@@ -174,7 +188,7 @@ mod tests {
         };
         for id in 0..500u64 {
             let bytes = 1 + next() % budget;
-            a.arrive(id, bytes).unwrap();
+            arrive(&mut a, id, bytes).unwrap();
             arrived.push(id);
             admitted_order.extend(a.admit());
             let held: Vec<u64> = a.admitted().collect();
