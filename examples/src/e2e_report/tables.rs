@@ -20,12 +20,8 @@ pub fn markdown_table(groups: &[GroupMean], baseline: &str) -> String {
             .find(|b| b.scheme == baseline && b.matches(g))
             .map_or("–".to_string(), |b| format!("{:+.1} %", (g.jct_ms / b.jct_ms - 1.0) * 100.0));
         out += &format!(
-            "| {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.1} | {:.2} | {versus} |\n",
-            g.scheme,
-            link_cell(g),
-            rate_cell(g.request_rate, g.arrivals, g.max_batch),
-            g.prompt_tokens,
-            g.requests,
+            "{} {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.1} | {:.2} | {versus} |\n",
+            group_cells(g),
             g.queue_ms,
             g.kv_in_ms,
             g.ttft_ms - g.queue_ms - g.kv_in_ms,
@@ -49,12 +45,8 @@ pub fn load_table(groups: &[GroupMean]) -> String {
     );
     for g in groups {
         out += &format!(
-            "| {} | {} | {} | {} | {} | {:.3} | {} | {} | {:.1} | {:.2} | {:.1} |\n",
-            g.scheme,
-            link_cell(g),
-            rate_cell(g.request_rate, g.arrivals, g.max_batch),
-            g.prompt_tokens,
-            g.requests,
+            "{} {:.3} | {} | {} | {:.1} | {:.2} | {:.1} |\n",
+            group_cells(g),
             g.served_per_s,
             g.peak_batch,
             g.budget_holds.map_or("–".to_string(), |n| n.to_string()),
@@ -118,6 +110,12 @@ pub fn within_tbt_table(groups: &[GroupMean], baseline: &str, tbt_ms: f64) -> St
         out += &format!("| {} | {} | {arrivals} | {} | {cells} |\n", line.scheme, link_cell(line), line.prompt_tokens);
     }
     out
+}
+
+/// The cells that name a group: `| scheme | link | rate | prompt | requests |`.
+fn group_cells(g: &GroupMean) -> String {
+    let rate = rate_cell(g.request_rate, g.arrivals, g.max_batch);
+    format!("| {} | {} | {rate} | {} | {} |", g.scheme, link_cell(g), g.prompt_tokens, g.requests)
 }
 
 fn link_cell(g: &GroupMean) -> String {
