@@ -353,25 +353,22 @@ enum ModeArg {
 
 /// A `--request-rate`: a positive, finite number of requests per second.
 fn parse_rate(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(rate) if rate > 0.0 && rate.is_finite() => Ok(rate),
-        _ => Err(format!("`{s}` is not a positive number of requests per second")),
-    }
+    finite_from(s, false).ok_or_else(|| format!("`{s}` is not a positive number of requests per second"))
 }
 
+/// A `--kv-budget-gb`: a positive, finite number of GB.
 fn parse_budget(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(gb) if gb > 0.0 && gb.is_finite() => Ok(gb),
-        _ => Err(format!("`{s}` is not a positive number of GB")),
-    }
+    finite_from(s, false).ok_or_else(|| format!("`{s}` is not a positive number of GB"))
 }
 
 /// An `--import-mb-per-step`: a finite number of MB, 0 or more.
 fn parse_import_mb(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(mb) if mb >= 0.0 && mb.is_finite() => Ok(mb),
-        _ => Err(format!("`{s}` is not a number of MB (0 or more)")),
-    }
+    finite_from(s, true).ok_or_else(|| format!("`{s}` is not a number of MB (0 or more)"))
+}
+
+/// `s` as a finite number above 0 (or at 0, with `zero`).
+fn finite_from(s: &str, zero: bool) -> Option<f64> {
+    s.parse::<f64>().ok().filter(|&x| x.is_finite() && (x > 0.0 || (zero && x == 0.0)))
 }
 
 impl RunArgs {
@@ -463,10 +460,10 @@ fn demo<B: KernelBackend>(
             let servers: Vec<String> = spawned.iter().map(|(_, addresses)| addresses[pair].clone()).collect();
             let link = link_gbps.map_or("an unpaced link".into(), |g| format!("{g} Gbit/s"));
             for (rate_index, request_rate) in args.run.request_rates().into_iter().enumerate() {
-                let rate = describe_arrivals(request_rate, args.run.arrival_process());
+                let arrivals = args.run.arrival_process();
+                let rate = describe_arrivals(request_rate, arrivals);
                 eprintln!("[{kv} at {link}, {rate}]");
                 let warmup = if link_index == 0 && rate_index == 0 { args.run.warmup } else { 0 };
-                let arrivals = args.run.arrival_process();
                 let job = Job { kv, link_gbps, request_rate, arrivals, run: &args.run, servers: &servers, warmup };
                 records.extend(run_job(&base, &prepared, &job, &device)?);
                 after_pair(&records)?;

@@ -5,6 +5,7 @@
 //! another.
 
 use burn_kvschemes::{with_scheme, AnyScheme};
+use std::convert::Infallible;
 use std::io::Write;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -106,8 +107,10 @@ struct Fetched<R> {
 impl<R> Fetched<R> {
     /// The same request with `f` of what was received.
     fn map<T>(self, f: impl FnOnce(R) -> T) -> Fetched<T> {
-        let Self { received, prompt_tokens, wire_bytes, arrived, submitted, ready } = self;
-        Fetched { received: f(received), prompt_tokens, wire_bytes, arrived, submitted, ready }
+        match self.try_map(|received| Ok::<T, Infallible>(f(received))) {
+            Ok(fetched) => fetched,
+            Err(never) => match never {},
+        }
     }
 
     /// The same request with `f` of what was received, or `f`'s error.

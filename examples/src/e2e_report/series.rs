@@ -1,7 +1,7 @@
 //! The series a sweep plots: a group quantity against the link rate or the request rate.
 
 use super::groups::GroupMean;
-use super::record::arrivals_cell;
+use super::record::{arrivals_cell, ArrivalProcess};
 use crate::plot::Series;
 
 /// The quantity a plot puts on its horizontal axis.
@@ -47,9 +47,9 @@ pub fn series(groups: &[GroupMean], axis: Axis, quantity: Quantity) -> Vec<Serie
         };
         let Some(x) = x else { continue };
         // Named only where they differ from one request at a time on a fixed schedule.
-        let load = match arrivals_cell(g.arrivals, g.max_batch).as_str() {
-            "fixed" => String::new(),
-            cell => format!(", {cell}"),
+        let load = match (g.arrivals, g.max_batch) {
+            (ArrivalProcess::Fixed, 1) => String::new(),
+            _ => format!(", {}", arrivals_cell(g.arrivals, g.max_batch)),
         };
         let name = format!("{}{}{load}, {} tokens", g.scheme, other.unwrap_or_default(), g.prompt_tokens);
         let point = (x, quantity.of(g));
