@@ -3,8 +3,12 @@
 //! ```text
 //! tokens: u64, tensors: u32, then per tensor:
 //!   name: u32 length + UTF-8, dtype: u8 (StateDType::id), rank: u8, dims: u64 each,
-//!   data: u32 length + little-endian bytes
+//!   data: u32 length, zero bytes up to the next multiple of DATA_ALIGN, little-endian bytes
 //! ```
+//!
+//! Each tensor's data starts at a multiple of [`DATA_ALIGN`] bytes of the serialization, so a
+//! receiver whose buffer starts aligned holds every tensor aligned for its values: an upload
+//! reads it in place (`StateTensor::to_float_as` shares aligned bytes and copies others).
 //!
 //! Decoding checks every length against the buffer and every tensor's size against its shape
 //! (`StateTensor::validate`), so a received state is sound before it touches a device. Neither
@@ -18,6 +22,9 @@ use crate::wire::{MessageError, PayloadReader, PayloadWriter};
 
 /// The largest tensor rank accepted.
 pub const MAX_RANK: usize = 8;
+
+/// Where each tensor's data may start: a multiple of this many bytes of the serialization.
+pub const DATA_ALIGN: usize = 16;
 
 /// A serialized layer state held as parts: small headers and the tensors' own shared byte
 /// buffers (not copied). Byte ranges of the serialization are read as slices of the parts, so a
@@ -34,11 +41,15 @@ impl EncodedState {
         let mut parts = Vec::with_capacity(2 * state.tensors.len() + 1);
         let mut w = PayloadWriter::new();
         w.u64(state.tokens as u64).u32(state.tensors.len() as u32);
+        let mut at = 0;
         for t in state.tensors {
             w.str(&t.name).u8(t.dtype.id()).u8(t.shape.len() as u8);
             t.shape.iter().for_each(|&d| _ = w.u64(d as u64));
             w.u32(t.bytes.len() as u32);
-            parts.push(w.finish().into());
+            let mut header = w.finish();
+            header.resize((at + header.len()).next_multiple_of(DATA_ALIGN) - at, 0);
+            at += header.len() + t.bytes.len();
+            parts.push(header.into());
             parts.push(t.bytes);
         }
         parts.push(w.finish().into());
@@ -110,7 +121,12 @@ pub fn decode_state(bytes: Bytes) -> Result<LayerState, MessageError> {
         let shape = (0..rank)
             .map(|_| usize::try_from(r.u64("dim")?).map_err(|_| invalid("dim", "too large".into())))
             .collect::<Result<Vec<_>, _>>()?;
-        let tensor = StateTensor { name, dtype, shape, bytes: bytes.slice_ref(r.bytes("data")?) };
+        let len = r.u32("data")? as usize;
+        let padding = r.take("data padding", r.position().next_multiple_of(DATA_ALIGN) - r.position())?;
+        if padding.iter().any(|&b| b != 0) {
+            return Err(invalid("data padding", "not zero".into()));
+        }
+        let tensor = StateTensor { name, dtype, shape, bytes: bytes.slice_ref(r.take("data", len)?) };
         tensor.validate().map_err(|e| invalid("data", e.to_string()))?;
         tensors.push(tensor);
     }

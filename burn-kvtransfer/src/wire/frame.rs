@@ -3,7 +3,7 @@
 //! ```text
 //! offset  size  field
 //!      0     4  magic "KVCF"
-//!      4     2  version (2)
+//!      4     2  version (3)
 //!      6     1  kind (FrameKind)
 //!      7     1  flags (reserved, 0)
 //!      8     4  payload length in bytes
@@ -17,7 +17,7 @@ use super::WireError;
 /// The four bytes every frame starts with.
 pub const MAGIC: [u8; 4] = *b"KVCF";
 /// The protocol version this crate speaks.
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 /// Bytes before the payload.
 pub const HEADER_LEN: usize = 16;
 /// Bytes after the payload (its checksum).

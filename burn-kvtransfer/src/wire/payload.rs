@@ -79,12 +79,19 @@ impl PayloadWriter {
 #[derive(Debug)]
 pub struct PayloadReader<'a> {
     rest: &'a [u8],
+    /// Bytes of the whole payload.
+    len: usize,
 }
 
 impl<'a> PayloadReader<'a> {
     /// A reader over `bytes`.
     pub fn new(bytes: &'a [u8]) -> Self {
-        Self { rest: bytes }
+        Self { rest: bytes, len: bytes.len() }
+    }
+
+    /// Bytes read so far.
+    pub fn position(&self) -> usize {
+        self.len - self.rest.len()
     }
 
     /// Takes the next `n` bytes.

@@ -3,7 +3,7 @@
 use burn_kvcompress::cache::{Bytes, LayerState, StateDType, StateTensor};
 use burn_kvtransfer::{
     protocol::HeldLayer,
-    state_codec::{decode_state, encode_state, EncodedState},
+    state_codec::{decode_state, encode_state, EncodedState, DATA_ALIGN},
     transport::Slices,
     wire::{
         BlockFrame, BlockRange, ErrorCode, Frame, FrameCodec, FrameKind, Layout, Message, MessageError, Mode,
@@ -107,6 +107,22 @@ fn decoded_tensors_are_slices_of_the_received_buffer() {
     for tensor in decode_state(bytes.clone()).unwrap().tensors.iter().filter(|t| !t.bytes.is_empty()) {
         assert!(received.contains(&tensor.bytes.as_ptr()), "`{}` was copied out of the buffer", tensor.name);
     }
+}
+
+#[test]
+fn each_tensor_starts_at_an_aligned_offset_after_zero_padding() {
+    let bytes = Bytes::from(encode_state(&state()));
+    let start = bytes.as_ptr() as usize;
+    for tensor in decode_state(bytes.clone()).unwrap().tensors.iter().filter(|t| !t.bytes.is_empty()) {
+        let offset = tensor.bytes.as_ptr() as usize - start;
+        assert_eq!(offset % DATA_ALIGN, 0, "`{}` starts at byte {offset}", tensor.name);
+    }
+    // The first tensor's padding: after tokens (8), count (4), name (4 + 1), dtype and rank (2),
+    // four dims (32) and the data length (4), 55 bytes, up to 64.
+    let mut padded = bytes.to_vec();
+    assert!(padded[55..64].iter().all(|&b| b == 0));
+    padded[60] = 1;
+    assert!(matches!(decode_state(padded.into()), Err(MessageError::Invalid { field: "data padding", .. })));
 }
 
 #[test]
