@@ -13,6 +13,7 @@ mod recording;
 mod scheme;
 mod slot_buffer;
 mod state;
+mod upload;
 
 pub use attention::{attention_reference, check_attend_shapes, dense_attention, half_attention};
 pub use dense::{append_slots, DenseCache, DenseScheme, HalfDenseScheme};

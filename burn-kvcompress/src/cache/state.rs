@@ -12,7 +12,10 @@ use burn::tensor::{backend::Backend, DType, FloatDType, Int, Tensor, TensorData}
 pub use bytes::Bytes;
 use half::f16;
 
-use super::{CacheGeometry, KvCache, KvScheme};
+use super::{
+    upload::{upload_float, upload_int},
+    CacheGeometry, KvCache, KvScheme,
+};
 use crate::{backend::host_f32, error::CacheError};
 
 /// Element type of a [`StateTensor`].
@@ -210,10 +213,7 @@ impl StateTensor {
                 let values: Vec<f16> = bytemuck::pod_collect_to_vec(&self.bytes[..]);
                 Tensor::from_data(TensorData::new(values, shape).convert::<f32>(), device)
             }
-            _ => Tensor::from_data(
-                TensorData::new(bytemuck::pod_collect_to_vec::<u8, f32>(&self.bytes[..]), shape),
-                device,
-            ),
+            _ => upload_float::<B, f32, D>(&self.bytes, shape, device),
         })
     }
 
@@ -227,8 +227,7 @@ impl StateTensor {
     ) -> Result<Tensor<B, D>, CacheError> {
         if self.dtype == StateDType::F16 && dtype == FloatDType::F16 {
             let shape = self.check::<D>(&[StateDType::F16])?;
-            let values: Vec<f16> = bytemuck::pod_collect_to_vec(&self.bytes[..]);
-            return Ok(Tensor::from_data(TensorData::new(values, shape), (device, DType::F16)));
+            return Ok(upload_float::<B, f16, D>(&self.bytes, shape, device));
         }
         Ok(self.to_float::<B, D>(device)?.cast(dtype))
     }
@@ -242,7 +241,7 @@ impl StateTensor {
             StateDType::U16 => {
                 bytemuck::pod_collect_to_vec::<u8, u16>(&self.bytes[..]).into_iter().map(i32::from).collect()
             }
-            _ => bytemuck::pod_collect_to_vec(&self.bytes[..]),
+            _ => return Ok(upload_int::<B, D>(&self.bytes, shape, device)),
         };
         Ok(Tensor::from_data(TensorData::new(values, shape), device))
     }

@@ -24,6 +24,8 @@ use cudarc::{
     driver::result as driver,
 };
 
+use super::cuda_context::make_current;
+
 thread_local! {
     /// This thread's cuBLAS handle, made current with the device's primary context once.
     static HANDLE: OnceCell<Option<Handle>> = const { OnceCell::new() };
@@ -128,15 +130,9 @@ fn thread_handle(device: &CudaDevice) -> Option<Handle> {
     }
     HANDLE.with(|cell| {
         *cell.get_or_init(|| {
-            driver::init().ok()?;
-            let ordinal = i32::try_from(device.index).ok()?;
-            // SAFETY: `ordinal` names a device CubeCL's runtime opened (the tensors live on it);
-            // retaining its primary context and making it current is what that runtime did on
-            // its own threads, and cuBLAS binds the handle to the current context.
-            #[allow(unsafe_code)]
-            unsafe {
-                let context = driver::primary_ctx::retain(driver::device::get(ordinal).ok()?).ok()?;
-                driver::ctx::set_current(context).ok()?;
+            // cuBLAS binds the handle to the current context.
+            if !make_current(device) {
+                return None;
             }
             blas::create_handle().ok().map(Handle)
         })

@@ -31,6 +31,10 @@
 mod buffers;
 #[cfg(feature = "cuda")]
 mod cublas_product;
+#[cfg(feature = "cuda")]
+mod cuda_context;
+#[cfg(feature = "cuda")]
+mod cuda_upload;
 mod flash_attention;
 mod key_start;
 // `#[cube]` expands each function into undocumented helper items.
@@ -79,6 +83,8 @@ pub use buffers::{
 };
 #[cfg(feature = "cuda")]
 pub use cublas_product::{cublas_product, CublasUnavailable};
+#[cfg(feature = "cuda")]
+pub use cuda_upload::{cuda_write, WriteRefused};
 pub use flash_attention::{flash_attention, flash_geometry, FlashGeometry, MAX_HEAD_DIM};
 pub use key_start::key_start_arg;
 pub use mask::{decode_slot_visible, first_visible_slot, slot_visible};

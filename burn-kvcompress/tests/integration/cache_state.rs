@@ -96,3 +96,28 @@ fn narrow_tensors_keep_their_values_and_refuse_what_they_cannot_hold() {
     let err = StateTensor::from_float_as_f16("min", &floats(vec![1.0, 0.1])).unwrap_err();
     assert!(matches!(&err, CacheError::State(m) if m.contains("0.1")), "{err}");
 }
+
+#[test]
+fn tensors_read_their_values_from_any_byte_offset() {
+    use burn::tensor::Int;
+    use burn_kvcompress::cache::{Bytes, StateTensor};
+    let device = Default::default();
+    let floats = [1.5f32, -2.0, 3.25, 1e-3];
+    let ints = [7i32, -1, 1 << 30, 0];
+    // A received buffer holds tensors wherever its serialization puts them: shared where aligned
+    // for their values, copied where not.
+    for offset in 0..8 {
+        let at = |values: &[u8]| {
+            let mut buffer = vec![0u8; offset];
+            buffer.extend_from_slice(values);
+            Bytes::from(buffer).slice(offset..)
+        };
+        let tensor = |dtype, bytes| StateTensor { name: "t".into(), dtype, shape: vec![2, 2], bytes };
+        let f = tensor(StateDType::F32, at(bytemuck::cast_slice(&floats)));
+        let back = f.to_float::<B, 2>(&device).unwrap().into_data().convert::<f32>().into_vec::<f32>().unwrap();
+        assert_eq!(back, floats, "f32 at offset {offset}");
+        let i = tensor(StateDType::I32, at(bytemuck::cast_slice(&ints)));
+        let back: Tensor<B, 2, Int> = i.to_int(&device).unwrap();
+        assert_eq!(back.into_data().convert::<i32>().into_vec::<i32>().unwrap(), ints, "i32 at offset {offset}");
+    }
+}

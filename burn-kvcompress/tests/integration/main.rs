@@ -26,6 +26,7 @@ mod row_product_gpu;
 mod slot_buffer;
 mod smollm2_perplexity;
 mod smollm2_reference;
+mod state_upload_gpu;
 mod tokenizer_api;
 mod tokenizer_chat;
 mod tokenizer_reference;

@@ -3,9 +3,11 @@
 //! `--kv` scheme and `--context`, one request of an 8B-shaped model (`--layers` layers of 8 KV
 //! heads of 128) is filled with random keys and values, exported to host states, and imported
 //! back layer by layer with `TransferableScheme::import_state` from fresh host buffers (as a
-//! received request's are), device-synchronized; beside it, the same bytes uploaded as one tensor
-//! (what Burn's upload path costs with no per-tensor work). The PyTorch anchor, run in the same
-//! call: `examples/bench/upload_anchor.py` (pageable and pinned host-to-device copies).
+//! received request's are), device-synchronized, then checked (each imported layer exports the
+//! state it was imported from, byte for byte); beside it, the same bytes uploaded as one tensor
+//! by Burn's `Tensor::from_data` (its upload path with no per-tensor work). The PyTorch anchor,
+//! run in the same call: `examples/bench/upload_anchor.py` (pageable and pinned host-to-device
+//! copies of the same sizes).
 //!
 //! `cargo run --release -p examples --features cuda --bin import_bench -- --backend cuda`
 
@@ -58,7 +60,7 @@ fn run<B: KernelBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
          states' bytes)",
         args.layers, config.num_kv_heads, config.head_dim, args.reps
     );
-    println!("| kv | context | MB | import median | host part | GB/s | one-tensor upload | GB/s |");
+    println!("| kv | context | MB | import median | host part | GB/s | Burn's from_data, one tensor | GB/s |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     for kv in &args.kvs {
         anyhow::ensure!(
@@ -124,6 +126,11 @@ where
         uploads.push(upload(Bytes::from_bytes_vec(vec![1; bytes / 4 * 4]))?);
     }
     let (import, host, upload) = (median(imports), median(hosts), median(uploads));
+    // What was imported exports the same state again: the upload wrote every byte where it belongs.
+    for (layer, received) in received().iter().enumerate() {
+        let cache = scheme.import_state(layer, geometry, received, device)?;
+        anyhow::ensure!(cache.export_state() == state, "{kv} at {context} tokens: layer {layer} exports another state");
+    }
     let gbs = |ms: f64| bytes as f64 / ms / 1e6;
     println!(
         "| {kv} | {context} | {:.0} | {import:.1} | {host:.1} | {:.1} | {upload:.1} | {:.1} |",

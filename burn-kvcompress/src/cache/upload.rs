@@ -1,0 +1,97 @@
+//! A state tensor's host bytes into a device tensor: the per-byte cost of importing a received
+//! cache, paid on the thread that decodes (every running request waits for it).
+//!
+//! On the CUDA runtime the bytes go straight into an empty tensor's buffer by one driver copy
+//! (`kernels::cuda_write`); Burn's own upload copies them into a fresh host vector first, which
+//! at 8K–32K-token caches costs more than the transfer. Elsewhere Burn's upload runs, on the
+//! bytes themselves where they are aligned for their values (no copy of ours before it).
+
+use burn::tensor::{backend::Backend, AllocationProperty, Element, Int, Tensor, TensorData};
+
+use super::state::Bytes;
+
+/// `bytes` (little-endian `E` values, `shape.product()` of them) as a float tensor of `E`'s type
+/// on `device`.
+pub(super) fn upload_float<B: Backend, E: Element + bytemuck::Pod, const D: usize>(
+    bytes: &Bytes,
+    shape: [usize; D],
+    device: &B::Device,
+) -> Tensor<B, D> {
+    #[cfg(feature = "cuda")]
+    if let Some(tensor) = cuda_float::<B, D>(bytes, shape, E::dtype(), device) {
+        return tensor;
+    }
+    Tensor::from_data(host_data::<E, D>(bytes, shape), (device, E::dtype()))
+}
+
+/// `bytes` (little-endian `i32` values, `shape.product()` of them) as an integer tensor on
+/// `device`.
+pub(super) fn upload_int<B: Backend, const D: usize>(
+    bytes: &Bytes,
+    shape: [usize; D],
+    device: &B::Device,
+) -> Tensor<B, D, Int> {
+    #[cfg(feature = "cuda")]
+    if let Some(tensor) = cuda_int::<B, D>(bytes, shape, device) {
+        return tensor;
+    }
+    Tensor::from_data(host_data::<i32, D>(bytes, shape), device)
+}
+
+/// The bytes as tensor data of `E` values. Bytes aligned for `E` are shared, not copied (an
+/// upload reads them in place); others are collected into a vector of `E`, since a backend that
+/// converts on the host reads them as `E` values.
+fn host_data<E: Element + bytemuck::Pod, const D: usize>(bytes: &Bytes, shape: [usize; D]) -> TensorData {
+    match (bytes.as_ptr() as usize).is_multiple_of(align_of::<E>()) {
+        true => TensorData::from_bytes(
+            burn::tensor::Bytes::from_shared(bytes.clone(), AllocationProperty::Native),
+            shape,
+            E::dtype(),
+        ),
+        false => TensorData::new(bytemuck::pod_collect_to_vec::<u8, E>(bytes), shape),
+    }
+}
+
+/// The bytes written into an empty CUDA float tensor of `dtype`; `None` (nothing allocated) on
+/// another backend.
+#[cfg(feature = "cuda")]
+fn cuda_float<B: Backend, const D: usize>(
+    bytes: &Bytes,
+    shape: [usize; D],
+    dtype: burn::tensor::DType,
+    device: &B::Device,
+) -> Option<Tensor<B, D>> {
+    use burn::tensor::TensorPrimitive;
+    if !is_cuda::<B>(device) {
+        return None;
+    }
+    let tensor = Tensor::<B, D>::empty(shape, (device, dtype));
+    let written = match tensor.clone().into_primitive() {
+        TensorPrimitive::Float(primitive) => crate::kernels::cuda_write(&primitive, bytes).is_ok(),
+        TensorPrimitive::QFloat(_) => false,
+    };
+    written.then_some(tensor)
+}
+
+/// The bytes written into an empty CUDA integer tensor, when the backend's integers are `i32`;
+/// `None` (nothing allocated) on another backend.
+#[cfg(feature = "cuda")]
+fn cuda_int<B: Backend, const D: usize>(
+    bytes: &Bytes,
+    shape: [usize; D],
+    device: &B::Device,
+) -> Option<Tensor<B, D, Int>> {
+    if !is_cuda::<B>(device) {
+        return None;
+    }
+    let tensor = Tensor::<B, D, Int>::empty(shape, device);
+    let written = tensor.dtype() == burn::tensor::DType::I32
+        && crate::kernels::cuda_write(&tensor.clone().into_primitive(), bytes).is_ok();
+    written.then_some(tensor)
+}
+
+/// Whether `device` is a device of CubeCL's CUDA runtime.
+#[cfg(feature = "cuda")]
+fn is_cuda<B: Backend>(device: &B::Device) -> bool {
+    (device as &dyn std::any::Any).is::<cubecl::cuda::CudaDevice>()
+}
