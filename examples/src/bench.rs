@@ -27,6 +27,12 @@ pub struct Timing {
     pub pipelined: f64,
 }
 
+/// The middle value of `values` (the upper of the two middle ones for an even count).
+pub fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
 /// [`Timing`] of `f` over `runs` calls (after 10 warm-up calls).
 pub fn time<B: Backend>(device: &B::Device, runs: usize, mut f: impl FnMut()) -> Timing {
     let runs = runs.max(1);

@@ -20,6 +20,7 @@ use burn_kvtransfer::{
     ModelFingerprint, SchemeDescriptor,
 };
 use clap::Parser;
+use examples::bench::median;
 use sha2::{Digest, Sha256};
 
 /// Loopback transfer benchmark.
@@ -226,11 +227,6 @@ async fn throughput(
     let cpu_per_gb = cpu_before.zip(cpu_seconds()).map(|(b, a)| (a - b) / (kv_bytes as f64 * args.reps as f64 / 1e9));
     let wire_bytes = (client.bytes_received() - before) / (args.reps as u64 + 1);
     Ok(Timed { seconds: median(seconds), first_layer: median(first_layers), kv_bytes, wire_bytes, cpu_per_gb })
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
 }
 
 /// Wire bytes per second received while `in_flight` requests are kept outstanding for

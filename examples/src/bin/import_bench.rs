@@ -22,6 +22,7 @@ use burn_kvschemes::{with_scheme, SchemeSpec};
 use clap::Parser;
 use examples::{
     backend_choice::{BackendChoice, KernelBackend},
+    bench::median,
     with_backend,
 };
 use std::path::Path;
@@ -164,9 +165,4 @@ where
 fn fresh_copy(state: &LayerState) -> LayerState {
     let tensors = state.tensors.iter().map(|t| StateTensor { bytes: t.bytes.to_vec().into(), ..t.clone() }).collect();
     LayerState { tokens: state.tokens, tensors }
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
 }
