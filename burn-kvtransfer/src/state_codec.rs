@@ -8,7 +8,7 @@
 //!
 //! Each tensor's data starts at a multiple of [`DATA_ALIGN`] bytes of the serialization, so a
 //! receiver whose buffer starts aligned holds every tensor aligned for its values: an upload
-//! reads it in place (`StateTensor::to_float_as` shares aligned bytes and copies others).
+//! reads it where it landed (`StateTensor::to_float_as` and `to_int` copy misaligned bytes first).
 //!
 //! Decoding checks every length against the buffer and every tensor's size against its shape
 //! (`StateTensor::validate`), so a received state is sound before it touches a device. Neither

@@ -4,8 +4,8 @@
 //! vector (`ComputeClient::create`), then copies that vector to the device. For a received KV
 //! cache the first copy costs more than the second: the fresh vector's pages fault in as it is
 //! written (above 32 MB every allocation is a fresh mapping), and an import of an 8K–32K-token
-//! cache ran at 0.8–2 GB/s on an H200 host (`results/e2e/fast-import-8b-f16-h200/`). [`cuda_write`] skips
-//! it: the driver reads the caller's bytes where they are.
+//! cache ran at 0.4–1.8 GB/s on an H200 host (`results/e2e/fast-import-8b-f16-h200/`).
+//! [`cuda_write`] skips it: the driver reads the caller's bytes where they are.
 
 use std::any::Any;
 
