@@ -195,13 +195,14 @@ fn import_channel<B: HackBackend>(
         if !present(&format!("{name}_k")) {
             return Ok(None);
         }
-        let [k, v] = ["k", "v"].map(|x| state.get(&format!("{name}_{x}")).and_then(|t| t.to_float::<B, 4>(device)));
+        // f16 slots into an f16 cache are uploaded as they are; other pairs are cast.
+        let [k, v] = ["k", "v"]
+            .map(|x| state.get(&format!("{name}_{x}")).and_then(|t| t.to_float_as::<B, 4>(device, float_dtype.into())));
         let (k, v) = (k?, v?);
         let n = k.dims()[2];
         if k.dims() != [b, h, n, d] || v.dims() != k.dims() || n == 0 {
             return Err(CacheError::State(format!("`{name}` slots have shapes {:?} / {:?}", k.dims(), v.dims())));
         }
-        let [k, v] = [k, v].map(|x| x.cast(float_dtype));
         Ok(Some(FloatSlots::new(k, v)))
     };
     s.sinks = slots("sinks")?;
