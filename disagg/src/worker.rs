@@ -214,7 +214,7 @@ where
     for tokens in (0..job.warmup).flat_map(|_| &one_per_length) {
         let fetcher = &context.fetcher;
         let now = Instant::now();
-        context.decode(fetcher.puller.timed(tokens, now, |t| fetcher.fetch(t))?, Ok, None, now)?;
+        context.decode(fetcher.puller.timed(tokens, now, |t| fetcher.fetch(t))?, None, now)?;
     }
     let checks = match job.run.check {
         true => requests.iter().map(|(_, tokens)| check_request(&context, tokens).map(Some)).collect(),
@@ -262,7 +262,7 @@ where
         }
         let fetcher = &cx.fetcher;
         let fetched = fetcher.puller.timed(tokens, Instant::now(), |t| fetcher.fetch(t))?;
-        rows.push(cx.decode(fetched, Ok, stream.as_mut(), run_start)?);
+        rows.push(cx.decode(fetched, stream.as_mut(), run_start)?);
         if let Some(mut stream) = stream {
             println!("{}\n", stream.finish()?);
         }
@@ -507,17 +507,15 @@ where
         (decoding, received.caches)
     }
 
-    /// Decodes a fetched request alone, its caches first made by `import`, and measures it
-    /// (printing its text to `stream`; its arrival counted from `run_start`).
-    fn decode<R>(
+    /// Decodes a fetched request alone and measures it (printing its text to `stream`; its
+    /// arrival counted from `run_start`).
+    fn decode(
         &self,
-        fetched: Fetched<R>,
-        import: impl FnOnce(R) -> anyhow::Result<Received<S::Cache>>,
+        fetched: Fetched<Received<S::Cache>>,
         mut stream: Option<&mut TokenStream<'_>>,
         run_start: Instant,
     ) -> anyhow::Result<Row> {
-        let began = Instant::now();
-        let (mut decoding, mut caches) = self.start(fetched.try_map(import)?, began);
+        let (mut decoding, mut caches) = self.start(fetched, Instant::now());
         let mut show = |token: u32| {
             if let Some(Ok(piece)) = stream.as_mut().map(|s| s.push(token)) {
                 print!("{piece}");

@@ -60,7 +60,7 @@ impl GroupMean {
     /// Whether `other` is this group's counterpart (same link rate, request rate and arrivals,
     /// batch and prompt length).
     pub(crate) fn matches(&self, other: &GroupMean) -> bool {
-        self.link_gbps == other.link_gbps && self.request_rate == other.request_rate && self.same_load_line(other)
+        self.request_rate == other.request_rate && self.same_load_line(other)
     }
 
     /// Whether `other` lies on this group's load line: the same link, arrivals, batch and

@@ -18,7 +18,7 @@ pub fn markdown_table(groups: &[GroupMean], baseline: &str) -> String {
         let versus = groups
             .iter()
             .find(|b| b.scheme == baseline && b.matches(g))
-            .map_or("–".to_string(), |b| format!("{:+.1} %", (g.jct_ms / b.jct_ms - 1.0) * 100.0));
+            .map_or("–".to_string(), |b| percent_change(g.jct_ms, b.jct_ms));
         out += &format!(
             "{} {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.1} | {:.2} | {versus} |\n",
             group_cells(g),
@@ -97,10 +97,9 @@ pub fn within_tbt_table(groups: &[GroupMean], baseline: &str, tbt_ms: f64) -> St
             Some(b) => {
                 let (served, jct) = match base {
                     None => ("–".to_string(), "–".to_string()),
-                    Some(base) => (
-                        format!("{:.2}×", b.served_per_s / base.served_per_s),
-                        format!("{:+.1} %", (b.jct_ms / base.jct_ms - 1.0) * 100.0),
-                    ),
+                    Some(base) => {
+                        (format!("{:.2}×", b.served_per_s / base.served_per_s), percent_change(b.jct_ms, base.jct_ms))
+                    }
                 };
                 let rate = b.request_rate.expect("a group at a rate");
                 format!("{:.3} | {rate} | {:.1} | {served} | {jct}", b.served_per_s, b.jct_ms)
@@ -110,6 +109,11 @@ pub fn within_tbt_table(groups: &[GroupMean], baseline: &str, tbt_ms: f64) -> St
         out += &format!("| {} | {} | {arrivals} | {} | {cells} |\n", line.scheme, link_cell(line), line.prompt_tokens);
     }
     out
+}
+
+/// How much `value` lies above (+) or below (−) `base`, in percent of `base`: a cell.
+fn percent_change(value: f64, base: f64) -> String {
+    format!("{:+.1} %", (value / base - 1.0) * 100.0)
 }
 
 /// The cells that name a group: `| scheme | link | rate | prompt | requests |`.
