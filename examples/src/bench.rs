@@ -19,6 +19,9 @@ pub struct Timing {
     pub median: f64,
     /// Fastest of those calls.
     pub min: f64,
+    /// Slowest of those calls: a step that does rare work (a HACK block closing every Π steps)
+    /// shows here, not in the median.
+    pub max: f64,
     /// Median host time of those calls before their sync: the enqueueing (argument checks,
     /// allocations, uploads, launches) that the device may wait on.
     pub host: f64,
@@ -57,7 +60,7 @@ pub fn time<B: Backend>(device: &B::Device, runs: usize, mut f: impl FnMut()) ->
     let pipelined = start.elapsed().as_secs_f64() * 1e6 / runs as f64;
     totals.sort_by(f64::total_cmp);
     hosts.sort_by(f64::total_cmp);
-    Timing { median: totals[runs / 2], min: totals[0], host: hosts[runs / 2], pipelined }
+    Timing { median: totals[runs / 2], min: totals[0], max: totals[runs - 1], host: hosts[runs / 2], pipelined }
 }
 
 /// The columns of a decode timing row after its shape columns: [`DECODE_COLUMNS`] heads them.
@@ -66,7 +69,7 @@ pub const DECODE_COLUMNS: &str = "median µs | min µs | host µs | pipelined µ
 /// A decode timing's cells under [`DECODE_COLUMNS`], for a step that reads `bytes` (GB/s from
 /// the median).
 pub fn decode_cells(timing: Timing, bytes: f64) -> String {
-    let Timing { median, min, host, pipelined } = timing;
+    let Timing { median, min, host, pipelined, .. } = timing;
     format!("{median:.1} | {min:.1} | {host:.1} | {pipelined:.1} | {:.1} | {:.0}", bytes / 1e6, bytes / median / 1e3)
 }
 

@@ -3,7 +3,7 @@
 //! head, then an 8B-shaped model cut to `--layers` layers with Burn's ops or the backend's kernels
 //! (weight products, RMSNorm, rotary embedding): the prefill of a `--context`-token prompt (TTFT)
 //! and the decode steps after it over a `--kv` cache (dense f16 or HACK), with device-synchronized
-//! timing (median, host enqueue time, pipelined). The PyTorch anchors, run in the same call:
+//! timing (median, slowest, host enqueue time, pipelined). The PyTorch anchors, run in the same call:
 //! `examples/bench/gemv_anchor.py` for the products, `examples/bench/model_anchor.py` for TTFT and
 //! the steps.
 use burn_kvschemes::{with_scheme, SchemeSpec};
@@ -126,8 +126,10 @@ fn run<B: KernelBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
          the `{}` cache (ms)",
         args.layers, args.batch, args.context, args.kv
     );
-    println!("| ops | TTFT median | step median | step host | step pipelined | weights GB/s (step median) |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!(
+        "| ops | TTFT median | step median | step slowest | step host | step pipelined | weights GB/s (step median) |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     with_scheme!(scheme, time_model::<B, _>, (model, weight_bytes, args, &device))
 }
 
@@ -165,8 +167,9 @@ fn time_model<B: KernelBackend, S: KvScheme<B>>(
             drop(model.forward(&steps, &mut caches, Logits::Last).expect("decode step"));
         });
         println!(
-            "| {name} | {ttft} | {:.2} | {:.2} | {:.2} | {:.0} |",
+            "| {name} | {ttft} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} |",
             step.median / 1e3,
+            step.max / 1e3,
             step.host / 1e3,
             step.pipelined / 1e3,
             weight_bytes / step.median / 1e3
