@@ -18,7 +18,7 @@ use burn_kvcompress::{
 
 use super::{codes::cat_dense_rows, paper::spec, PARAMS_BYTES};
 use crate::{
-    kernels::{pack_words, unpack_words, ChannelView, HackBackend, RowLayout},
+    kernels::{ChannelView, HackBackend, RowLayout},
     HackConfig,
 };
 
@@ -141,16 +141,6 @@ pub fn value_group(head_dim: usize, partition: usize) -> usize {
     partition.min(head_dim)
 }
 
-/// Packed `bits`-bit codes `[batch, kv_heads, blocks · rows, cols · bits / 32]` (each block
-/// `rows` rows of `cols` codes) as `[batch, kv_heads, blocks · cols, rows · bits / 32]`: each
-/// block's code matrix transposed.
-fn transpose_blocks<B: Backend>(words: Tensor<B, 4, Int>, bits: u8, rows: usize, cols: usize) -> Tensor<B, 4, Int> {
-    let [batch, kv_heads, all_rows, _] = words.dims();
-    let blocks = all_rows / rows;
-    let codes = unpack_words(words, bits).reshape([batch * kv_heads, blocks, rows, cols]).swap_dims(2, 3);
-    pack_words(codes.reshape([batch, kv_heads, blocks * cols, rows]), bits)
-}
-
 /// `x` as the float slots hold it in `dtype`: cast to f16, or (in f32, where the backend lacks
 /// f16) rounded to the nearest f16 (ties to even) through the host.
 fn to_float_slots<B: Backend>(x: Tensor<B, 4>, dtype: DType) -> Tensor<B, 4> {
@@ -243,25 +233,15 @@ impl<B: HackBackend> ChannelStore<B> {
             return Ok(());
         };
         let (tail_len, d) = (tail.len(), geometry.head_dim);
-        let [batch, kv_heads] = [geometry.batch, geometry.kv_heads];
         let pi = config.partition;
         let first_slot = self.sinks_len() + self.blocks(d) * pi;
         // The quantizer takes f32 (f16 values, exactly).
         let [closing_k, closing_v] = tail.narrow(0, full * pi).map(|x| x.cast(DType::F32));
-        let key_rows =
-            closing_k.reshape([batch, kv_heads, full, pi, d]).swap_dims(3, 4).reshape([batch, kv_heads, full * d, pi]);
         let key_spec = spec(config, layer, geometry, pi, 0, RowLayout::ValueBlocks { first_slot });
         let value_spec = spec(config, layer, geometry, value_group(d, pi), 1, RowLayout::Keys { first_slot });
-        let quantize = |x, spec| {
-            B::hack_quantize(x, spec)
-                .map(|c| PackedRows { words: c.words, params: c.params })
-                .map_err(|e| CacheError::Request(e.to_string()))
-        };
-        let keys = quantize(key_rows, &key_spec)?;
+        let quantize = |x, spec| B::hack_quantize_blocks(x, spec).map_err(|e| CacheError::Request(e.to_string()));
+        let keys = quantize(closing_k, &key_spec)?;
         let values = quantize(closing_v, &value_spec)?;
-        // Packed along the sums' axes (see `PackedRows`): keys per slot, values per channel.
-        let keys = PackedRows { words: transpose_blocks(keys.words, config.key_bits, d, pi), ..keys };
-        let values = PackedRows { words: transpose_blocks(values.words, config.value_bits, pi, d), ..values };
         self.keys = Some(PackedRows::append(self.keys.take(), keys));
         self.values = Some(PackedRows::append(self.values.take(), values));
         let rest = tail_len - full * pi;

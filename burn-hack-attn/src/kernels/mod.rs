@@ -1,7 +1,8 @@
 //! The HACK operations behind one backend-extension trait, each as a kernel/launch/reference triad
-//! (`docs/design.md`): `quantize` (quantize + pack on append), `rotate` (queries and keys rotated
-//! per KV head), `decode` (the fused decode attention kernel, one query slot), `prefill` (the fused
-//! attention kernel for many query slots) and `attention` (the tensor-op reference of both).
+//! (`docs/design.md`): `quantize` (quantize + pack on append: rows, and the channel layout's
+//! blocks), `rotate` (queries and keys rotated per KV head), `decode` (the fused decode attention
+//! kernel, one query slot), `prefill` (the fused attention kernel for many query slots) and
+//! `attention` (the tensor-op reference of both).
 
 pub mod attention;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -29,10 +30,14 @@ use burn_kvcompress::{cache::AttendOptions, error::CacheError};
 
 pub use attention::{attention_reference, attention_reference_in_steps, CacheView};
 pub use channel::{channel_attention_reference, ChannelView};
-pub use quantize::{pack_words, quantize_reference, unpack_words};
+pub use quantize::{pack_words, quantize_blocks_reference, quantize_reference, unpack_words};
 pub use spec::{QuantizeSpec, RowLayout};
 
-use crate::{cache::Codes, quant::QuantError, rotation::rotate_heads};
+use crate::{
+    cache::{Codes, PackedRows},
+    quant::QuantError,
+    rotation::rotate_heads,
+};
 
 /// A backend that runs HACK's operations. The provided methods are the plain-tensor references;
 /// CubeCL backends override them with kernels.
@@ -40,6 +45,12 @@ pub trait HackBackend: Backend {
     /// Quantizes and packs `x: [batch, kv_heads, rows, z]` per `spec`.
     fn hack_quantize(x: Tensor<Self, 4>, spec: &QuantizeSpec) -> Result<Codes<Self>, QuantError> {
         quantize_reference(x, spec)
+    }
+
+    /// Quantizes the blocks of `x: [batch, kv_heads, blocks · Π, head_dim]` for the channel
+    /// layout as [`quantize_blocks_reference`] says.
+    fn hack_quantize_blocks(x: Tensor<Self, 4>, spec: &QuantizeSpec) -> Result<PackedRows<Self>, QuantError> {
+        quantize_blocks_reference(x, spec)
     }
 
     /// `x: [batch, heads, n, head_dim]` rotated per KV head by `r: [kv_heads, head_dim, head_dim]`
@@ -85,6 +96,13 @@ where
 {
     fn hack_quantize(x: Tensor<Self, 4>, spec: &QuantizeSpec) -> Result<Codes<Self>, QuantError> {
         Ok(quantize::quantize_launch(x, spec))
+    }
+
+    /// One launch (`quantize_blocks_kernel`), where the reference quantizes rows and transposes
+    /// the packed blocks with a dozen tensor operations (a decode step that closes a block runs
+    /// it in every layer).
+    fn hack_quantize_blocks(x: Tensor<Self, 4>, spec: &QuantizeSpec) -> Result<PackedRows<Self>, QuantError> {
+        Ok(quantize::quantize_blocks_launch(x, spec))
     }
 
     /// One launch (`burn_kvcompress::kernels::rotate_heads_kernel`, the model's rotary kernel

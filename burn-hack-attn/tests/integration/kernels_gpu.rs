@@ -6,8 +6,8 @@ use burn::tensor::{Int, Tensor, TensorData};
 use burn_hack_attn::{
     cache::Codes,
     kernels::{
-        attention_reference, decode::DecodeGeometry, prefill::prefill_geometry, quantize_reference, HackBackend,
-        QuantizeSpec, RowLayout,
+        attention_reference, decode::DecodeGeometry, prefill::prefill_geometry, quantize_blocks_reference,
+        quantize_reference, HackBackend, QuantizeSpec, RowLayout,
     },
     quant::Rounder,
     HackConfig, HackScheme, Rounding,
@@ -88,6 +88,56 @@ fn quantize_kernel_equals_reference_bit_for_bit() {
             let words = &want[1];
             assert!(words.iter().any(|w| subnormal(w & 0xFFFF)), "case {i}: no subnormal minimum");
             assert!(words.iter().any(|w| subnormal(w >> 16)), "case {i}: no subnormal scale");
+        }
+    }
+}
+
+#[test]
+fn block_quantize_kernel_equals_reference_bit_for_bit() {
+    // (batch, kv_heads, blocks, head_dim, Π, bits, keys (else values), rounding, clip, first slot)
+    let cases = [
+        (1, 1, 1, 64, 64, 2, true, Rounding::Nearest, true, 4),
+        (1, 1, 1, 64, 64, 2, false, Rounding::Nearest, true, 4),
+        (2, 3, 2, 128, 64, 2, true, Rounding::Stochastic { seed: 1 }, false, 68),
+        // Values in two channel groups per slot (Π < head_dim).
+        (2, 3, 2, 128, 64, 4, false, Rounding::Stochastic { seed: 2 }, true, 0),
+        // Π above the head (one group per slot; more partitions per block than channels).
+        (1, 2, 3, 32, 128, 4, true, Rounding::Nearest, true, 1000),
+        (1, 2, 3, 32, 128, 2, false, Rounding::Stochastic { seed: 3 }, false, 1000),
+        (3, 1, 1, 16, 16, 2, false, Rounding::Nearest, false, 7),
+        (3, 1, 1, 16, 16, 4, true, Rounding::Nearest, true, 7),
+    ];
+    for (i, &(batch, kv_heads, blocks, d, pi, bits, keys, rounding, clip, first_slot)) in cases.iter().enumerate() {
+        let (group, layout) = match keys {
+            true => (pi, RowLayout::ValueBlocks { first_slot }),
+            false => (pi.min(d), RowLayout::Keys { first_slot }),
+        };
+        let spec = QuantizeSpec {
+            bits,
+            group,
+            head_dim: d,
+            partition: pi,
+            rounder: Rounder::new(rounding, i as u32),
+            clip,
+            layout,
+        };
+        let shape = [batch, kv_heads, blocks * pi, d];
+        let data = values(shape, 100 + i as u64);
+        let cpu = quantize_blocks_reference(
+            Tensor::<Cpu, 4>::from_data(TensorData::new(data.clone(), shape), &Default::default()),
+            &spec,
+        )
+        .unwrap();
+        let gpu = Gpu::hack_quantize_blocks(
+            Tensor::<Gpu, 4>::from_data(TensorData::new(data, shape), &Default::default()),
+            &spec,
+        )
+        .unwrap();
+        for (name, want, got) in [("words", cpu.words, gpu.words), ("params", cpu.params, gpu.params)] {
+            assert_eq!(want.dims(), got.dims(), "case {i} {name} shape");
+            let (want, got) = (ints(want), ints(got));
+            let mismatches = want.iter().zip(&got).filter(|(a, b)| a != b).count();
+            assert_eq!(mismatches, 0, "case {i} {name}: {mismatches} of {} differ", want.len());
         }
     }
 }

@@ -60,10 +60,84 @@ pub fn quantize_kernel(
     let stream = row_global / rows;
     let base = (p * geo.group) as usize;
 
+    let (slot0, channel0) = if comptime![geo.value_blocks] {
+        (first_slot + (row / geo.head_dim) * geo.partition, row % geo.head_dim)
+    } else {
+        (first_slot + row, part * geo.group)
+    };
+    let fit = comptime!(geo.fit());
+    let (min, scale) = fitted_range(x, base, 1, slot0, channel0, stream, streams, rounding_stream, geo.head_dim, fit);
+
+    let levels = f32::cast_from((1u32 << geo.bits) - 1);
+    let per_word = 32 / geo.bits;
+    let words_per_group = geo.group / per_word;
+    let mut sum = 0u32;
+    for w in 0..words_per_group {
+        let mut word = 0u32;
+        for j in 0..per_word {
+            let i = w * per_word + j;
+            let offset = element_offset(i, slot0, channel0, stream, streams, rounding_stream, geo.head_dim, fit);
+            let code = code_of(x[base + i as usize], min, scale, offset, levels);
+            word |= code << (j * geo.bits);
+            sum += code;
+        }
+        words[(p * words_per_group + w) as usize] = word;
+    }
+    params[p as usize] = params_word(min, scale);
+    sums[p as usize] = sum;
+}
+
+/// How a partition's range is fitted and its codes rounded (comptime).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RangeFit {
+    /// Bits per code.
+    pub bits: u32,
+    /// Elements per partition.
+    pub group: u32,
+    /// The partition's elements are consecutive slots of one channel (else consecutive channels
+    /// of one slot): where each element's stochastic number is drawn.
+    pub along_slots: bool,
+    /// Stochastic rounding (else nearest).
+    pub stochastic: bool,
+    /// The range clipped to the least squared error.
+    pub clip: bool,
+}
+
+impl QuantizeGeometry {
+    /// How each partition is fitted.
+    pub fn fit(&self) -> RangeFit {
+        RangeFit {
+            bits: self.bits,
+            group: self.group,
+            along_slots: self.value_blocks,
+            stochastic: self.stochastic,
+            clip: self.clip,
+        }
+    }
+}
+
+/// The fp16-rounded (min, scale) of the partition `x[base + i · stride]`, `i < group`, whose
+/// element `i` sits at (`slot0 + i`, `channel0`) along slots, (`slot0`, `channel0 + i`) along
+/// channels: its min/max range or, when clipping, the host's `quantize_group_clipped` (each ratio
+/// of the range about its midpoint, the least squared error kept, the widest on ties).
+#[allow(clippy::too_many_arguments)]
+#[cube]
+pub fn fitted_range(
+    x: &Array<f32>,
+    base: usize,
+    stride: u32,
+    slot0: u32,
+    channel0: u32,
+    stream: u32,
+    streams: u32,
+    rounding_stream: u32,
+    #[comptime] head_dim: u32,
+    #[comptime] fit: RangeFit,
+) -> (f32, f32) {
     let mut lo = x[base];
     let mut hi = x[base];
-    for i in 1..geo.group {
-        let v = x[base + i as usize];
+    for i in 1..fit.group {
+        let v = x[base + (i * stride) as usize];
         if v < lo {
             lo = v;
         }
@@ -71,12 +145,10 @@ pub fn quantize_kernel(
             hi = v;
         }
     }
-    let levels = f32::cast_from((1u32 << geo.bits) - 1);
+    let levels = f32::cast_from((1u32 << fit.bits) - 1);
     let (mut min, mut scale) = range_params(lo, hi, levels);
-    if comptime![geo.clip] {
-        // The host's `quantize_group_clipped`: each ratio of the range about its midpoint, the
-        // least squared error kept (the widest on ties). No infinite literal (WGSL has none):
-        // the first ratio's error starts the search.
+    if comptime![fit.clip] {
+        // No infinite literal (WGSL has none): the first ratio's error starts the search.
         let mid = 0.5f32 * (lo + hi);
         let half = 0.5f32 * (hi - lo);
         let mut best = 0.0f32;
@@ -84,9 +156,9 @@ pub fn quantize_kernel(
             let ratio = clip_ratio(r);
             let (m, s) = range_params(mid - ratio * half, mid + ratio * half, levels);
             let mut error = 0.0f32;
-            for i in 0..geo.group {
-                let x_i = x[base + i as usize];
-                let offset = rounding_offset(i, row, part, stream, streams, first_slot, rounding_stream, geo);
+            for i in 0..fit.group {
+                let x_i = x[base + (i * stride) as usize];
+                let offset = element_offset(i, slot0, channel0, stream, streams, rounding_stream, head_dim, fit);
                 let code = code_of(x_i, m, s, offset, levels);
                 let diff = s * f32::cast_from(code) + m - x_i;
                 error += diff * diff;
@@ -98,23 +170,7 @@ pub fn quantize_kernel(
             }
         }
     }
-
-    let per_word = 32 / geo.bits;
-    let words_per_group = geo.group / per_word;
-    let mut sum = 0u32;
-    for w in 0..words_per_group {
-        let mut word = 0u32;
-        for j in 0..per_word {
-            let i = w * per_word + j;
-            let offset = rounding_offset(i, row, part, stream, streams, first_slot, rounding_stream, geo);
-            let code = code_of(x[base + i as usize], min, scale, offset, levels);
-            word |= code << (j * geo.bits);
-            sum += code;
-        }
-        words[(p * words_per_group + w) as usize] = word;
-    }
-    params[p as usize] = params_word(min, scale);
-    sums[p as usize] = sum;
+    (min, scale)
 }
 
 /// The fp16-rounded (min, scale) of the levels of `[lo, hi]` (scale 1 where it rounds to 0), as
@@ -149,7 +205,7 @@ fn clip_ratio(r: u32) -> f32 {
 
 /// `clamp(floor((x - min) / scale + offset), 0, levels)`.
 #[cube]
-fn code_of(x: f32, min: f32, scale: f32, offset: f32, levels: f32) -> u32 {
+pub fn code_of(x: f32, min: f32, scale: f32, offset: f32, levels: f32) -> u32 {
     let y = f32::floor((x - min) / scale + offset);
     let mut code = 0u32;
     if y > 0.0 {
@@ -158,31 +214,31 @@ fn code_of(x: f32, min: f32, scale: f32, offset: f32, levels: f32) -> u32 {
     code
 }
 
-/// Element `i`'s rounding offset: 0.5, or its stochastic number (indexed as [`RowLayout`]
-/// says, see `QuantizeSpec::index`).
-///
-/// [`RowLayout`]: crate::kernels::RowLayout
+/// Element `i`'s rounding offset in a partition placed as [`fitted_range`] says: 0.5, or its
+/// stochastic number.
 #[allow(clippy::too_many_arguments)]
 #[cube]
-fn rounding_offset(
+pub fn element_offset(
     i: u32,
-    row: u32,
-    part: u32,
+    slot0: u32,
+    channel0: u32,
     stream: u32,
     streams: u32,
-    first_slot: u32,
     rounding_stream: u32,
-    #[comptime] geo: QuantizeGeometry,
+    #[comptime] head_dim: u32,
+    #[comptime] fit: RangeFit,
 ) -> f32 {
     let mut offset = 0.5f32;
-    if comptime![geo.stochastic] {
-        let (slot, channel) = if comptime![geo.value_blocks] {
-            (first_slot + (row / geo.head_dim) * geo.partition + i, row % geo.head_dim)
-        } else {
-            (first_slot + row, part * geo.group + i)
-        };
-        let index = (slot * streams + stream) * geo.head_dim + channel;
-        offset = uniform_cube(rounding_stream, index);
+    if comptime![fit.stochastic] {
+        let (slot, channel) = if comptime![fit.along_slots] { (slot0 + i, channel0) } else { (slot0, channel0 + i) };
+        offset = uniform_cube(rounding_stream, rounding_index(slot, stream, streams, channel, head_dim));
     }
     offset
+}
+
+/// The stochastic number's index of (slot, stream, channel): `QuantizeSpec::index`, wrapping
+/// at 2^32.
+#[cube]
+pub fn rounding_index(slot: u32, stream: u32, streams: u32, channel: u32, #[comptime] head_dim: u32) -> u32 {
+    (slot * streams + stream) * head_dim + channel
 }

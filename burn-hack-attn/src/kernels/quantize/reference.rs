@@ -4,8 +4,8 @@
 use burn::tensor::{backend::Backend, ElementConversion, Int, Tensor, TensorData};
 
 use crate::{
-    cache::Codes,
-    kernels::QuantizeSpec,
+    cache::{Codes, PackedRows},
+    kernels::{QuantizeSpec, RowLayout},
     quant::{pack_codes, quantize_group, quantize_group_clipped, QuantError},
 };
 
@@ -43,6 +43,45 @@ pub fn quantize_reference<B: Backend>(x: Tensor<B, 4>, spec: &QuantizeSpec) -> R
         params: int(params_words, meta),
         sums: int(sums, meta),
     })
+}
+
+/// Quantizes the blocks of Π slots of `x: [batch, kv_heads, blocks · Π, head_dim]` for the
+/// channel layout, the axes named by `spec.layout`:
+/// - [`RowLayout::ValueBlocks`] (keys): partitions per channel over a block's Π slots (`group` =
+///   Π); words `[batch, kv_heads, blocks · Π, head_dim · bits / 32]` (a row per slot), params
+///   `[batch, kv_heads, blocks · head_dim, 1]` (a row per block and channel);
+/// - [`RowLayout::Keys`] (values): partitions per slot over `group` channels; words `[batch,
+///   kv_heads, blocks · head_dim, Π · bits / 32]` (a row per block and channel), params `[batch,
+///   kv_heads, blocks · Π, head_dim / group]` (a row per slot).
+///
+/// Each partition quantized by [`quantize_reference`] (its rounding indices are the row
+/// layout's), then each block's code matrix transposed so that words pack along the other axis.
+pub fn quantize_blocks_reference<B: Backend>(
+    x: Tensor<B, 4>,
+    spec: &QuantizeSpec,
+) -> Result<PackedRows<B>, QuantError> {
+    let [batch, kv_heads, slots, d] = x.dims();
+    let pi = spec.partition;
+    let blocks = slots / pi;
+    let (codes, rows, cols) = match spec.layout {
+        RowLayout::ValueBlocks { .. } => {
+            let channel_rows =
+                x.reshape([batch, kv_heads, blocks, pi, d]).swap_dims(3, 4).reshape([batch, kv_heads, blocks * d, pi]);
+            (quantize_reference(channel_rows, spec)?, d, pi)
+        }
+        RowLayout::Keys { .. } => (quantize_reference(x, spec)?, pi, d),
+    };
+    Ok(PackedRows { words: transpose_blocks(codes.words, spec.bits, rows, cols), params: codes.params })
+}
+
+/// Packed `bits`-bit codes `[batch, kv_heads, blocks · rows, cols · bits / 32]` (each block
+/// `rows` rows of `cols` codes) as `[batch, kv_heads, blocks · cols, rows · bits / 32]`: each
+/// block's code matrix transposed.
+fn transpose_blocks<B: Backend>(words: Tensor<B, 4, Int>, bits: u8, rows: usize, cols: usize) -> Tensor<B, 4, Int> {
+    let [batch, kv_heads, all_rows, _] = words.dims();
+    let blocks = all_rows / rows;
+    let codes = unpack_words(words, bits).reshape([batch * kv_heads, blocks, rows, cols]).swap_dims(2, 3);
+    pack_words(codes.reshape([batch, kv_heads, blocks * cols, rows]), bits)
 }
 
 /// Unpacks `words: [a, b, rows, w]` into codes `[a, b, rows, w * 32 / bits]` with tensor ops.
