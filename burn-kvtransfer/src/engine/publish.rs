@@ -20,7 +20,11 @@ pub struct PublishingScheme<'a, S> {
     pub publish: Publish<'a>,
 }
 
-/// A cache that publishes its state after every append.
+/// A cache that publishes its state after every append. It forwards every method of the cache it
+/// wraps, the rotated ones included: a model that rotates keys and queries itself (in its RoPE
+/// launch) must do so on the prefill side too, or the published state differs from the one the
+/// same prompt leaves in the wrapped cache alone (on CUDA, rotated in f32 before the cast to f16
+/// rather than after).
 pub struct PublishingCache<'a, C> {
     /// The wrapped cache.
     pub inner: C,
@@ -33,6 +37,20 @@ impl<B: Backend, C: TransferableCache<B>> KvCache<B> for PublishingCache<'_, C> 
         self.inner.append(k, v)?;
         (self.publish)(self.layer, self.inner.export_state());
         Ok(())
+    }
+
+    fn append_rotated(&mut self, k: Tensor<B, 4>, v: Tensor<B, 4>) -> Result<(), CacheError> {
+        self.inner.append_rotated(k, v)?;
+        (self.publish)(self.layer, self.inner.export_state());
+        Ok(())
+    }
+
+    fn attend_rotated(&self, q: Tensor<B, 4>, options: &AttendOptions) -> Result<Tensor<B, 4>, CacheError> {
+        self.inner.attend_rotated(q, options)
+    }
+
+    fn key_rotation(&self) -> Option<Tensor<B, 3>> {
+        self.inner.key_rotation()
     }
 
     fn attend(&self, q: Tensor<B, 4>, options: &AttendOptions) -> Result<Tensor<B, 4>, CacheError> {

@@ -15,5 +15,6 @@ mod landing;
 mod messages;
 mod placed_reads;
 mod protocol;
+mod publishing;
 mod rate;
 mod smollm2;
