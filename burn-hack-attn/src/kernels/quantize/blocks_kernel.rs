@@ -10,7 +10,7 @@
 
 use cubecl::prelude::*;
 
-use super::kernel::{code_of, element_offset, fitted_range, RangeFit};
+use super::kernel::{code_of, fitted_range, PartitionPlace, RangeFit};
 use crate::kernels::params_word::params_word;
 
 /// Layout constants of one launch (comptime: one compiled kernel per cache geometry).
@@ -88,19 +88,8 @@ pub fn quantize_blocks_kernel(
     let mut scales = SharedMemory::<f32>::new(comptime!(geo.partitions() as usize));
     let mut p = UNIT_POS;
     while p < partitions {
-        let (start, stride, slot0, channel0) = partition_place(p, geo);
-        let (min, scale) = fitted_range(
-            x,
-            base + start as usize,
-            stride,
-            block_slot + slot0,
-            channel0,
-            stream,
-            streams,
-            rounding_stream,
-            d,
-            fit,
-        );
+        let (start, stride, place) = partition_place(p, block_slot, stream, streams, rounding_stream, geo);
+        let (min, scale) = fitted_range(x, base + start as usize, stride, &place, d, fit);
         mins[p as usize] = min;
         scales[p as usize] = scale;
         params[(block_index * partitions + p) as usize] = params_word(min, scale);
@@ -129,8 +118,8 @@ pub fn quantize_blocks_kernel(
             } else {
                 (slot * groups + channel / geo.group, channel % geo.group)
             };
-            let (_, _, slot0, channel0) = partition_place(part, geo);
-            let offset = element_offset(i, block_slot + slot0, channel0, stream, streams, rounding_stream, d, fit);
+            let (_, _, place) = partition_place(part, block_slot, stream, streams, rounding_stream, geo);
+            let offset = place.offset(i, d, fit);
             let x_i = x[base + (slot * d + channel) as usize];
             let code = code_of(x_i, mins[part as usize], scales[part as usize], offset, levels);
             word |= code << (j * geo.bits);
@@ -140,10 +129,17 @@ pub fn quantize_blocks_kernel(
     }
 }
 
-/// Partition `p` in its block: its first element's offset, the step between its elements, and
-/// its first element's slot (from the block's first) and channel.
+/// Partition `p` of the block whose first slot is `block_slot`: its first element's offset in the
+/// block, the step between its elements, and its place in the cache.
 #[cube]
-fn partition_place(p: u32, #[comptime] geo: BlockQuantizeGeometry) -> (u32, u32, u32, u32) {
+fn partition_place(
+    p: u32,
+    block_slot: u32,
+    stream: u32,
+    streams: u32,
+    rounding_stream: u32,
+    #[comptime] geo: BlockQuantizeGeometry,
+) -> (u32, u32, PartitionPlace) {
     let mut start = p;
     let mut stride = 1u32;
     let mut slot = 0u32;
@@ -156,5 +152,5 @@ fn partition_place(p: u32, #[comptime] geo: BlockQuantizeGeometry) -> (u32, u32,
         channel = (p % groups) * geo.group;
         start = slot * geo.head_dim + channel;
     }
-    (start, stride, slot, channel)
+    (start, stride, PartitionPlace { slot0: block_slot + slot, channel0: channel, stream, streams, rounding_stream })
 }

@@ -1,10 +1,12 @@
 //! Launching the block quantizer on a CubeCL backend.
 
-use super::blocks_kernel::{quantize_blocks_kernel, BlockQuantizeGeometry};
+use super::{
+    blocks_kernel::{quantize_blocks_kernel, BlockQuantizeGeometry},
+    launch::kernel_rounding,
+};
 use crate::{
     cache::PackedRows,
     kernels::{QuantizeSpec, RowLayout},
-    quant::Rounder,
 };
 use burn::tensor::{Int, Tensor};
 use burn_cubecl::{cubecl::prelude::*, kernel::into_contiguous, tensor::CubeTensor, BoolElement, CubeRuntime};
@@ -29,10 +31,7 @@ pub fn quantize_blocks_launch<R: CubeRuntime, BT: BoolElement>(
         RowLayout::ValueBlocks { first_slot } => (true, first_slot),
         RowLayout::Keys { first_slot } => (false, first_slot),
     };
-    let (stochastic, rounding_stream) = match spec.rounder {
-        Rounder::Nearest => (false, 0),
-        Rounder::Stochastic { stream } => (true, stream),
-    };
+    let (stochastic, rounding_stream) = kernel_rounding(spec.rounder);
     let geo = BlockQuantizeGeometry {
         bits: spec.bits as u32,
         group: spec.group as u32,

@@ -66,7 +66,8 @@ pub fn quantize_kernel(
         (first_slot + row, part * geo.group)
     };
     let fit = comptime!(geo.fit());
-    let (min, scale) = fitted_range(x, base, 1, slot0, channel0, stream, streams, rounding_stream, geo.head_dim, fit);
+    let place = PartitionPlace { slot0, channel0, stream, streams, rounding_stream };
+    let (min, scale) = fitted_range(x, base, 1, &place, geo.head_dim, fit);
 
     let levels = f32::cast_from((1u32 << geo.bits) - 1);
     let per_word = 32 / geo.bits;
@@ -76,7 +77,7 @@ pub fn quantize_kernel(
         let mut word = 0u32;
         for j in 0..per_word {
             let i = w * per_word + j;
-            let offset = element_offset(i, slot0, channel0, stream, streams, rounding_stream, geo.head_dim, fit);
+            let offset = place.offset(i, geo.head_dim, fit);
             let code = code_of(x[base + i as usize], min, scale, offset, levels);
             word |= code << (j * geo.bits);
             sum += code;
@@ -116,21 +117,46 @@ impl QuantizeGeometry {
     }
 }
 
-/// The fp16-rounded (min, scale) of the partition `x[base + i · stride]`, `i < group`, whose
-/// element `i` sits at (`slot0 + i`, `channel0`) along slots, (`slot0`, `channel0 + i`) along
-/// channels: its min/max range or, when clipping, the host's `quantize_group_clipped` (each ratio
-/// of the range about its midpoint, the least squared error kept, the widest on ties).
-#[allow(clippy::too_many_arguments)]
+/// Where a partition's elements sit in the cache, for their stochastic numbers: element `i` at
+/// (`slot0 + i`, `channel0`) along slots, (`slot0`, `channel0 + i`) along channels, of stream
+/// `stream` of `streams` (batch row × KV head), drawn from `rounding_stream`.
+#[derive(CubeType)]
+pub struct PartitionPlace {
+    pub slot0: u32,
+    pub channel0: u32,
+    pub stream: u32,
+    pub streams: u32,
+    pub rounding_stream: u32,
+}
+
+#[cube]
+impl PartitionPlace {
+    /// Element `i`'s rounding offset: 0.5, or its stochastic number.
+    pub fn offset(&self, i: u32, #[comptime] head_dim: u32, #[comptime] fit: RangeFit) -> f32 {
+        let mut offset = 0.5f32;
+        if comptime![fit.stochastic] {
+            let (slot, channel) = if comptime![fit.along_slots] {
+                (self.slot0 + i, self.channel0)
+            } else {
+                (self.slot0, self.channel0 + i)
+            };
+            offset =
+                uniform_cube(self.rounding_stream, rounding_index(slot, self.stream, self.streams, channel, head_dim));
+        }
+        offset
+    }
+}
+
+/// The fp16-rounded (min, scale) of the partition `x[base + i · stride]`, `i < group`, placed in
+/// the cache at `place`: its min/max range or, when clipping, the host's `quantize_group_clipped`
+/// (each ratio of the range about its midpoint, the least squared error kept, the widest on
+/// ties).
 #[cube]
 pub fn fitted_range(
     x: &Array<f32>,
     base: usize,
     stride: u32,
-    slot0: u32,
-    channel0: u32,
-    stream: u32,
-    streams: u32,
-    rounding_stream: u32,
+    place: &PartitionPlace,
     #[comptime] head_dim: u32,
     #[comptime] fit: RangeFit,
 ) -> (f32, f32) {
@@ -158,7 +184,7 @@ pub fn fitted_range(
             let mut error = 0.0f32;
             for i in 0..fit.group {
                 let x_i = x[base + (i * stride) as usize];
-                let offset = element_offset(i, slot0, channel0, stream, streams, rounding_stream, head_dim, fit);
+                let offset = place.offset(i, head_dim, fit);
                 let code = code_of(x_i, m, s, offset, levels);
                 let diff = s * f32::cast_from(code) + m - x_i;
                 error += diff * diff;
@@ -212,28 +238,6 @@ pub fn code_of(x: f32, min: f32, scale: f32, offset: f32, levels: f32) -> u32 {
         code = u32::cast_from(f32::min(y, levels));
     }
     code
-}
-
-/// Element `i`'s rounding offset in a partition placed as [`fitted_range`] says: 0.5, or its
-/// stochastic number.
-#[allow(clippy::too_many_arguments)]
-#[cube]
-pub fn element_offset(
-    i: u32,
-    slot0: u32,
-    channel0: u32,
-    stream: u32,
-    streams: u32,
-    rounding_stream: u32,
-    #[comptime] head_dim: u32,
-    #[comptime] fit: RangeFit,
-) -> f32 {
-    let mut offset = 0.5f32;
-    if comptime![fit.stochastic] {
-        let (slot, channel) = if comptime![fit.along_slots] { (slot0 + i, channel0) } else { (slot0, channel0 + i) };
-        offset = uniform_cube(rounding_stream, rounding_index(slot, stream, streams, channel, head_dim));
-    }
-    offset
 }
 
 /// The stochastic number's index of (slot, stream, channel): `QuantizeSpec::index`, wrapping

@@ -30,10 +30,7 @@ pub fn quantize_launch<R: CubeRuntime, BT: BoolElement>(
         RowLayout::Keys { first_slot } => (first_slot, false),
         RowLayout::ValueBlocks { first_slot } => (first_slot, true),
     };
-    let (stochastic, rounding_stream) = match spec.rounder {
-        Rounder::Nearest => (false, 0),
-        Rounder::Stochastic { stream } => (true, stream),
-    };
+    let (stochastic, rounding_stream) = kernel_rounding(spec.rounder);
     let geo = QuantizeGeometry {
         bits: spec.bits as u32,
         group: spec.group as u32,
@@ -68,4 +65,13 @@ pub fn quantize_launch<R: CubeRuntime, BT: BoolElement>(
     };
     let int = |t: CubeTensor<R>, shape: [usize; 4]| Tensor::<Backend<R, BT>, 1, Int>::from_primitive(t).reshape(shape);
     Codes { words: int(words, words_shape), params: int(params, meta), sums: int(sums, meta) }
+}
+
+/// The kernels' rounding arguments of `rounder`: whether it is stochastic (comptime) and its
+/// stream of numbers (0 when nearest).
+pub(super) fn kernel_rounding(rounder: Rounder) -> (bool, u32) {
+    match rounder {
+        Rounder::Nearest => (false, 0),
+        Rounder::Stochastic { stream } => (true, stream),
+    }
 }

@@ -6,7 +6,9 @@
 mod blocks_kernel;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod blocks_launch;
+// `#[derive(CubeType)]` expands into undocumented items.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[allow(missing_docs)]
 mod kernel;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod launch;
