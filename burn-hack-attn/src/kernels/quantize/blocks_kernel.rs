@@ -16,47 +16,29 @@ use crate::kernels::params_word::params_word;
 /// Layout constants of one launch (comptime: one compiled kernel per cache geometry).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct BlockQuantizeGeometry {
-    /// Bits per code.
-    pub bits: u32,
-    /// Elements per partition: Π along slots, the channel group along channels.
-    pub group: u32,
+    /// How each partition is fitted: along slots (keys; `group` = Π) or along channels (values;
+    /// `group` channels).
+    pub fit: RangeFit,
     /// Channels per head.
     pub head_dim: u32,
     /// Π: slots per block.
     pub partition: u32,
-    /// Partitions run along the block's slots (keys), else along its channels (values).
-    pub along_slots: bool,
-    /// Stochastic rounding (else nearest).
-    pub stochastic: bool,
-    /// The range clipped to the least squared error.
-    pub clip: bool,
     /// Units per cube.
     pub units: u32,
 }
 
 impl BlockQuantizeGeometry {
-    /// How each partition is fitted.
-    pub fn fit(&self) -> RangeFit {
-        RangeFit {
-            bits: self.bits,
-            group: self.group,
-            along_slots: self.along_slots,
-            stochastic: self.stochastic,
-            clip: self.clip,
-        }
-    }
-
     /// Partitions per block.
     pub fn partitions(&self) -> u32 {
-        match self.along_slots {
+        match self.fit.along_slots {
             true => self.head_dim,
-            false => self.partition * (self.head_dim / self.group),
+            false => self.partition * (self.head_dim / self.fit.group),
         }
     }
 
     /// Packed words per block: Π · head_dim codes either way.
     pub fn words(&self) -> u32 {
-        self.partition * self.head_dim * self.bits / 32
+        self.partition * self.head_dim * self.fit.bits / 32
     }
 }
 
@@ -83,7 +65,7 @@ pub fn quantize_blocks_kernel(
     let base = (block_index * pi * d) as usize;
     let block_slot = first_slot + block * pi;
 
-    let fit = comptime!(geo.fit());
+    let fit = comptime!(geo.fit);
     let mut mins = SharedMemory::<f32>::new(comptime!(geo.partitions() as usize));
     let mut scales = SharedMemory::<f32>::new(comptime!(geo.partitions() as usize));
     let mut p = UNIT_POS;
@@ -97,32 +79,32 @@ pub fn quantize_blocks_kernel(
     }
     sync_cube();
 
-    let levels = f32::cast_from((1u32 << geo.bits) - 1);
-    let per_word = comptime!(32 / geo.bits);
+    let levels = f32::cast_from((1u32 << fit.bits) - 1);
+    let per_word = comptime!(32 / fit.bits);
     let block_words = comptime!(geo.words());
-    let groups = comptime!(geo.head_dim / geo.group);
+    let groups = comptime!(geo.head_dim / fit.group);
     let mut w = UNIT_POS;
     while w < block_words {
         let mut word = 0u32;
         for j in 0..per_word {
             // Word `w` packs along the axis the partitions do not run along.
             let code_index = w * per_word + j;
-            let (slot, channel) = if comptime![geo.along_slots] {
+            let (slot, channel) = if comptime![geo.fit.along_slots] {
                 (code_index / d, code_index % d)
             } else {
                 (code_index % pi, code_index / pi)
             };
             // The code's partition, and its place in it.
-            let (part, i) = if comptime![geo.along_slots] {
+            let (part, i) = if comptime![geo.fit.along_slots] {
                 (channel, slot)
             } else {
-                (slot * groups + channel / geo.group, channel % geo.group)
+                (slot * groups + channel / fit.group, channel % fit.group)
             };
             let (_, _, place) = partition_place(part, block_slot, stream, streams, rounding_stream, geo);
             let offset = place.offset(i, d, fit);
             let x_i = x[base + (slot * d + channel) as usize];
             let code = code_of(x_i, mins[part as usize], scales[part as usize], offset, levels);
-            word |= code << (j * geo.bits);
+            word |= code << (j * fit.bits);
         }
         words[(block_index * block_words + w) as usize] = word;
         w += geo.units;
@@ -144,12 +126,12 @@ fn partition_place(
     let mut stride = 1u32;
     let mut slot = 0u32;
     let mut channel = p;
-    if comptime![geo.along_slots] {
+    if comptime![geo.fit.along_slots] {
         stride = geo.head_dim;
     } else {
-        let groups = comptime!(geo.head_dim / geo.group);
+        let groups = comptime!(geo.head_dim / geo.fit.group);
         slot = p / groups;
-        channel = (p % groups) * geo.group;
+        channel = (p % groups) * geo.fit.group;
         start = slot * geo.head_dim + channel;
     }
     (start, stride, PartitionPlace { slot0: block_slot + slot, channel0: channel, stream, streams, rounding_stream })

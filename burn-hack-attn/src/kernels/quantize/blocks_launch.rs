@@ -2,12 +2,9 @@
 
 use super::{
     blocks_kernel::{quantize_blocks_kernel, BlockQuantizeGeometry},
-    launch::kernel_rounding,
+    launch::kernel_fit,
 };
-use crate::{
-    cache::PackedRows,
-    kernels::{QuantizeSpec, RowLayout},
-};
+use crate::{cache::PackedRows, kernels::QuantizeSpec};
 use burn::tensor::{Int, Tensor};
 use burn_cubecl::{cubecl::prelude::*, kernel::into_contiguous, tensor::CubeTensor, BoolElement, CubeRuntime};
 
@@ -27,26 +24,13 @@ pub fn quantize_blocks_launch<R: CubeRuntime, BT: BoolElement>(
     let [batch, kv_heads, slots, d] = x.dims();
     let pi = spec.partition;
     let blocks = slots / pi;
-    let (along_slots, first_slot) = match spec.layout {
-        RowLayout::ValueBlocks { first_slot } => (true, first_slot),
-        RowLayout::Keys { first_slot } => (false, first_slot),
-    };
-    let (stochastic, rounding_stream) = kernel_rounding(spec.rounder);
-    let geo = BlockQuantizeGeometry {
-        bits: spec.bits as u32,
-        group: spec.group as u32,
-        head_dim: d as u32,
-        partition: pi as u32,
-        along_slots,
-        stochastic,
-        clip: spec.clip,
-        units: UNITS,
-    };
+    let (fit, first_slot, rounding_stream) = kernel_fit(spec);
+    let geo = BlockQuantizeGeometry { fit, head_dim: d as u32, partition: pi as u32, units: UNITS };
     let streams = batch * kv_heads;
     let x = into_contiguous(x.into_primitive().tensor());
     let partitions = streams * blocks * geo.partitions() as usize;
     let [words, params] = dense_outputs::<R, i32, 2>(&x, [streams * blocks * geo.words() as usize, partitions]);
-    let (words_shape, params_shape) = match along_slots {
+    let (words_shape, params_shape) = match fit.along_slots {
         true => ([batch, kv_heads, blocks * pi, d * spec.bits as usize / 32], [batch, kv_heads, blocks * d, 1]),
         false => (
             [batch, kv_heads, blocks * d, pi * spec.bits as usize / 32],
@@ -66,7 +50,7 @@ pub fn quantize_blocks_launch<R: CubeRuntime, BT: BoolElement>(
             params.clone().into_array_arg(),
             blocks as u32,
             streams as u32,
-            first_slot as u32,
+            first_slot,
             rounding_stream,
             geo,
         )

@@ -15,22 +15,15 @@ use crate::{
 /// Layout constants of one launch (comptime: one compiled kernel per cache geometry).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct QuantizeGeometry {
-    /// Bits per code.
-    pub bits: u32,
-    /// Elements per partition.
-    pub group: u32,
+    /// How each partition is fitted; along slots, rows are value-block channels (else key
+    /// slots).
+    pub fit: RangeFit,
     /// Partitions per row.
     pub parts: u32,
     /// Channels per head.
     pub head_dim: u32,
     /// Π.
     pub partition: u32,
-    /// Rows are value-block channels (else key slots).
-    pub value_blocks: bool,
-    /// Stochastic rounding (else nearest).
-    pub stochastic: bool,
-    /// The range clipped to the least squared error (`quantize_group_clipped`).
-    pub clip: bool,
 }
 
 /// `x`: `[streams * rows * parts * group]` (contiguous `[batch, kv_heads, rows, z]`); outputs per
@@ -58,20 +51,20 @@ pub fn quantize_kernel(
     let row_global = p / geo.parts;
     let row = row_global % rows;
     let stream = row_global / rows;
-    let base = (p * geo.group) as usize;
+    let fit = comptime!(geo.fit);
+    let base = (p * fit.group) as usize;
 
-    let (slot0, channel0) = if comptime![geo.value_blocks] {
+    let (slot0, channel0) = if comptime![fit.along_slots] {
         (first_slot + (row / geo.head_dim) * geo.partition, row % geo.head_dim)
     } else {
-        (first_slot + row, part * geo.group)
+        (first_slot + row, part * fit.group)
     };
-    let fit = comptime!(geo.fit());
     let place = PartitionPlace { slot0, channel0, stream, streams, rounding_stream };
     let (min, scale) = fitted_range(x, base, 1, &place, geo.head_dim, fit);
 
-    let levels = f32::cast_from((1u32 << geo.bits) - 1);
-    let per_word = 32 / geo.bits;
-    let words_per_group = geo.group / per_word;
+    let levels = f32::cast_from((1u32 << fit.bits) - 1);
+    let per_word = 32 / fit.bits;
+    let words_per_group = fit.group / per_word;
     let mut sum = 0u32;
     for w in 0..words_per_group {
         let mut word = 0u32;
@@ -79,7 +72,7 @@ pub fn quantize_kernel(
             let i = w * per_word + j;
             let offset = place.offset(i, geo.head_dim, fit);
             let code = code_of(x[base + i as usize], min, scale, offset, levels);
-            word |= code << (j * geo.bits);
+            word |= code << (j * fit.bits);
             sum += code;
         }
         words[(p * words_per_group + w) as usize] = word;
@@ -102,19 +95,6 @@ pub struct RangeFit {
     pub stochastic: bool,
     /// The range clipped to the least squared error.
     pub clip: bool,
-}
-
-impl QuantizeGeometry {
-    /// How each partition is fitted.
-    pub fn fit(&self) -> RangeFit {
-        RangeFit {
-            bits: self.bits,
-            group: self.group,
-            along_slots: self.value_blocks,
-            stochastic: self.stochastic,
-            clip: self.clip,
-        }
-    }
 }
 
 /// Where a partition's elements sit in the cache, for their stochastic numbers: element `i` at

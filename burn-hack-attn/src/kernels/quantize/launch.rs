@@ -1,6 +1,6 @@
 //! Launching the quantize kernel on a CubeCL backend.
 
-use super::kernel::{quantize_kernel, QuantizeGeometry};
+use super::kernel::{quantize_kernel, QuantizeGeometry, RangeFit};
 use crate::{
     cache::Codes,
     kernels::{QuantizeSpec, RowLayout},
@@ -26,21 +26,9 @@ pub fn quantize_launch<R: CubeRuntime, BT: BoolElement>(
     let words = dense_output::<R, i32>(&x, words_shape.iter().product());
     let params = dense_output::<R, i32>(&x, partitions);
     let sums = dense_output::<R, i32>(&x, partitions);
-    let (first_slot, value_blocks) = match spec.layout {
-        RowLayout::Keys { first_slot } => (first_slot, false),
-        RowLayout::ValueBlocks { first_slot } => (first_slot, true),
-    };
-    let (stochastic, rounding_stream) = kernel_rounding(spec.rounder);
-    let geo = QuantizeGeometry {
-        bits: spec.bits as u32,
-        group: spec.group as u32,
-        parts: parts as u32,
-        head_dim: spec.head_dim as u32,
-        partition: spec.partition as u32,
-        value_blocks,
-        stochastic,
-        clip: spec.clip,
-    };
+    let (fit, first_slot, rounding_stream) = kernel_fit(spec);
+    let geo =
+        QuantizeGeometry { fit, parts: parts as u32, head_dim: spec.head_dim as u32, partition: spec.partition as u32 };
     let cube_dim = CubeDim::new_1d(64);
     let cube_count = CubeCount::Static(partitions.div_ceil(64) as u32, 1, 1);
     // SAFETY: the kernel reads and writes partition `p < partitions` only (its one guard); the
@@ -58,7 +46,7 @@ pub fn quantize_launch<R: CubeRuntime, BT: BoolElement>(
             partitions as u32,
             rows as u32,
             (batch * kv_heads) as u32,
-            first_slot as u32,
+            first_slot,
             rounding_stream,
             geo,
         )
@@ -67,11 +55,18 @@ pub fn quantize_launch<R: CubeRuntime, BT: BoolElement>(
     Codes { words: int(words, words_shape), params: int(params, meta), sums: int(sums, meta) }
 }
 
-/// The kernels' rounding arguments of `rounder`: whether it is stochastic (comptime) and its
-/// stream of numbers (0 when nearest).
-pub(super) fn kernel_rounding(rounder: Rounder) -> (bool, u32) {
-    match rounder {
+/// The quantize kernels' view of `spec`: how each partition is fitted (along slots for
+/// [`RowLayout::ValueBlocks`], along channels for [`RowLayout::Keys`]), the slot of the layout's
+/// first row, and the stream of stochastic numbers (0 when rounding to nearest).
+pub(super) fn kernel_fit(spec: &QuantizeSpec) -> (RangeFit, u32, u32) {
+    let (along_slots, first_slot) = match spec.layout {
+        RowLayout::Keys { first_slot } => (false, first_slot),
+        RowLayout::ValueBlocks { first_slot } => (true, first_slot),
+    };
+    let (stochastic, rounding_stream) = match spec.rounder {
         Rounder::Nearest => (false, 0),
         Rounder::Stochastic { stream } => (true, stream),
-    }
+    };
+    let fit = RangeFit { bits: spec.bits as u32, group: spec.group as u32, along_slots, stochastic, clip: spec.clip };
+    (fit, first_slot as u32, rounding_stream)
 }
