@@ -7,6 +7,7 @@ mod channel;
 mod codes;
 mod hack_cache;
 mod paper;
+mod rotation_memo;
 mod scheme;
 mod state;
 

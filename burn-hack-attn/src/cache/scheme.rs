@@ -10,7 +10,7 @@ use burn_kvcompress::{
     model::{fold_value_rotation, CausalLm},
 };
 
-use super::HackCache;
+use super::{rotation_memo::RotationMemo, HackCache};
 use crate::{
     kernels::HackBackend,
     rotation::{hadamard_rotation, HackRotations, RotationFile, RotationFileError, RotationRole, RotationShape},
@@ -45,12 +45,14 @@ impl From<burn_kvcompress::finetune::FinetuneError> for HackSchemeError {
     }
 }
 
-/// HACK as a [`KvScheme`]: the configuration and, for learned rotations, the file's matrices
-/// (shared by every cache the scheme builds). Hadamard rotations are built per layer on demand.
+/// HACK as a [`KvScheme`]: the configuration and, for learned rotations, the file's matrices.
+/// Each layer's key rotation is built on a device once and shared by every cache the scheme (or a
+/// clone of it) builds there.
 #[derive(Debug, Clone)]
 pub struct HackScheme {
     config: HackConfig,
     learned: Option<Arc<RotationFile>>,
+    key_rotations: Arc<RotationMemo>,
 }
 
 impl HackScheme {
@@ -61,7 +63,7 @@ impl HackScheme {
             RotationSpec::Learned { path } => Some(Arc::new(RotationFile::load(path)?)),
             _ => None,
         };
-        Ok(Self { config, learned })
+        Ok(Self { config, learned, key_rotations: Arc::default() })
     }
 
     /// The scheme of `config` with learned rotations given directly (its `rotation` setting is
@@ -73,7 +75,7 @@ impl HackScheme {
     ) -> Result<Self, HackSchemeError> {
         config.rotation = RotationSpec::Learned { path };
         config.validate()?;
-        Ok(Self { config, learned: Some(Arc::new(file)) })
+        Ok(Self { config, learned: Some(Arc::new(file)), key_rotations: Arc::default() })
     }
 
     /// The configuration.
@@ -167,9 +169,10 @@ impl<B: HackBackend> KvScheme<B> for HackScheme {
     type Cache = HackCache<B>;
 
     fn new_cache(&self, layer: usize, geometry: CacheGeometry, device: &B::Device) -> HackCache<B> {
-        let rotation = self
-            .rotation(RotationRole::Key, layer, geometry.kv_heads, geometry.head_dim, device)
-            .map_err(|e| e.to_string());
+        let (kv_heads, head_dim) = (geometry.kv_heads, geometry.head_dim);
+        let rotation = self.key_rotations.get_or_build(layer, kv_heads, head_dim, device, || {
+            self.rotation(RotationRole::Key, layer, kv_heads, head_dim, device).map_err(|e| e.to_string())
+        });
         HackCache::new(self.config.clone(), layer, geometry, rotation, device)
     }
 
@@ -187,6 +190,6 @@ impl From<HackConfig> for HackScheme {
             !matches!(config.rotation, RotationSpec::Learned { .. }),
             "learned rotations are read by HackScheme::new"
         );
-        Self { config, learned: None }
+        Self { config, learned: None, key_rotations: Arc::default() }
     }
 }
