@@ -247,6 +247,12 @@ struct RunArgs {
     /// them (0: everything on one stream).
     #[arg(long, default_value_t = 0)]
     data_streams: usize,
+    /// Receive into pageable host memory even where the decode device can page-lock it (CUDA).
+    /// By default a CUDA worker's received layers land in recycled page-locked buffers, which the
+    /// import copies to the device by DMA (several times faster than from pageable memory); the
+    /// receive pool's buffers then stay locked in host memory while the worker runs.
+    #[arg(long)]
+    pageable_receive: bool,
     /// Also check KV hashes against a local prefill and tokens against a single-process run.
     #[arg(long)]
     check: bool,

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use burn::tensor::backend::Backend;
 use burn_kvcompress::{
-    cache::{KvCache, LayerCaches, RaggedBatch, TransferableCache, TransferableScheme},
+    cache::{device_host_allocator, KvCache, LayerCaches, RaggedBatch, TransferableCache, TransferableScheme},
     generation::{generate, Admission, GenerateOptions, Sampler, SamplingConfig},
     model::{CausalLm, Logits},
     tokenizer::{chatml_prompt, ChatMessage, Role, TokenStream, Tokenizer},
@@ -184,6 +184,9 @@ where
     };
     config.link_gbps = job.link_gbps;
     config.data_streams = job.run.data_streams;
+    if !job.run.pageable_receive {
+        config.receive_allocator = device_host_allocator::<B>(device);
+    }
     let rt = runtime()?;
     let pool = rt.block_on(async {
         let mut clients = Vec::new();

@@ -7,6 +7,7 @@
 mod attention;
 mod dense;
 mod host_attention;
+mod host_buffer;
 mod options;
 mod ragged;
 mod recording;
@@ -18,6 +19,7 @@ mod upload;
 pub use attention::{attention_reference, check_attend_shapes, dense_attention, half_attention};
 pub use dense::{append_slots, DenseCache, DenseScheme, HalfDenseScheme};
 pub use host_attention::{host_attention, HostShape};
+pub use host_buffer::{device_host_allocator, HostAllocator, HostBuffer};
 pub use options::AttendOptions;
 pub use ragged::{RaggedBatch, RaggedCache};
 pub use recording::{KvRecorder, LayerRecording, RecordedTensor, RecordingCache, RecordingScheme};

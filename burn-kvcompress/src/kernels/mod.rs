@@ -34,6 +34,8 @@ mod cublas_product;
 #[cfg(feature = "cuda")]
 mod cuda_context;
 #[cfg(feature = "cuda")]
+mod cuda_pinned;
+#[cfg(feature = "cuda")]
 mod cuda_upload;
 mod flash_attention;
 mod key_start;
@@ -83,6 +85,8 @@ pub use buffers::{
 };
 #[cfg(feature = "cuda")]
 pub use cublas_product::{cublas_product, CublasUnavailable};
+#[cfg(feature = "cuda")]
+pub use cuda_pinned::CudaPinnedAllocator;
 #[cfg(feature = "cuda")]
 pub use cuda_upload::{cuda_write, WriteRefused};
 pub use flash_attention::{flash_attention, flash_geometry, FlashGeometry, MAX_HEAD_DIM};

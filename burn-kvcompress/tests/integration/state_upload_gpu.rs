@@ -80,3 +80,29 @@ fn cuda_write_fills_contiguous_buffers_of_its_size_and_refuses_the_rest() {
     assert_eq!(cuda_write(&values, bytes), Err(WriteRefused::NotCuda));
     assert_eq!(read(&empty), values, "refusals write nothing");
 }
+
+/// Received bytes in the device's page-locked memory (CUDA's pinned memory; none on wgpu) upload
+/// exactly, at every offset, and the buffers go back to the driver when dropped.
+#[test]
+fn state_tensors_in_the_devices_page_locked_memory_arrive_exact() {
+    use burn_kvcompress::cache::{device_host_allocator, HostBuffer};
+
+    let device = Default::default();
+    let allocator = device_host_allocator::<Gpu>(&device);
+    assert_eq!(allocator.is_some(), cfg!(feature = "cuda"), "page-locked memory exactly on CUDA");
+    let shape = [3, 5, 129];
+    let ints: Vec<i32> = (0..shape.iter().product::<usize>() as i32).map(|i| i * 7 - 1000).collect();
+    let values: &[u8] = bytemuck::cast_slice(&ints);
+    for round in 0..3 {
+        for offset in [0, 4, 16] {
+            let mut buffer = HostBuffer::zeroed(offset + values.len(), allocator.as_ref());
+            assert_eq!(buffer.is_allocated(), allocator.is_some());
+            buffer[offset..].copy_from_slice(values);
+            let bytes = Bytes::from_owner(buffer).slice(offset..);
+            let t: Tensor<Gpu, 3, Int> = state(StateDType::I32, &shape, bytes).to_int(&device).unwrap();
+            let back: Vec<i32> = host(t + 1);
+            let expected: Vec<i32> = ints.iter().map(|x| x + 1).collect();
+            assert_eq!(back, expected, "round {round}, offset {offset}");
+        }
+    }
+}

@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use burn_kvcompress::cache::HostBuffer;
+
 use crate::wire::{crc_concat, BlockRange, Layout, BLOCK_HEADER_LEN};
 
 /// Sorts ranges and merges those that touch or overlap within one (request, layer), so the
@@ -69,7 +71,7 @@ enum BlockState {
 /// computed from the bytes instead.
 #[derive(Debug)]
 pub struct Reassembly {
-    bytes: Vec<u8>,
+    bytes: HostBuffer,
     blocks: Vec<BlockState>,
     missing: usize,
     block_size: u32,
@@ -137,7 +139,8 @@ impl Claim {
 impl Reassembly {
     /// An empty layer filling `buffer`, whose length is the layer's (the caller has checked it
     /// against its cap; the contents do not matter, every byte is overwritten by a block).
-    pub fn new(buffer: Vec<u8>, block_size: u32, crc: u32) -> Self {
+    pub fn new(buffer: impl Into<HostBuffer>, block_size: u32, crc: u32) -> Self {
+        let buffer = buffer.into();
         let blocks = buffer.len().div_ceil(block_size as usize);
         let (pieces, pieces_tile) = (BTreeMap::new(), true);
         let states = vec![BlockState::Missing; blocks];
@@ -145,7 +148,7 @@ impl Reassembly {
     }
 
     /// The layer's buffer, given away.
-    pub fn into_buffer(self) -> Vec<u8> {
+    pub fn into_buffer(self) -> HostBuffer {
         self.bytes
     }
 

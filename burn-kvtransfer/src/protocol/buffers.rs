@@ -2,11 +2,13 @@
 //! tensors slice it; when the caller drops the last slice, the buffer goes back to the pool
 //! instead of to the allocator. A fresh buffer of tens of MiB costs a page fault per 4 KiB on
 //! its first write (on the 2-core CI machine that was 40% of the receiver's CPU time); a
-//! recycled one is mapped already.
+//! recycled one is mapped already. A pool may allocate from a [`HostAllocator`] (page-locked
+//! memory, which a device copies from at the link's rate): recycling is what makes that pay, since
+//! locking a buffer's pages costs more than copying it.
 
 use std::sync::{Arc, Mutex, Weak};
 
-use burn_kvcompress::cache::Bytes;
+use burn_kvcompress::cache::{Bytes, HostAllocator, HostBuffer};
 
 /// Buffers kept for reuse, up to a total capacity in bytes. Cloning shares the pool.
 #[derive(Debug, Clone)]
@@ -16,7 +18,9 @@ pub struct BufferPool {
 
 #[derive(Debug)]
 struct Kept {
-    buffers: Vec<Vec<u8>>,
+    buffers: Vec<HostBuffer>,
+    /// Where new buffers come from (the global allocator without one).
+    allocator: Option<Arc<dyn HostAllocator>>,
     bytes: usize,
     max_bytes: usize,
     /// Whether the cap rises to `peak_on_loan` ([`BufferPool::following_load`]).
@@ -51,13 +55,28 @@ impl BufferPool {
     }
 
     fn with_cap(max_bytes: usize, follows_load: bool) -> Self {
-        let kept = Kept { buffers: Vec::new(), bytes: 0, max_bytes, follows_load, on_loan: 0, peak_on_loan: 0 };
+        let kept = Kept {
+            buffers: Vec::new(),
+            allocator: None,
+            bytes: 0,
+            max_bytes,
+            follows_load,
+            on_loan: 0,
+            peak_on_loan: 0,
+        };
         Self { shared: Arc::new(Mutex::new(kept)) }
+    }
+
+    /// This pool with new buffers allocated by `allocator` (e.g. page-locked memory); one it
+    /// cannot serve comes from the global allocator.
+    pub fn allocating_with(self, allocator: Arc<dyn HostAllocator>) -> Self {
+        self.shared.lock().unwrap_or_else(|p| p.into_inner()).allocator = Some(allocator);
+        self
     }
 
     /// A buffer of `len` bytes with unspecified (initialized) contents: the smallest kept buffer
     /// that holds `len`, or a new zeroed one.
-    pub fn take(&self, len: usize) -> Vec<u8> {
+    pub fn take(&self, len: usize) -> HostBuffer {
         let mut kept = self.shared.lock().unwrap_or_else(|p| p.into_inner());
         let best =
             kept.buffers.iter().enumerate().filter(|(_, b)| b.capacity() >= len).min_by_key(|(_, b)| b.capacity());
@@ -66,21 +85,25 @@ impl BufferPool {
                 let mut buffer = kept.buffers.swap_remove(i);
                 kept.bytes -= buffer.capacity();
                 drop(kept);
-                // Only bytes beyond the buffer's previous length are written here.
-                buffer.resize(len, 0);
+                buffer.set_len(len);
                 buffer
             }
-            None => vec![0; len],
+            None => {
+                let allocator = kept.allocator.clone();
+                drop(kept);
+                HostBuffer::zeroed(len, allocator.as_ref())
+            }
         }
     }
 
     /// `buffer` as shared bytes that return it to this pool when the last clone is dropped.
-    pub fn share(&self, buffer: Vec<u8>) -> Bytes {
+    pub fn share(&self, buffer: impl Into<HostBuffer>) -> Bytes {
+        let buffer = buffer.into();
         let mut kept = self.shared.lock().unwrap_or_else(|p| p.into_inner());
         kept.on_loan += buffer.capacity();
         kept.peak_on_loan = kept.peak_on_loan.max(kept.on_loan);
         drop(kept);
-        Bytes::from_owner(Returning { buffer, pool: Arc::downgrade(&self.shared) })
+        Bytes::from_owner(Returning { buffer: Some(buffer), pool: Arc::downgrade(&self.shared) })
     }
 
     /// Idle buffers and their total capacity, bytes.
@@ -92,25 +115,25 @@ impl BufferPool {
 
 /// A buffer on loan as [`Bytes`]; goes back to its pool (if the pool still exists and has room).
 struct Returning {
-    buffer: Vec<u8>,
+    buffer: Option<HostBuffer>,
     pool: Weak<Mutex<Kept>>,
 }
 
 impl AsRef<[u8]> for Returning {
     fn as_ref(&self) -> &[u8] {
-        &self.buffer
+        self.buffer.as_deref().expect("a buffer on loan is held until dropped")
     }
 }
 
 impl Drop for Returning {
     fn drop(&mut self) {
-        let Some(pool) = self.pool.upgrade() else { return };
+        let (Some(pool), Some(buffer)) = (self.pool.upgrade(), self.buffer.take()) else { return };
         let mut kept = pool.lock().unwrap_or_else(|p| p.into_inner());
-        let size = self.buffer.capacity();
+        let size = buffer.capacity();
         kept.on_loan -= size;
         if kept.bytes + size <= kept.cap() {
             kept.bytes += size;
-            kept.buffers.push(std::mem::take(&mut self.buffer));
+            kept.buffers.push(buffer);
         }
     }
 }

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use burn_kvcompress::cache::LayerState;
+use burn_kvcompress::cache::{HostAllocator, LayerState};
 use tokio::io::AsyncRead;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -52,6 +52,11 @@ pub struct ClientConfig {
     /// land in recycled buffers (a fresh buffer costs a page fault per 4 KiB). Off: the pool
     /// keeps at most `receive_pool_bytes`.
     pub receive_pool_follows_load: bool,
+    /// Where new receive buffers are allocated (the global allocator when `None`): the decode
+    /// device's page-locked memory
+    /// ([`device_host_allocator`](burn_kvcompress::cache::device_host_allocator)) makes importing
+    /// a received state one DMA per tensor.
+    pub receive_allocator: Option<Arc<dyn HostAllocator>>,
     /// Extra TCP streams that carry pulled blocks beside the control stream (0: everything on
     /// one stream). One stream's frames are read and checked by one core; several streams let
     /// several cores share a fast link.
@@ -60,7 +65,8 @@ pub struct ClientConfig {
 
 impl ClientConfig {
     /// Defaults for a descriptor: pull mode, 4 MiB frames, 30 s timeout, 1 GiB layers, 3 re-pulls,
-    /// recycled receive buffers up to 256 MiB or the load's peak if larger, no data streams.
+    /// recycled receive buffers up to 256 MiB or the load's peak if larger (from the global
+    /// allocator), no data streams.
     pub fn new(descriptor: SchemeDescriptor) -> Self {
         Self {
             descriptor,
@@ -72,6 +78,7 @@ impl ClientConfig {
             max_repulls: 3,
             receive_pool_bytes: 256 << 20,
             receive_pool_follows_load: true,
+            receive_allocator: None,
             data_streams: 0,
         }
     }
@@ -182,6 +189,10 @@ impl PrefillClient {
         let buffers = match config.receive_pool_follows_load {
             true => BufferPool::following_load(config.receive_pool_bytes),
             false => BufferPool::new(config.receive_pool_bytes),
+        };
+        let buffers = match &config.receive_allocator {
+            Some(allocator) => buffers.allocating_with(allocator.clone()),
+            None => buffers,
         };
         let session = Session {
             buffers,

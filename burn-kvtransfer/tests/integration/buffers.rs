@@ -1,6 +1,16 @@
 //! Receive buffers come back to their pool when the last slice of a layer is dropped.
 
-use burn_kvtransfer::protocol::BufferPool;
+use std::{
+    alloc::Layout,
+    ptr::NonNull,
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    },
+};
+
+use burn_kvcompress::cache::HostAllocator;
+use burn_kvtransfer::protocol::{blocks::Reassembly, BufferPool};
 
 #[test]
 fn a_buffer_returns_when_its_last_slice_is_dropped_and_is_reused() {
@@ -60,4 +70,79 @@ fn a_buffer_outliving_its_pool_is_freed() {
     let shared = pool.share(pool.take(64));
     drop(pool);
     assert_eq!(shared.len(), 64);
+}
+
+/// Host memory from the global allocator that counts its live allocations and refuses to hold
+/// more than `limit` at once (as a driver out of page-locked memory would).
+#[derive(Debug)]
+struct CountingAllocator {
+    live: AtomicUsize,
+    limit: usize,
+}
+
+impl CountingAllocator {
+    fn new(limit: usize) -> Arc<Self> {
+        Arc::new(Self { live: AtomicUsize::new(0), limit })
+    }
+
+    fn live(&self) -> usize {
+        self.live.load(Ordering::SeqCst)
+    }
+}
+
+#[allow(unsafe_code)]
+impl HostAllocator for CountingAllocator {
+    fn allocate(&self, len: usize) -> Option<NonNull<u8>> {
+        if self.live() >= self.limit {
+            return None;
+        }
+        self.live.fetch_add(1, Ordering::SeqCst);
+        // SAFETY: `len > 0` (the trait's contract), so the layout is not zero-sized.
+        NonNull::new(unsafe { std::alloc::alloc_zeroed(Layout::from_size_align(len, 16).unwrap()) })
+    }
+
+    unsafe fn free(&self, ptr: NonNull<u8>, len: usize) {
+        self.live.fetch_sub(1, Ordering::SeqCst);
+        // SAFETY: `ptr` came from `allocate(len)`, which used this layout.
+        unsafe { std::alloc::dealloc(ptr.as_ptr(), Layout::from_size_align(len, 16).unwrap()) };
+    }
+}
+
+#[test]
+fn a_pool_with_an_allocator_recycles_its_buffers_and_frees_them_through_it() {
+    let allocator = CountingAllocator::new(8);
+    let pool = BufferPool::new(1 << 20).allocating_with(allocator.clone());
+    let mut buffer = pool.take(1000);
+    assert!(buffer.is_allocated() && buffer.iter().all(|&b| b == 0), "fresh allocator memory, zeroed");
+    buffer[999] = 7;
+    let address = buffer.as_ptr();
+    let shared = pool.share(buffer);
+    assert_eq!(shared[999], 7);
+    drop(shared);
+    assert_eq!((pool.idle(), allocator.live()), ((1, 1000), 1), "kept, not freed");
+    let again = pool.take(800);
+    assert_eq!((again.as_ptr(), again.len(), again.capacity()), (address, 800, 1000), "the kept buffer, cut");
+    let layer = Reassembly::new(pool.take(300), 100, 0);
+    assert_eq!(allocator.live(), 2);
+    drop(layer);
+    assert_eq!(allocator.live(), 1, "a layer dropped unreceived (an aborted request) frees its buffer");
+    drop(pool.share(again));
+    drop(pool);
+    assert_eq!(allocator.live(), 0, "the pool's kept buffers go back to the allocator with it");
+}
+
+#[test]
+fn a_buffer_the_allocator_cannot_serve_comes_from_the_global_allocator() {
+    let allocator = CountingAllocator::new(1);
+    let pool = BufferPool::new(0).allocating_with(allocator.clone());
+    let (first, second) = (pool.take(64), pool.take(64));
+    assert!(first.is_allocated() && !second.is_allocated());
+    assert_eq!(second.len(), 64);
+    drop(pool.share(first));
+    assert_eq!(allocator.live(), 0, "over the pool's cap: freed through the allocator");
+    let mut plain = second;
+    plain.set_len(10);
+    assert_eq!((plain.len(), plain.capacity()), (10, 64));
+    let past = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || plain.set_len(65)));
+    assert!(past.is_err(), "past the capacity");
 }
