@@ -2,10 +2,15 @@
 //! decoding thread when a request joins its batch (every running request waits for it). For each
 //! `--kv` scheme and `--context`, one request of an 8B-shaped model (`--layers` layers of 8 KV
 //! heads of 128) is filled with random keys and values, exported to host states, and imported
-//! back layer by layer with `TransferableScheme::import_state` from fresh host buffers (as a
-//! received request's are), device-synchronized, then checked (each imported layer exports the
-//! state it was imported from, byte for byte); beside it, the same bytes uploaded as one tensor
-//! by Burn's `Tensor::from_data` (its upload path with no per-tensor work). The PyTorch anchor,
+//! back layer by layer with `TransferableScheme::import_state` from received-like host buffers
+//! (each layer's tensors in one buffer of a receive pool, as the transfer client lands them; in
+//! pageable memory, and in the device's page-locked memory where it has one, as a CUDA worker
+//! receives by default), device-synchronized, then checked (each imported layer exports the
+//! state it was imported from, byte for byte). Beside it, two of its parts: every layer's empty
+//! cache built (`KvScheme::new_cache`: what a scheme prepares per request, e.g. HACK's rotations)
+//! and every state tensor uploaded on its own (`StateTensor::to_int` / `to_float_as`: the bytes
+//! and the per-tensor work, no cache logic); and the same bytes uploaded as one tensor by Burn's
+//! `Tensor::from_data` (its upload path with no per-tensor work). The PyTorch anchor,
 //! run in the same call: `examples/bench/upload_anchor.py` (pageable and pinned host-to-device
 //! copies of the same sizes).
 //!
@@ -13,13 +18,17 @@
 
 use std::time::Instant;
 
-use burn::tensor::{backend::Backend, Bytes, DType, Distribution, Int, Tensor, TensorData};
+use burn::tensor::{backend::Backend, Bytes, DType, Distribution, FloatDType, Int, Tensor, TensorData};
 use burn_kvcompress::{
-    cache::{CacheGeometry, KvCache, LayerState, StateTensor, TransferableCache, TransferableScheme},
+    cache::{
+        device_host_allocator, CacheGeometry, KvCache, LayerState, StateDType, StateTensor, TransferableCache,
+        TransferableScheme,
+    },
     model::ModelConfig,
 };
 use burn_kvschemes::{with_scheme, SchemeSpec};
-use clap::Parser;
+use burn_kvtransfer::protocol::BufferPool;
+use clap::{Parser, ValueEnum};
 use examples::{
     backend_choice::{BackendChoice, KernelBackend},
     bench::median,
@@ -47,6 +56,20 @@ struct Args {
     /// Timed imports per row (after one untimed); the median is reported.
     #[arg(long, default_value_t = 5)]
     reps: usize,
+    /// Host memory the states are imported from (comma-separated): `pageable` (the global
+    /// allocator) and `page-locked` (the device's, e.g. CUDA's pinned memory; skipped on a
+    /// backend without one).
+    #[arg(long, value_delimiter = ',', default_value = "pageable,page-locked")]
+    host_memory: Vec<HostMemory>,
+}
+
+/// Where received states lie on the host.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum HostMemory {
+    /// The global allocator's memory.
+    Pageable,
+    /// The device's page-locked memory.
+    PageLocked,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -61,16 +84,25 @@ fn run<B: KernelBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
          states' bytes)",
         args.layers, config.num_kv_heads, config.head_dim, args.reps
     );
-    println!("| kv | context | MB | import median | host part | GB/s | Burn's from_data, one tensor | GB/s |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| kv | context | host memory | MB | import median | host part | GB/s | of which: empty caches | of which: tensors alone | \
+         Burn's from_data, one tensor | GB/s |"
+    );
+    println!("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for kv in &args.kvs {
         anyhow::ensure!(
             matches!(kv, SchemeSpec::Dense | SchemeSpec::HalfDense | SchemeSpec::Hack(_)),
             "--kv {kv}: the caches are random, so only dense and hack apply"
         );
         let scheme = kv.resolve(Path::new("random caches"), &config, None)?;
-        for &context in &args.context {
-            with_scheme!(scheme.clone(), time_import::<B, _>, (&config, context, kv, args, &device))?;
+        for (&context, &memory) in args.context.iter().flat_map(|c| args.host_memory.iter().map(move |m| (c, m))) {
+            let pool = match (memory, device_host_allocator::<B>(&device)) {
+                (HostMemory::Pageable, _) => BufferPool::following_load(0),
+                (HostMemory::PageLocked, Some(allocator)) => BufferPool::following_load(0).allocating_with(allocator),
+                (HostMemory::PageLocked, None) => continue,
+            };
+            let received = Received { pool, memory };
+            with_scheme!(scheme.clone(), time_import::<B, _>, (&config, context, kv, &received, args, &device))?;
         }
     }
     Ok(())
@@ -83,6 +115,7 @@ fn time_import<B: Backend, S>(
     config: &ModelConfig,
     context: usize,
     kv: &SchemeSpec,
+    received: &Received,
     args: &Args,
     device: &B::Device,
 ) -> anyhow::Result<()>
@@ -94,7 +127,7 @@ where
         CacheGeometry { batch: 1, kv_heads: config.num_kv_heads, heads: config.num_heads, head_dim: config.head_dim };
     let state = filled_state(&scheme, geometry, context, device)?;
     let bytes = state.byte_len() * args.layers;
-    let received = || (0..args.layers).map(|_| fresh_copy(&state)).collect::<Vec<_>>();
+    let copies = || (0..args.layers).map(|_| received.copy(&state)).collect::<Vec<_>>();
     let import = |states: Vec<LayerState>| -> anyhow::Result<(f64, f64)> {
         let start = Instant::now();
         let caches = states
@@ -117,29 +150,64 @@ where
         drop(tensor);
         Ok(total)
     };
-    import(received())?;
+    let empty_caches = || -> anyhow::Result<f64> {
+        let start = Instant::now();
+        let caches = (0..args.layers).map(|layer| scheme.new_cache(layer, geometry, device)).collect::<Vec<_>>();
+        B::sync(device)?;
+        let total = start.elapsed().as_secs_f64() * 1e3;
+        drop(caches);
+        Ok(total)
+    };
+    let tensors_alone = |states: Vec<LayerState>| -> anyhow::Result<f64> {
+        let start = Instant::now();
+        let tensors = states.iter().flat_map(|s| &s.tensors).map(|t| upload_alone::<B>(t, device));
+        let tensors = tensors.collect::<anyhow::Result<Vec<_>>>()?;
+        B::sync(device)?;
+        let total = start.elapsed().as_secs_f64() * 1e3;
+        drop(tensors);
+        Ok(total)
+    };
+    import(copies())?;
     upload(Bytes::from_bytes_vec(vec![1; bytes / 4 * 4]))?;
-    let (mut imports, mut hosts, mut uploads) = (Vec::new(), Vec::new(), Vec::new());
+    let mut times: [Vec<f64>; 5] = Default::default();
     for _ in 0..args.reps.max(1) {
-        let (total, host) = import(received())?;
-        imports.push(total);
-        hosts.push(host);
-        uploads.push(upload(Bytes::from_bytes_vec(vec![1; bytes / 4 * 4]))?);
+        let (total, host) = import(copies())?;
+        let rep = [
+            total,
+            host,
+            empty_caches()?,
+            tensors_alone(copies())?,
+            upload(Bytes::from_bytes_vec(vec![1; bytes / 4 * 4]))?,
+        ];
+        times.iter_mut().zip(rep).for_each(|(t, ms)| t.push(ms));
     }
-    let (import, host, upload) = (median(imports), median(hosts), median(uploads));
+    let [import, host, empty, alone, upload] = times.map(median);
     // What was imported exports the same state again: the upload wrote every byte where it belongs.
-    for (layer, received) in received().iter().enumerate() {
-        let cache = scheme.import_state(layer, geometry, received, device)?;
+    for (layer, copy) in copies().iter().enumerate() {
+        let cache = scheme.import_state(layer, geometry, copy, device)?;
         anyhow::ensure!(cache.export_state() == state, "{kv} at {context} tokens: layer {layer} exports another state");
     }
     let gbs = |ms: f64| bytes as f64 / ms / 1e6;
     println!(
-        "| {kv} | {context} | {:.0} | {import:.1} | {host:.1} | {:.1} | {upload:.1} | {:.1} |",
+        "| {kv} | {context} | {} | {:.0} | {import:.1} | {host:.1} | {:.1} | {empty:.1} | {alone:.1} | {upload:.1} | {:.1} |",
+        received.memory.to_possible_value().expect("no variant is skipped").get_name(),
         bytes as f64 / 1e6,
         gbs(import),
         gbs(upload)
     );
     Ok(())
+}
+
+/// `tensor` uploaded as an import uploads it (floats at their own width where the backend has
+/// it, integers widened), on its own: dropped after the caller's sync.
+fn upload_alone<B: Backend>(tensor: &StateTensor, device: &B::Device) -> anyhow::Result<Box<dyn std::any::Any>> {
+    Ok(match tensor.dtype {
+        StateDType::F16 if B::supports_dtype(device, DType::F16) => {
+            Box::new(tensor.to_float_as::<B, 4>(device, FloatDType::F16)?)
+        }
+        StateDType::F16 | StateDType::F32 => Box::new(tensor.to_float::<B, 4>(device)?),
+        _ => Box::new(tensor.to_int::<B, 4>(device)?),
+    })
 }
 
 /// A layer's state holding `context` random tokens of `scheme`'s format.
@@ -160,9 +228,32 @@ where
     Ok(cache.export_state())
 }
 
-/// `state` with every tensor's bytes in a buffer of its own, freshly allocated (a received
-/// request's bytes are not in any cache of the host).
-fn fresh_copy(state: &LayerState) -> LayerState {
-    let tensors = state.tensors.iter().map(|t| StateTensor { bytes: t.bytes.to_vec().into(), ..t.clone() }).collect();
-    LayerState { tokens: state.tokens, tensors }
+/// Received-like copies of states: each layer's tensors in one buffer of a receive pool.
+struct Received {
+    pool: BufferPool,
+    memory: HostMemory,
+}
+
+impl Received {
+    /// `state` as the transfer client lands it: its tensors at 16-byte offsets of one buffer
+    /// taken from the pool (recycled across repetitions, as a worker's receive buffers are).
+    fn copy(&self, state: &LayerState) -> LayerState {
+        let at = |n: usize| n.next_multiple_of(16);
+        let mut buffer = self.pool.take(state.tensors.iter().map(|t| at(t.bytes.len())).sum());
+        let mut offsets = Vec::with_capacity(state.tensors.len());
+        let mut offset = 0;
+        for t in &state.tensors {
+            buffer[offset..offset + t.bytes.len()].copy_from_slice(&t.bytes);
+            offsets.push(offset);
+            offset += at(t.bytes.len());
+        }
+        let shared = self.pool.share(buffer);
+        let tensors = state
+            .tensors
+            .iter()
+            .zip(offsets)
+            .map(|(t, o)| StateTensor { bytes: shared.slice(o..o + t.bytes.len()), ..t.clone() })
+            .collect();
+        LayerState { tokens: state.tokens, tensors }
+    }
 }
