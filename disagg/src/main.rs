@@ -261,7 +261,8 @@ struct RunArgs {
     show_text: bool,
     /// Untimed rounds each scheme runs before its first timed requests (at its first link rate
     /// and request rate), so that kernel compilation and autotuning stay out of the records; a
-    /// round is one request of each distinct prompt length, one at a time.
+    /// round is one request of each distinct prompt length, one at a time, and with a request
+    /// rate and `--max-batch` above 1, two requests of the first prompt decoded together.
     #[arg(long, default_value_t = 0)]
     warmup: usize,
     /// Also write the requests' records (JSON, times in ms) to this file (`decode`, `demo`;
