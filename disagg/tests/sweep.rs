@@ -98,10 +98,12 @@ fn a_continuous_batch_decodes_each_request_as_it_decodes_alone() {
     // longer than the next one's prefill, so the next joins while the ones before it decode, at
     // another length. `--check` fails the run if a request's tokens differ from a single-process
     // run's or its received KV from a local prefill's.
-    // A joining request's cache is imported a layer between steps (`--import-mb-per-step 0`).
+    // A joining request's cache is imported a layer between steps (`--import-mb-per-step 0`). A
+    // warm-up round (each prompt length alone, then two requests together) runs first and leaves
+    // no records.
     let args =
         ["--prompt-tokens", "160,96,160,64", "--request-rate", "1000", "--max-batch", "3", "--import-mb-per-step", "0"];
-    let args = [&args[..], &["--check"]].concat();
+    let args = [&args[..], &["--check", "--warmup", "1"]].concat();
     let (out, records) = sweep_tokens("batch", 24, &args);
     assert_eq!(records.len(), 8);
     for (i, r) in records.iter().enumerate() {
