@@ -54,7 +54,8 @@ pub struct Job<'a> {
     pub run: &'a RunArgs,
     /// Prefill server addresses serving this pair.
     pub servers: &'a [String],
-    /// Untimed rounds (one request of each distinct prompt length) before the timed requests.
+    /// Untimed rounds (one request of each distinct prompt length) before the timed requests;
+    /// at a request rate with `--max-batch` above 1, followed by two requests decoded together.
     pub warmup: usize,
 }
 
