@@ -27,7 +27,10 @@ use burn_kvcompress::{
     model::ModelConfig,
 };
 use burn_kvschemes::{with_scheme, SchemeSpec};
-use burn_kvtransfer::protocol::BufferPool;
+use burn_kvtransfer::{
+    protocol::BufferPool,
+    state_codec::{decode_state, encode_state},
+};
 use clap::{Parser, ValueEnum};
 use examples::{
     backend_choice::{BackendChoice, KernelBackend},
@@ -127,7 +130,7 @@ where
         CacheGeometry { batch: 1, kv_heads: config.num_kv_heads, heads: config.num_heads, head_dim: config.head_dim };
     let state = filled_state(&scheme, geometry, context, device)?;
     let bytes = state.byte_len() * args.layers;
-    let copies = || (0..args.layers).map(|_| received.copy(&state)).collect::<Vec<_>>();
+    let copies = || (0..args.layers).map(|_| received.copy(&state)).collect::<anyhow::Result<Vec<_>>>();
     let import = |states: Vec<LayerState>| -> anyhow::Result<(f64, f64)> {
         let start = Instant::now();
         let caches = states
@@ -167,23 +170,23 @@ where
         drop(tensors);
         Ok(total)
     };
-    import(copies())?;
+    import(copies()?)?;
     upload(Bytes::from_bytes_vec(vec![1; bytes / 4 * 4]))?;
     let mut times: [Vec<f64>; 5] = Default::default();
     for _ in 0..args.reps.max(1) {
-        let (total, host) = import(copies())?;
+        let (total, host) = import(copies()?)?;
         let rep = [
             total,
             host,
             empty_caches()?,
-            tensors_alone(copies())?,
+            tensors_alone(copies()?)?,
             upload(Bytes::from_bytes_vec(vec![1; bytes / 4 * 4]))?,
         ];
         times.iter_mut().zip(rep).for_each(|(t, ms)| t.push(ms));
     }
     let [import, host, empty, alone, upload] = times.map(median);
     // What was imported exports the same state again: the upload wrote every byte where it belongs.
-    for (layer, copy) in copies().iter().enumerate() {
+    for (layer, copy) in copies()?.iter().enumerate() {
         let cache = scheme.import_state(layer, geometry, copy, device)?;
         anyhow::ensure!(cache.export_state() == state, "{kv} at {context} tokens: layer {layer} exports another state");
     }
@@ -235,25 +238,13 @@ struct Received {
 }
 
 impl Received {
-    /// `state` as the transfer client lands it: its tensors at 16-byte offsets of one buffer
-    /// taken from the pool (recycled across repetitions, as a worker's receive buffers are).
-    fn copy(&self, state: &LayerState) -> LayerState {
-        let at = |n: usize| n.next_multiple_of(16);
-        let mut buffer = self.pool.take(state.tensors.iter().map(|t| at(t.bytes.len())).sum());
-        let mut offsets = Vec::with_capacity(state.tensors.len());
-        let mut offset = 0;
-        for t in &state.tensors {
-            buffer[offset..offset + t.bytes.len()].copy_from_slice(&t.bytes);
-            offsets.push(offset);
-            offset += at(t.bytes.len());
-        }
-        let shared = self.pool.share(buffer);
-        let tensors = state
-            .tensors
-            .iter()
-            .zip(offsets)
-            .map(|(t, o)| StateTensor { bytes: shared.slice(o..o + t.bytes.len()), ..t.clone() })
-            .collect();
-        LayerState { tokens: state.tokens, tensors }
+    /// `state` as the transfer client lands it: serialized, received into a buffer taken from
+    /// the pool (recycled across repetitions, as a worker's receive buffers are) and decoded, its
+    /// tensors slices of that buffer.
+    fn copy(&self, state: &LayerState) -> anyhow::Result<LayerState> {
+        let encoded = encode_state(state);
+        let mut buffer = self.pool.take(encoded.len());
+        buffer.copy_from_slice(&encoded);
+        Ok(decode_state(self.pool.share(buffer))?)
     }
 }
