@@ -16,7 +16,8 @@
 
 use burn_kvcompress::{
     cache::{
-        CacheGeometry, KvCache, KvScheme, LayerState, StateDType, StateTensor, TransferableCache, TransferableScheme,
+        CacheGeometry, DeviceState, KvCache, KvScheme, LayerState, StateDType, StateTensor, TransferableCache,
+        TransferableScheme,
     },
     error::CacheError,
 };
@@ -59,19 +60,14 @@ pub fn export_codes<B: HackBackend>(prefix: &str, codes: &Codes<B>, bits: u8, ou
 /// `words` packed words and `parts` partitions for `geometry`'s batch and KV heads.
 pub fn import_codes<B: HackBackend>(
     prefix: &str,
-    state: &LayerState,
+    state: &DeviceState<B>,
     rows: usize,
     words: usize,
     parts: usize,
     geometry: CacheGeometry,
-    device: &B::Device,
 ) -> Result<Codes<B>, CacheError> {
-    let get = |name: &str| state.get(&format!("{prefix}_{name}"));
-    let codes = Codes {
-        words: get("words")?.to_int::<B, 4>(device)?,
-        params: get("params")?.to_int::<B, 4>(device)?,
-        sums: get("sums")?.to_int::<B, 4>(device)?,
-    };
+    let get = |name: &str| state.to_int::<4>(&format!("{prefix}_{name}"));
+    let codes = Codes { words: get("words")?, params: get("params")?, sums: get("sums")? };
     let (b, h) = (geometry.batch, geometry.kv_heads);
     let expected = ([b, h, rows, words], [b, h, rows, parts]);
     let found = (codes.words.dims(), [codes.params.dims(), codes.sums.dims()]);
@@ -140,10 +136,10 @@ impl<B: HackBackend> TransferableScheme<B> for HackScheme {
     ) -> Result<HackCache<B>, CacheError> {
         let mut cache: HackCache<B> = self.new_cache(layer, geometry, device);
         cache.check_supported()?;
-        let config = self.config();
+        let (config, state) = (self.config(), state.upload::<B>(device));
         match &mut cache.store {
-            Store::Paper(s) => import_paper(s, config, geometry, state, device)?,
-            Store::Channel(s) => import_channel(s, config, geometry, state, device)?,
+            Store::Paper(s) => import_paper(s, config, geometry, &state)?,
+            Store::Channel(s) => import_channel(s, config, geometry, &state)?,
         }
         Ok(cache)
     }
@@ -153,23 +149,22 @@ fn import_paper<B: HackBackend>(
     s: &mut PaperStore<B>,
     config: &HackConfig,
     geometry: CacheGeometry,
-    state: &LayerState,
-    device: &B::Device,
+    state: &DeviceState<B>,
 ) -> Result<(), CacheError> {
-    let len = state.tokens;
+    let len = state.state().tokens;
     if len == 0 {
         return Ok(());
     }
     let (d, bits, pi) = (geometry.head_dim, config.key_bits as usize, config.partition);
     let group = super::key_group(d, pi);
-    s.keys = Some(import_codes("k", state, len, d * bits / 32, d / group, geometry, device)?);
+    s.keys = Some(import_codes("k", state, len, d * bits / 32, d / group, geometry)?);
     let blocks = len / pi;
     if blocks > 0 {
-        s.values = Some(import_codes("v", state, blocks * d, pi * bits / 32, 1, geometry, device)?);
+        s.values = Some(import_codes("v", state, blocks * d, pi * bits / 32, 1, geometry)?);
     }
     let tail_len = len - blocks * pi;
     if tail_len > 0 {
-        let tail = state.get("v_tail")?.to_float::<B, 4>(device)?;
+        let tail = state.to_float::<4>("v_tail")?;
         if tail.dims() != [geometry.batch, geometry.kv_heads, tail_len, d] {
             return Err(CacheError::State(format!("`v_tail` has shape {:?}", tail.dims())));
         }
@@ -184,20 +179,18 @@ fn import_channel<B: HackBackend>(
     s: &mut ChannelStore<B>,
     config: &HackConfig,
     geometry: CacheGeometry,
-    state: &LayerState,
-    device: &B::Device,
+    state: &DeviceState<B>,
 ) -> Result<(), CacheError> {
     let (b, h, d, pi) = (geometry.batch, geometry.kv_heads, geometry.head_dim, config.partition);
-    let len = state.tokens;
-    let present = |name: &str| state.tensors.iter().any(|t| t.name == name);
+    let len = state.state().tokens;
+    let present = |name: &str| state.state().tensors.iter().any(|t| t.name == name);
     let float_dtype = s.float_dtype;
     let slots = |name: &str| -> Result<Option<FloatSlots<B>>, CacheError> {
         if !present(&format!("{name}_k")) {
             return Ok(None);
         }
         // f16 slots into an f16 cache are uploaded as they are; other pairs are cast.
-        let [k, v] = ["k", "v"]
-            .map(|x| state.get(&format!("{name}_{x}")).and_then(|t| t.to_float_as::<B, 4>(device, float_dtype.into())));
+        let [k, v] = ["k", "v"].map(|x| state.to_float_as::<4>(&format!("{name}_{x}"), float_dtype.into()));
         let (k, v) = (k?, v?);
         let n = k.dims()[2];
         if k.dims() != [b, h, n, d] || v.dims() != k.dims() || n == 0 {
@@ -208,13 +201,13 @@ fn import_channel<B: HackBackend>(
     s.sinks = slots("sinks")?;
     s.tail = slots("tail")?;
     let blocks = match present("k_params") {
-        true => state.get("k_params")?.shape.get(2).copied().unwrap_or(0) / d,
+        true => state.state().get("k_params")?.shape.get(2).copied().unwrap_or(0) / d,
         false => 0,
     };
     if blocks > 0 {
         let rows = |prefix: &str, words: [usize; 2], params: [usize; 2]| -> Result<PackedRows<B>, CacheError> {
-            let words_t = state.get(channel_words_name(prefix))?.to_int::<B, 4>(device)?;
-            let params_t = state.get(&format!("{prefix}_params"))?.to_int::<B, 4>(device)?;
+            let words_t = state.to_int::<4>(channel_words_name(prefix))?;
+            let params_t = state.to_int::<4>(&format!("{prefix}_params"))?;
             let (words, params) = ([b, h, words[0], words[1]], [b, h, params[0], params[1]]);
             if words_t.dims() != words || params_t.dims() != params {
                 return Err(CacheError::State(format!(

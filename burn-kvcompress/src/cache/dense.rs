@@ -155,8 +155,8 @@ fn import_into<B: Backend>(
         return Ok(cache);
     }
     check_storage::<B>(cache.storage, device)?;
-    let k = state.get("k")?.to_float_as::<B, 4>(device, cache.storage)?;
-    let v = state.get("v")?.to_float_as::<B, 4>(device, cache.storage)?;
+    let uploaded = state.upload::<B>(device);
+    let (k, v) = (uploaded.to_float_as::<4>("k", cache.storage)?, uploaded.to_float_as::<4>("v", cache.storage)?);
     if k.dims()[2] != state.tokens {
         return Err(CacheError::State(format!("`k` holds {} slots, the state says {}", k.dims()[2], state.tokens)));
     }

@@ -6,6 +6,7 @@
 
 mod attention;
 mod dense;
+mod device_state;
 mod host_attention;
 mod host_buffer;
 mod options;
@@ -18,6 +19,7 @@ mod upload;
 
 pub use attention::{attention_reference, check_attend_shapes, dense_attention, half_attention};
 pub use dense::{append_slots, DenseCache, DenseScheme, HalfDenseScheme};
+pub use device_state::DeviceState;
 pub use host_attention::{host_attention, HostShape};
 pub use host_buffer::{device_host_allocator, HostAllocator, HostBuffer};
 pub use options::AttendOptions;

@@ -193,7 +193,8 @@ impl StateTensor {
         Ok(())
     }
 
-    fn check<const D: usize>(&self, dtypes: &[StateDType]) -> Result<[usize; D], CacheError> {
+    /// The shape as `D` dimensions, once the bytes match it and the dtype is one of `dtypes`.
+    pub(super) fn check<const D: usize>(&self, dtypes: &[StateDType]) -> Result<[usize; D], CacheError> {
         self.validate()?;
         let shape: [usize; D] = self.shape.clone().try_into().map_err(|_| {
             CacheError::State(format!("tensor `{}` has rank {}, expected {D}", self.name, self.shape.len()))

@@ -8,7 +8,10 @@
 
 use burn::tensor::{backend::Backend, AllocationProperty, Element, Int, Tensor, TensorData};
 
-use super::state::Bytes;
+use super::{
+    device_state::FlatTensor,
+    state::{Bytes, StateTensor},
+};
 
 /// `bytes` (little-endian `E` values, `shape.product()` of them) as a float tensor of `E`'s type
 /// on `device`.
@@ -36,6 +39,63 @@ pub(super) fn upload_int<B: Backend, const D: usize>(
         return tensor;
     }
     Tensor::from_data(host_data::<i32, D>(bytes, shape), device)
+}
+
+/// `tensors` uploaded by one batched write where the backend has one (CUDA), index-aligned: every
+/// well-formed, non-empty f32, f16 and i32 tensor (integers when the backend's are i32). Elsewhere, or when
+/// the write is refused, none: each is uploaded when read.
+pub(super) fn upload_all<B: Backend>(tensors: &[StateTensor], device: &B::Device) -> Vec<Option<FlatTensor<B>>> {
+    #[cfg(feature = "cuda")]
+    if is_cuda::<B>(device) {
+        if let Some(uploaded) = cuda_upload_all::<B>(tensors, device) {
+            return uploaded;
+        }
+    }
+    let _ = device;
+    vec![None; tensors.len()]
+}
+
+/// [`upload_all`] on CUDA: empty tensors of each uploadable state tensor's size, written by one
+/// `kernels::cuda_write_all`; `None` when the write is refused.
+#[cfg(feature = "cuda")]
+fn cuda_upload_all<B: Backend>(tensors: &[StateTensor], device: &B::Device) -> Option<Vec<Option<FlatTensor<B>>>> {
+    use super::state::StateDType;
+    use burn::tensor::{DType, TensorPrimitive};
+    let empty = |t: &StateTensor| -> Option<FlatTensor<B>> {
+        t.validate().ok()?;
+        let n = t.elements();
+        // An empty tensor has nothing to write, and its flat form could not be reshaped back
+        // (Burn's reshape reads a zero dimension as "keep this dimension").
+        if n == 0 {
+            return None;
+        }
+        match t.dtype {
+            StateDType::F32 => Some(FlatTensor::Float(Tensor::empty([n], (device, DType::F32)))),
+            StateDType::F16 => Some(FlatTensor::Float(Tensor::empty([n], (device, DType::F16)))),
+            StateDType::I32 => {
+                let ints = Tensor::<B, 1, Int>::empty([n], device);
+                (ints.dtype() == DType::I32).then_some(FlatTensor::Int(ints))
+            }
+            StateDType::U8 | StateDType::U16 => None,
+        }
+    };
+    let uploaded: Vec<Option<FlatTensor<B>>> = tensors.iter().map(empty).collect();
+    let primitives: Vec<(Box<dyn std::any::Any>, &[u8])> = uploaded
+        .iter()
+        .zip(tensors)
+        .filter_map(|(flat, t)| {
+            let primitive: Box<dyn std::any::Any> = match flat.as_ref()? {
+                FlatTensor::Float(f) => match f.clone().into_primitive() {
+                    TensorPrimitive::Float(p) => Box::new(p),
+                    TensorPrimitive::QFloat(_) => return None,
+                },
+                FlatTensor::Int(i) => Box::new(i.clone().into_primitive()),
+            };
+            Some((primitive, &t.bytes[..]))
+        })
+        .collect();
+    let writes: Vec<(&dyn std::any::Any, &[u8])> = primitives.iter().map(|(p, b)| (p.as_ref(), *b)).collect();
+    crate::kernels::cuda_write_all(&writes).ok().map(|()| uploaded)
 }
 
 /// The bytes as tensor data of `E` values. Bytes aligned for `E` are shared, not copied (an

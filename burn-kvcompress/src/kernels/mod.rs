@@ -88,7 +88,7 @@ pub use cublas_product::{cublas_product, CublasUnavailable};
 #[cfg(feature = "cuda")]
 pub use cuda_pinned::CudaPinnedAllocator;
 #[cfg(feature = "cuda")]
-pub use cuda_upload::{cuda_write, WriteRefused};
+pub use cuda_upload::{cuda_write, cuda_write_all, WriteRefused};
 pub use flash_attention::{flash_attention, flash_geometry, FlashGeometry, MAX_HEAD_DIM};
 pub use key_start::key_start_arg;
 pub use mask::{decode_slot_visible, first_visible_slot, slot_visible};

@@ -36,6 +36,7 @@ impl<B: PqBackend> TransferableScheme<B> for PqScheme {
     ) -> Result<PqCache<B>, CacheError> {
         let mut cache: PqCache<B> = self.new_cache(layer, geometry, device);
         cache.check_usable()?;
+        let uploaded = state.upload::<B>(device);
         let (b, h, d) = (geometry.batch, geometry.kv_heads, geometry.head_dim);
         let has = |name: &str| state.tensors.iter().any(|t| t.name == name);
         let shape_error = |name: &str, found: [usize; 4], expected: String| {
@@ -43,7 +44,7 @@ impl<B: PqBackend> TransferableScheme<B> for PqScheme {
         };
         let mut coded = 0;
         if has("k_codes") {
-            let (k, v) = (state.get("k_codes")?.to_int::<B, 4>(device)?, state.get("v_codes")?.to_int::<B, 4>(device)?);
+            let (k, v) = (uploaded.to_int::<4>("k_codes")?, uploaded.to_int::<4>("v_codes")?);
             let words = cache.config.words_per_vector();
             coded = k.dims()[2];
             for (name, dims) in [("k_codes", k.dims()), ("v_codes", v.dims())] {
@@ -55,8 +56,7 @@ impl<B: PqBackend> TransferableScheme<B> for PqScheme {
         }
         let mut recent = 0;
         if has("k_recent") {
-            let (k, v) =
-                (state.get("k_recent")?.to_float::<B, 4>(device)?, state.get("v_recent")?.to_float::<B, 4>(device)?);
+            let (k, v) = (uploaded.to_float::<4>("k_recent")?, uploaded.to_float::<4>("v_recent")?);
             recent = k.dims()[2];
             for (name, dims) in [("k_recent", k.dims()), ("v_recent", v.dims())] {
                 if dims != [b, h, recent, d] || recent == 0 {

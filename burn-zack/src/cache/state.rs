@@ -39,7 +39,8 @@ impl<B: ZackBackend> TransferableScheme<B> for ZackScheme {
                 Err(CacheError::State("an empty ZACK state carries tensors".into()))
             };
         }
-        let (k, v) = (state.get("keys")?.to_float::<B, 3>(device)?, state.get("values")?.to_float::<B, 3>(device)?);
+        let uploaded = state.upload::<B>(device);
+        let (k, v) = (uploaded.to_float::<3>("keys")?, uploaded.to_float::<3>("values")?);
         let (b, n) = (geometry.batch, state.tokens);
         let (kw, vw) = (cache.layout.key_width(), cache.layout.value_width());
         if k.dims() != [b, n, kw] || v.dims() != [b, n, vw] {

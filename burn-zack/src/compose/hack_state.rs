@@ -46,19 +46,20 @@ impl<B: ZackBackend + HackBackend> TransferableScheme<B> for ZackHackScheme {
         if len == 0 {
             return Ok(cache);
         }
+        let uploaded = state.upload::<B>(device);
         let (bits, pi) = (self.hack().key_bits as usize, self.hack().partition);
         let one_head = CacheGeometry { kv_heads: 1, ..geometry };
         for (h, &rank) in cache.layout.qk_ranks.iter().enumerate() {
             let (words, parts) = (rank * bits / 32, rank / cache.key_group(h));
-            cache.keys.push(import_codes(&format!("k{h}"), state, len, words, parts, one_head, device)?);
+            cache.keys.push(import_codes(&format!("k{h}"), &uploaded, len, words, parts, one_head)?);
         }
         let (blocks, width) = (len / pi, cache.layout.value_width());
         if blocks > 0 {
-            cache.values = Some(import_codes("v", state, blocks * width, pi * bits / 32, 1, one_head, device)?);
+            cache.values = Some(import_codes("v", &uploaded, blocks * width, pi * bits / 32, 1, one_head)?);
         }
         let tail_len = len - blocks * pi;
         if tail_len > 0 {
-            let tail = state.get("v_tail")?.to_float::<B, 3>(device)?;
+            let tail = uploaded.to_float::<3>("v_tail")?;
             if tail.dims() != [geometry.batch, tail_len, width] {
                 return Err(CacheError::State(format!(
                     "`v_tail` has shape {:?}, expected [{}, {tail_len}, {width}]",

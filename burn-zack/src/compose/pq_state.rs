@@ -37,6 +37,7 @@ impl<B: ZackBackend + PqBackend> TransferableScheme<B> for ZackPqScheme {
     ) -> Result<ZackPqCache<B>, CacheError> {
         let mut cache: ZackPqCache<B> = self.new_cache(layer, geometry, device);
         cache.check_usable()?;
+        let uploaded = state.upload::<B>(device);
         let batch = geometry.batch;
         let has = |name: &str| state.tensors.iter().any(|t| t.name == name);
         let shape_error = |name: &str, found: &[usize], expected: String| {
@@ -44,7 +45,7 @@ impl<B: ZackBackend + PqBackend> TransferableScheme<B> for ZackPqScheme {
         };
         let mut coded = 0;
         if has("k_codes") || has("v_codes") {
-            let codes = [state.get("k_codes")?.to_int::<B, 4>(device)?, state.get("v_codes")?.to_int::<B, 4>(device)?];
+            let codes = [uploaded.to_int::<4>("k_codes")?, uploaded.to_int::<4>("v_codes")?];
             coded = codes[0].dims()[2];
             for ((name, tensor), config) in ["k_codes", "v_codes"].into_iter().zip(&codes).zip(&cache.configs) {
                 let words = config.words_per_vector();
@@ -56,8 +57,7 @@ impl<B: ZackBackend + PqBackend> TransferableScheme<B> for ZackPqScheme {
         }
         let mut recent = 0;
         if has("k_recent") || has("v_recent") {
-            let tensors =
-                [state.get("k_recent")?.to_float::<B, 3>(device)?, state.get("v_recent")?.to_float::<B, 3>(device)?];
+            let tensors = [uploaded.to_float::<3>("k_recent")?, uploaded.to_float::<3>("v_recent")?];
             recent = tensors[0].dims()[1];
             let widths = [cache.layout.key_width(), cache.layout.value_width()];
             for ((name, tensor), width) in ["k_recent", "v_recent"].into_iter().zip(&tensors).zip(widths) {

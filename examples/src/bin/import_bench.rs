@@ -8,8 +8,9 @@
 //! receives by default), device-synchronized, then checked (each imported layer exports the
 //! state it was imported from, byte for byte). Beside it, two of its parts: every layer's empty
 //! cache built (`KvScheme::new_cache`: what a scheme prepares per request, e.g. HACK's rotations)
-//! and every state tensor uploaded on its own (`StateTensor::to_int` / `to_float_as`: the bytes
-//! and the per-tensor work, no cache logic); and the same bytes uploaded as one tensor by Burn's
+//! and every layer's tensors uploaded as an import uploads them (`LayerState::upload`, one
+//! batched write a layer on CUDA, then each tensor read at its width: the bytes and the
+//! per-tensor work, no cache logic); and the same bytes uploaded as one tensor by Burn's
 //! `Tensor::from_data` (its upload path with no per-tensor work). The PyTorch anchor,
 //! run in the same call: `examples/bench/upload_anchor.py` (pageable and pinned host-to-device
 //! copies of the same sizes).
@@ -21,8 +22,8 @@ use std::time::Instant;
 use burn::tensor::{backend::Backend, Bytes, DType, Distribution, FloatDType, Int, Tensor, TensorData};
 use burn_kvcompress::{
     cache::{
-        device_host_allocator, CacheGeometry, KvCache, LayerState, StateDType, StateTensor, TransferableCache,
-        TransferableScheme,
+        device_host_allocator, CacheGeometry, DeviceState, KvCache, LayerState, StateDType, StateTensor,
+        TransferableCache, TransferableScheme,
     },
     model::ModelConfig,
 };
@@ -163,8 +164,8 @@ where
     };
     let tensors_alone = |states: Vec<LayerState>| -> anyhow::Result<f64> {
         let start = Instant::now();
-        let tensors = states.iter().flat_map(|s| &s.tensors).map(|t| upload_alone::<B>(t, device));
-        let tensors = tensors.collect::<anyhow::Result<Vec<_>>>()?;
+        let layers = states.iter().map(|s| s.upload::<B>(device));
+        let tensors = layers.map(|layer| upload_alone(&layer, device)).collect::<anyhow::Result<Vec<_>>>()?;
         B::sync(device)?;
         let total = start.elapsed().as_secs_f64() * 1e3;
         drop(tensors);
@@ -201,16 +202,20 @@ where
     Ok(())
 }
 
-/// `tensor` uploaded as an import uploads it (floats at their own width where the backend has
-/// it, integers widened), on its own: dropped after the caller's sync.
-fn upload_alone<B: Backend>(tensor: &StateTensor, device: &B::Device) -> anyhow::Result<Box<dyn std::any::Any>> {
-    Ok(match tensor.dtype {
-        StateDType::F16 if B::supports_dtype(device, DType::F16) => {
-            Box::new(tensor.to_float_as::<B, 4>(device, FloatDType::F16)?)
-        }
-        StateDType::F16 | StateDType::F32 => Box::new(tensor.to_float::<B, 4>(device)?),
-        _ => Box::new(tensor.to_int::<B, 4>(device)?),
-    })
+/// A layer's tensors read as an import reads them (floats at their own width where the backend
+/// has it, integers widened), with no cache around them: dropped after the caller's sync.
+fn upload_alone<B: Backend>(layer: &DeviceState<B>, device: &B::Device) -> anyhow::Result<Vec<Box<dyn std::any::Any>>> {
+    let read = |tensor: &StateTensor| -> anyhow::Result<Box<dyn std::any::Any>> {
+        let name = &tensor.name;
+        Ok(match tensor.dtype {
+            StateDType::F16 if B::supports_dtype(device, DType::F16) => {
+                Box::new(layer.to_float_as::<4>(name, FloatDType::F16)?)
+            }
+            StateDType::F16 | StateDType::F32 => Box::new(layer.to_float::<4>(name)?),
+            _ => Box::new(layer.to_int::<4>(name)?),
+        })
+    };
+    layer.state().tensors.iter().map(read).collect()
 }
 
 /// A layer's state holding `context` random tokens of `scheme`'s format.
