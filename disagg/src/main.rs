@@ -250,7 +250,8 @@ struct RunArgs {
     /// Receive into pageable host memory even where the decode device can page-lock it (CUDA).
     /// By default a CUDA worker's received layers land in recycled page-locked buffers, which the
     /// import copies to the device by DMA (several times faster than from pageable memory); the
-    /// receive pool's buffers then stay locked in host memory while the worker runs.
+    /// receive pool's buffers then stay locked in host memory while the worker runs, at most
+    /// `--kv-budget-gb` of them at once (layers past that land in pageable memory).
     #[arg(long)]
     pageable_receive: bool,
     /// Also check KV hashes against a local prefill and tokens against a single-process run.

@@ -9,7 +9,7 @@ use std::{
     },
 };
 
-use burn_kvcompress::cache::HostAllocator;
+use burn_kvcompress::cache::{HostAllocator, LimitedAllocator};
 use burn_kvtransfer::protocol::{blocks::Reassembly, BufferPool};
 
 #[test]
@@ -145,4 +145,28 @@ fn a_buffer_the_allocator_cannot_serve_comes_from_the_global_allocator() {
     assert_eq!((plain.len(), plain.capacity()), (10, 64));
     let past = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || plain.set_len(65)));
     assert!(past.is_err(), "past the capacity");
+}
+
+#[test]
+fn a_capped_allocator_serves_up_to_its_bytes_then_the_global_allocator_does() {
+    let inner = CountingAllocator::new(usize::MAX);
+    let capped = Arc::new(LimitedAllocator::new(inner.clone(), 1000));
+    let pool = BufferPool::new(0).allocating_with(capped.clone());
+    let (a, b) = (pool.take(600), pool.take(400));
+    assert!(a.is_allocated() && b.is_allocated());
+    assert_eq!((capped.live_bytes(), inner.live()), (1000, 2));
+    let over = pool.take(1);
+    assert!(!over.is_allocated(), "past the cap: the global allocator's");
+    assert_eq!(capped.live_bytes(), 1000, "a refusal counts nothing");
+    drop(pool.share(a));
+    assert_eq!((capped.live_bytes(), inner.live()), (400, 1), "freed through the cap");
+    let c = pool.take(600);
+    assert!(c.is_allocated(), "room again once freed");
+    drop((b, c, over));
+    assert_eq!((capped.live_bytes(), inner.live()), (0, 0));
+
+    // The inner allocator's own refusal gives back what the cap counted.
+    let refusing = Arc::new(LimitedAllocator::new(CountingAllocator::new(0), 1000));
+    assert!(refusing.allocate(10).is_none());
+    assert_eq!(refusing.live_bytes(), 0);
 }

@@ -7,12 +7,13 @@
 use burn_kvschemes::{with_scheme, AnyScheme};
 use std::convert::Infallible;
 use std::io::Write;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use burn::tensor::backend::Backend;
 use burn_kvcompress::{
-    cache::{device_host_allocator, KvCache, LayerCaches, TransferableCache, TransferableScheme},
+    cache::{device_host_allocator, KvCache, LayerCaches, LimitedAllocator, TransferableCache, TransferableScheme},
     generation::{generate, GenerateOptions, Sampler, SamplingConfig},
     model::{CausalLm, Logits},
     tokenizer::{chatml_prompt, ChatMessage, Role, TokenStream, Tokenizer},
@@ -188,7 +189,10 @@ where
     config.link_gbps = job.link_gbps;
     config.data_streams = job.run.data_streams;
     if !job.run.pageable_receive {
-        config.receive_allocator = device_host_allocator::<B>(device);
+        config.receive_allocator = match (device_host_allocator::<B>(device), job.run.kv_budget_bytes()) {
+            (Some(locked), Some(budget)) => Some(Arc::new(LimitedAllocator::new(locked, budget))),
+            (locked, _) => locked,
+        };
     }
     let rt = runtime()?;
     let pool = rt.block_on(async {
