@@ -3,7 +3,10 @@
 //! head, then an 8B-shaped model cut to `--layers` layers with Burn's ops or the backend's kernels
 //! (weight products, RMSNorm, rotary embedding): the prefill of a `--context`-token prompt (TTFT)
 //! and the decode steps after it over a `--kv` cache (dense f16 or HACK), with device-synchronized
-//! timing (median, slowest, host enqueue time, pipelined). The PyTorch anchors, run in the same call:
+//! timing (median, slowest, host enqueue time, pipelined); with `--ragged`, also the same steps
+//! over the batch's sequences each prefilled alone and decoded as a ragged batch (what a
+//! continuously batching worker runs: each row's cache attended and appended on its own). The
+//! PyTorch anchors, run in the same call:
 //! `examples/bench/gemv_anchor.py` for the products, `examples/bench/model_anchor.py` for TTFT and
 //! the steps.
 use burn_kvschemes::{with_scheme, SchemeSpec};
@@ -16,14 +19,14 @@ use burn::{
 use std::path::Path;
 
 use burn_kvcompress::{
-    cache::KvScheme,
+    cache::{KvScheme, RaggedBatch},
     loading::{build_model, RandomWeights},
     model::{CausalLm, Logits, ModelConfig, ModelOps},
 };
 use clap::Parser;
 use examples::{
     backend_choice::{BackendChoice, KernelBackend},
-    bench::time,
+    bench::{time, Timing},
     weights_arg::WeightsArg,
     with_backend,
 };
@@ -67,6 +70,11 @@ struct Args {
     /// whose report then holds one variant's launches).
     #[arg(long)]
     kernels_only: bool,
+    /// Also time the decode steps over a ragged batch of `--batch` sequences, each prefilled
+    /// alone (`RaggedBatch`: a continuously batching worker's step, attention and appends per
+    /// row), beside the batch's own cache.
+    #[arg(long)]
+    ragged: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -166,14 +174,33 @@ fn time_model<B: KernelBackend, S: KvScheme<B>>(
         let step = time::<B>(device, args.runs, || {
             drop(model.forward(&steps, &mut caches, Logits::Last).expect("decode step"));
         });
-        println!(
-            "| {name} | {ttft} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} |",
-            step.median / 1e3,
-            step.max / 1e3,
-            step.host / 1e3,
-            step.pipelined / 1e3,
-            weight_bytes / step.median / 1e3
-        );
+        print_steps(name, &ttft, &step, weight_bytes);
+        if args.ragged {
+            let mut ragged = RaggedBatch::new(args.layers);
+            for prompt in &prompts {
+                let mut alone = model.new_cache(&scheme, 1, device);
+                model.forward(std::slice::from_ref(prompt), &mut alone, Logits::Last)?;
+                ragged.join::<B>(alone)?;
+            }
+            // The untimed first step compiles the ragged step's launches.
+            model.forward(&steps, ragged.caches(), Logits::Last)?;
+            let step = time::<B>(device, args.runs, || {
+                drop(model.forward(&steps, ragged.caches(), Logits::Last).expect("ragged decode step"));
+            });
+            print_steps(&format!("{name}, ragged"), "-", &step, weight_bytes);
+        }
     }
     Ok(())
+}
+
+/// One table row of decode steps (timings in µs, printed in ms).
+fn print_steps(name: &str, ttft: &str, step: &Timing, weight_bytes: f64) {
+    println!(
+        "| {name} | {ttft} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} |",
+        step.median / 1e3,
+        step.max / 1e3,
+        step.host / 1e3,
+        step.pipelined / 1e3,
+        weight_bytes / step.median / 1e3
+    );
 }
