@@ -28,8 +28,8 @@ pub(super) enum FlatTensor<B: Backend> {
 /// `to_float`, `to_float_as` and `to_int`, with the same checks and values.
 ///
 /// Which tensors are uploaded ahead is the backend's choice: on CUDA every well-formed, non-empty
-/// f32, f16 and i32 tensor (integers when the backend's are i32) in one batched write; elsewhere none,
-/// and each read uploads its tensor as `StateTensor` does. Narrow integers ([`StateDType::U8`],
+/// f32, f16 and i32 tensor (integers when the backend's are i32) in one batched write; elsewhere
+/// none, and each read uploads its tensor as `StateTensor` does. Narrow integers ([`StateDType::U8`],
 /// [`StateDType::U16`]) are widened on the host when read.
 #[derive(Debug)]
 pub struct DeviceState<'a, B: Backend> {

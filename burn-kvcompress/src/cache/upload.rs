@@ -42,8 +42,8 @@ pub(super) fn upload_int<B: Backend, const D: usize>(
 }
 
 /// `tensors` uploaded by one batched write where the backend has one (CUDA), index-aligned: every
-/// well-formed, non-empty f32, f16 and i32 tensor (integers when the backend's are i32). Elsewhere, or when
-/// the write is refused, none: each is uploaded when read.
+/// well-formed, non-empty f32, f16 and i32 tensor (integers when the backend's are i32).
+/// Elsewhere, or when the write is refused, none: each is uploaded when read.
 pub(super) fn upload_all<B: Backend>(tensors: &[StateTensor], device: &B::Device) -> Vec<Option<FlatTensor<B>>> {
     #[cfg(feature = "cuda")]
     if is_cuda::<B>(device) {
@@ -60,7 +60,7 @@ pub(super) fn upload_all<B: Backend>(tensors: &[StateTensor], device: &B::Device
 #[cfg(feature = "cuda")]
 fn cuda_upload_all<B: Backend>(tensors: &[StateTensor], device: &B::Device) -> Option<Vec<Option<FlatTensor<B>>>> {
     use super::state::StateDType;
-    use burn::tensor::{DType, TensorPrimitive};
+    use burn::tensor::DType;
     let empty = |t: &StateTensor| -> Option<FlatTensor<B>> {
         t.validate().ok()?;
         let n = t.elements();
@@ -72,10 +72,7 @@ fn cuda_upload_all<B: Backend>(tensors: &[StateTensor], device: &B::Device) -> O
         match t.dtype {
             StateDType::F32 => Some(FlatTensor::Float(Tensor::empty([n], (device, DType::F32)))),
             StateDType::F16 => Some(FlatTensor::Float(Tensor::empty([n], (device, DType::F16)))),
-            StateDType::I32 => {
-                let ints = Tensor::<B, 1, Int>::empty([n], device);
-                (ints.dtype() == DType::I32).then_some(FlatTensor::Int(ints))
-            }
+            StateDType::I32 => empty_i32::<B, 1>([n], device).map(FlatTensor::Int),
             StateDType::U8 | StateDType::U16 => None,
         }
     };
@@ -85,10 +82,7 @@ fn cuda_upload_all<B: Backend>(tensors: &[StateTensor], device: &B::Device) -> O
         .zip(tensors)
         .filter_map(|(flat, t)| {
             let primitive: Box<dyn std::any::Any> = match flat.as_ref()? {
-                FlatTensor::Float(f) => match f.clone().into_primitive() {
-                    TensorPrimitive::Float(p) => Box::new(p),
-                    TensorPrimitive::QFloat(_) => return None,
-                },
+                FlatTensor::Float(f) => float_primitive(f)?,
                 FlatTensor::Int(i) => Box::new(i.clone().into_primitive()),
             };
             Some((primitive, &t.bytes[..]))
@@ -121,15 +115,11 @@ fn cuda_float<B: Backend, const D: usize>(
     dtype: burn::tensor::DType,
     device: &B::Device,
 ) -> Option<Tensor<B, D>> {
-    use burn::tensor::TensorPrimitive;
     if !is_cuda::<B>(device) {
         return None;
     }
     let tensor = Tensor::<B, D>::empty(shape, (device, dtype));
-    let written = match tensor.clone().into_primitive() {
-        TensorPrimitive::Float(primitive) => crate::kernels::cuda_write(&primitive, bytes).is_ok(),
-        TensorPrimitive::QFloat(_) => false,
-    };
+    let written = crate::kernels::cuda_write(float_primitive(&tensor)?.as_ref(), bytes).is_ok();
     written.then_some(tensor)
 }
 
@@ -144,10 +134,27 @@ fn cuda_int<B: Backend, const D: usize>(
     if !is_cuda::<B>(device) {
         return None;
     }
-    let tensor = Tensor::<B, D, Int>::empty(shape, device);
-    let written = tensor.dtype() == burn::tensor::DType::I32
-        && crate::kernels::cuda_write(&tensor.clone().into_primitive(), bytes).is_ok();
+    let tensor = empty_i32::<B, D>(shape, device)?;
+    let written = crate::kernels::cuda_write(&tensor.clone().into_primitive(), bytes).is_ok();
     written.then_some(tensor)
+}
+
+/// An empty integer tensor of `shape` when the backend's integers are `i32` (the received
+/// bytes' type, written as they are); `None` otherwise.
+#[cfg(feature = "cuda")]
+fn empty_i32<B: Backend, const D: usize>(shape: [usize; D], device: &B::Device) -> Option<Tensor<B, D, Int>> {
+    let tensor = Tensor::<B, D, Int>::empty(shape, device);
+    (tensor.dtype() == burn::tensor::DType::I32).then_some(tensor)
+}
+
+/// The backend primitive of a float tensor, what `kernels::cuda_write` writes into; `None` for
+/// a quantized tensor (not written in place).
+#[cfg(feature = "cuda")]
+fn float_primitive<B: Backend, const D: usize>(tensor: &Tensor<B, D>) -> Option<Box<dyn std::any::Any>> {
+    match tensor.clone().into_primitive() {
+        burn::tensor::TensorPrimitive::Float(primitive) => Some(Box::new(primitive)),
+        burn::tensor::TensorPrimitive::QFloat(_) => None,
+    }
 }
 
 /// Whether `device` is a device of CubeCL's CUDA runtime.
