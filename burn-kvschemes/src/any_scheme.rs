@@ -13,12 +13,12 @@ use burn_kvcompress::{
     model::{CausalLm, ModelConfig},
 };
 use burn_million_pq::{cache::PqScheme, codebook::Codebooks};
-use burn_zack::{
-    cache::ZackScheme,
-    compose::{ReducedCodebooks, ZackHackScheme, ZackPqScheme},
-};
+use burn_zack::cache::ZackScheme;
 
-use crate::SchemeSpec;
+use crate::{
+    compose::{ReducedCodebooks, ZackHackScheme, ZackPqScheme},
+    SchemeSpec,
+};
 
 /// A scheme ready to build caches: a [`SchemeSpec`] resolved against the loaded model.
 #[derive(Debug, Clone)]

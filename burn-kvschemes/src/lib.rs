@@ -7,6 +7,9 @@
 //! - [`SchemeSpec::resolve`]: the [`AnyScheme`] for a model, its calibration files (codebooks,
 //!   rotations) loaded and checked against the model file; [`AnyScheme::prepare`] folds what a
 //!   scheme folds into the weights.
+//! - [`compose`]: ZACK followed by a quantizer of its reduced dimensions (HACK's codes or product
+//!   quantization), the schemes behind `zack:…+hack:…` and `zack:…+pq:…`; here rather than in a
+//!   scheme crate, so that each scheme crate depends on the core alone.
 //! - [`with_scheme!`]: calls a function generic over
 //!   [`KvScheme`](burn_kvcompress::cache::KvScheme) with the concrete scheme.
 //!
@@ -18,6 +21,7 @@
 //! ```
 
 mod any_scheme;
+pub mod compose;
 pub mod scheme_spec;
 mod zack_spec;
 

@@ -16,10 +16,7 @@ pub enum ZackError {
     /// Calibration produced too little data, or data of the wrong shape.
     #[error("calibration: {0}")]
     Calibration(String),
-    /// Training codebooks of the reduced dimensions failed (too few calibration vectors).
-    #[error(transparent)]
-    Pq(#[from] burn_million_pq::PqError),
-    /// Reading or writing a rotation or codebook file failed.
+    /// Reading or writing a rotation file failed.
     #[error("{path}: {source}")]
     Io {
         /// The file.
@@ -27,7 +24,7 @@ pub enum ZackError {
         /// The underlying error.
         source: std::io::Error,
     },
-    /// A rotation or codebook file is malformed.
+    /// A rotation file is malformed.
     #[error("ZACK file {path}: {reason}")]
     Format {
         /// The file.

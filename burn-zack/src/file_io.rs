@@ -1,5 +1,4 @@
-//! Reading and writing this crate's files (rotations, reduced codebooks) with errors that name
-//! the path.
+//! Reading and writing this crate's rotation files with errors that name the path.
 
 use std::path::Path;
 

@@ -12,8 +12,8 @@
 //! - [`fold_value_rotations`]: the value/output rotations folded into `W_V` and `W_O`.
 //! - [`cache::ZackScheme`]: the `KvScheme`; keys are rotated and truncated after RoPE (RoPE
 //!   prevents folding them), attention runs on the reduced, per-head dimensions.
-//! - [`compose`]: ZACK followed by HACK quantization ([`compose::ZackHackScheme`]) or by product
-//!   quantization ([`compose::ZackPqScheme`]) of the reduced dimensions.
+//! - Composed with a quantizer of the reduced dimensions (HACK, PQ): `burn_kvschemes::compose`,
+//!   built on [`cache::reduce_keys`], [`cache::reduce_values`] and [`cache::HeadLayout`].
 //! - [`finetune`]: the rotations refined from the SVD by autodiff at chosen ranks, kept
 //!   orthogonal (Riemannian Adam, QR retraction).
 //! - [`kernels`]: the [`ZackBackend`](kernels::ZackBackend) trait with the tensor-op reference
@@ -34,7 +34,6 @@
 //! ```
 
 pub mod cache;
-pub mod compose;
 mod error;
 mod file_io;
 pub mod finetune;

@@ -72,10 +72,12 @@ impl<B: Backend> DenseCache<B> {
     }
 }
 
-/// `new` appended to `old` along the slot axis (axis 2), or `new` alone when `old` is None.
-pub fn append_slots<B: Backend>(old: Option<Tensor<B, 4>>, new: Tensor<B, 4>) -> Tensor<B, 4> {
+/// `new` appended to `old` along the slot axis, or `new` alone when `old` is None. The slot axis
+/// is the one before the last: `[batch, kv_heads, slots, head_dim]` for a cache's keys,
+/// `[batch, slots, width]` for heads packed side by side (ZACK's reduced coordinates).
+pub fn append_slots<B: Backend, const D: usize>(old: Option<Tensor<B, D>>, new: Tensor<B, D>) -> Tensor<B, D> {
     match old {
-        Some(old) => Tensor::cat(vec![old, new], 2),
+        Some(old) => Tensor::cat(vec![old, new], D - 2),
         None => new,
     }
 }

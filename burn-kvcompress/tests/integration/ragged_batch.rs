@@ -1,6 +1,6 @@
 //! A ragged batch (continuous batching) refuses bad joins, leaves and appends with typed errors.
 //! That its sequences decode exactly as each does alone, with every scheme, is tested in
-//! `burn-kvschemes/tests/ragged_batch.rs`.
+//! `burn-kvschemes/tests/integration/ragged_batch.rs`.
 
 use crate::common::*;
 use burn::tensor::Tensor;

@@ -9,7 +9,7 @@ mod storage;
 mod zack_cache;
 
 pub use layout::HeadLayout;
-pub(crate) use reduce::{append_slots, reduce_keys, reduce_values};
+pub use reduce::{reduce_keys, reduce_values};
 pub use scheme::ZackScheme;
 pub use storage::ReducedStorage;
 pub use zack_cache::ZackCache;

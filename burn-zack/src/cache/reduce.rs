@@ -7,7 +7,7 @@ use super::HeadLayout;
 
 /// `k`: `[batch, kv_heads, new, head_dim]` times each head's truncated query/key basis (`basis`:
 /// `[head_dim, Σ k_qk]`), to `[batch, new, Σ k_qk]`.
-pub(crate) fn reduce_keys<B: Backend>(k: Tensor<B, 4>, basis: &Tensor<B, 2>, layout: &HeadLayout) -> Tensor<B, 3> {
+pub fn reduce_keys<B: Backend>(k: Tensor<B, 4>, basis: &Tensor<B, 2>, layout: &HeadLayout) -> Tensor<B, 3> {
     let [batch, _, new, d] = k.dims();
     let heads = (0..layout.kv_heads()).map(|h| {
         let columns = layout.key_columns(h);
@@ -19,17 +19,9 @@ pub(crate) fn reduce_keys<B: Backend>(k: Tensor<B, 4>, basis: &Tensor<B, 2>, lay
 
 /// `v` (rotated by the folded `W_V`): `[batch, kv_heads, new, head_dim]` to each head's leading
 /// `k_vo` coordinates, `[batch, new, Σ k_vo]`.
-pub(crate) fn reduce_values<B: Backend>(v: Tensor<B, 4>, layout: &HeadLayout) -> Tensor<B, 3> {
+pub fn reduce_values<B: Backend>(v: Tensor<B, 4>, layout: &HeadLayout) -> Tensor<B, 3> {
     let [batch, _, new, d] = v.dims();
     let heads = (0..layout.kv_heads())
         .map(|h| v.clone().narrow(1, h, 1).reshape([batch, new, d]).narrow(2, 0, layout.vo_ranks[h]));
     Tensor::cat(heads.collect(), 2)
-}
-
-/// `old` (`[batch, slots, width]`, or nothing yet) followed by `new` along the slots.
-pub(crate) fn append_slots<B: Backend>(old: Option<Tensor<B, 3>>, new: Tensor<B, 3>) -> Tensor<B, 3> {
-    match old {
-        Some(old) => Tensor::cat(vec![old, new], 1),
-        None => new,
-    }
 }

@@ -87,8 +87,9 @@ impl ZackScheme {
     }
 
     /// Layer `layer`'s layout and packed query/key basis `[head_dim, Σ k_qk]` for a cache of
-    /// `geometry`, or why these rotations cannot serve it.
-    pub(crate) fn layer_parts<B: Backend>(
+    /// `geometry`, or why these rotations cannot serve it: what a scheme that quantizes the reduced
+    /// keys and values further (`burn_kvschemes::compose`) starts from.
+    pub fn layer_parts<B: Backend>(
         &self,
         layer: usize,
         geometry: CacheGeometry,

@@ -2,11 +2,11 @@
 
 use burn::tensor::{backend::Backend, Tensor};
 use burn_kvcompress::{
-    cache::{AttendOptions, CacheGeometry, KvCache},
+    cache::{append_slots, AttendOptions, CacheGeometry, KvCache},
     error::CacheError,
 };
 
-use super::{append_slots, reduce_keys, reduce_values, HeadLayout, ReducedStorage};
+use super::{reduce_keys, reduce_values, HeadLayout, ReducedStorage};
 use crate::kernels::ZackBackend;
 
 /// One layer's ZACK cache: keys `[batch, slots, Σ k_qk]` (post-RoPE keys times each head's

@@ -1,5 +1,5 @@
-//! burn-zack's integration tests: rotations, the ZACK cache and folded model, composition with HACK
-//! and PQ, fine-tuning, and the kernels on a GPU backend.
+//! burn-zack's integration tests: rotations, the ZACK cache and folded model, fine-tuning, and
+//! the kernels on a GPU backend.
 //!
 //! One test binary per crate, the files of `tests/` its modules: every binary links Burn and
 //! instantiates its generic code again, so one binary instead of one per file builds much faster.
@@ -7,8 +7,6 @@
 mod common;
 
 mod cache;
-mod compose_hack;
-mod compose_pq;
 mod finetune;
 mod fold_half;
 mod kernels_gpu;

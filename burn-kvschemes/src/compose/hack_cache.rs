@@ -8,12 +8,12 @@ use burn_hack_attn::{
     HackConfig,
 };
 use burn_kvcompress::{
-    cache::{AttendOptions, CacheGeometry, KvCache},
+    cache::{append_slots, AttendOptions, CacheGeometry, KvCache},
     error::CacheError,
 };
 
-use crate::{
-    cache::{append_slots, reduce_keys, reduce_values, HeadLayout},
+use burn_zack::{
+    cache::{reduce_keys, reduce_values, HeadLayout},
     kernels::ZackBackend,
 };
 

@@ -12,6 +12,7 @@
 //!   attention on the vectors rebuilt from the centroids (not MILLION's lookup tables), so its
 //!   error is the PQ reconstruction error of K/V alone.
 
+mod error;
 mod hack_cache;
 mod hack_scheme;
 mod hack_state;
@@ -22,6 +23,7 @@ mod pq_scheme;
 mod pq_state;
 mod pq_train;
 
+pub use error::ComposeError;
 pub use hack_cache::ZackHackCache;
 pub use hack_scheme::ZackHackScheme;
 pub use pq_books::{ReducedCodebooks, ReducedPqConfig};

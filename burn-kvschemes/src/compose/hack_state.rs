@@ -14,7 +14,7 @@ use burn_kvcompress::{
 };
 
 use super::{ZackHackCache, ZackHackScheme};
-use crate::kernels::ZackBackend;
+use burn_zack::kernels::ZackBackend;
 
 impl<B: ZackBackend + HackBackend> TransferableCache<B> for ZackHackCache<B> {
     fn export_state(&self) -> LayerState {

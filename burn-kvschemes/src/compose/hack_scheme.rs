@@ -3,11 +3,11 @@
 use burn_hack_attn::{cache::key_partitions_fit, kernels::HackBackend, Axes, HackConfig, RotationSpec};
 use burn_kvcompress::cache::{CacheGeometry, KvScheme};
 
+use super::ComposeError;
 use super::ZackHackCache;
-use crate::{
+use burn_zack::{
     cache::{ReducedStorage, ZackScheme},
     kernels::ZackBackend,
-    ZackError,
 };
 
 /// ZACK followed by HACK quantization of the reduced keys and values. The model must run with
@@ -26,15 +26,15 @@ pub struct ZackHackScheme {
 impl ZackHackScheme {
     /// The composition of `zack` (f32 storage: the codes replace it) and `hack`, checking that
     /// every key rank fits HACK's key partitions.
-    pub fn new(zack: ZackScheme, hack: HackConfig) -> Result<Self, ZackError> {
-        hack.validate().map_err(|e| ZackError::Config(e.to_string()))?;
+    pub fn new(zack: ZackScheme, hack: HackConfig) -> Result<Self, ComposeError> {
+        hack.validate().map_err(|e| ComposeError::Config(e.to_string()))?;
         if hack.axes != Axes::Paper || hack.rotation != RotationSpec::None {
-            return Err(ZackError::Config(format!(
+            return Err(ComposeError::Config(format!(
                 "{hack}: ZACK composes with HACK's paper axes without rotation (ZACK's own rotations come first)"
             )));
         }
         if zack.storage() != ReducedStorage::F32 {
-            return Err(ZackError::Config(format!(
+            return Err(ComposeError::Config(format!(
                 "ZACK storage {} cannot be composed with HACK: the codes replace the stored elements",
                 zack.storage()
             )));
@@ -42,7 +42,7 @@ impl ZackHackScheme {
         for (layer, ranks) in zack.ranks().query_key.iter().enumerate() {
             if let Some((head, rank)) = ranks.iter().enumerate().find(|(_, &r)| !key_partitions_fit(r, hack.partition))
             {
-                return Err(ZackError::Config(format!(
+                return Err(ComposeError::Config(format!(
                     "layer {layer}, KV head {head} keeps {rank} key coordinates; HACK's key partitions (Π = {}) \
                      need a nonzero multiple of 16 below Π or a multiple of Π: choose ranks with \
                      RankRule {{ multiple: {} }}",

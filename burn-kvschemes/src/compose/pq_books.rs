@@ -7,7 +7,9 @@ use burn_million_pq::{CodebookScope, PqConfig};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::{cache::ZackScheme, ZackError};
+use burn_zack::cache::ZackScheme;
+
+use super::ComposeError;
 
 /// The product quantizer of reduced coordinates: sub-vectors of `sub_dim` channels, each
 /// replaced by one of `2^nbits` centroids.
@@ -25,9 +27,11 @@ pub struct ReducedPqConfig {
 
 impl ReducedPqConfig {
     /// Checks the ranges.
-    pub fn validate(&self) -> Result<(), ZackError> {
+    pub fn validate(&self) -> Result<(), ComposeError> {
         if self.sub_dim == 0 || !(1..=12).contains(&self.nbits) {
-            return Err(ZackError::Config(format!("reduced PQ needs sub_dim >= 1 and nbits in 1..=12 (got {self})")));
+            return Err(ComposeError::Config(format!(
+                "reduced PQ needs sub_dim >= 1 and nbits in 1..=12 (got {self})"
+            )));
         }
         Ok(())
     }
@@ -52,13 +56,13 @@ impl fmt::Display for ReducedPqConfig {
 }
 
 impl FromStr for ReducedPqConfig {
-    type Err = ZackError;
+    type Err = ComposeError;
 
     /// Parses [`Display`](fmt::Display)'s form.
-    fn from_str(s: &str) -> Result<Self, ZackError> {
+    fn from_str(s: &str) -> Result<Self, ComposeError> {
         let (mut sub_dim, mut nbits) = (None, None);
         for pair in s.split(',').filter(|p| !p.is_empty()) {
-            let bad = || ZackError::Config(format!("`{pair}`: expected sub_dim=N or nbits=N"));
+            let bad = || ComposeError::Config(format!("`{pair}`: expected sub_dim=N or nbits=N"));
             let (key, value) = pair.split_once('=').ok_or_else(bad)?;
             match key {
                 "sub_dim" => sub_dim = Some(value.parse().map_err(|_| bad())?),
@@ -66,7 +70,7 @@ impl FromStr for ReducedPqConfig {
                 _ => return Err(bad()),
             }
         }
-        let missing = |key: &str| ZackError::Config(format!("reduced PQ needs `{key}`"));
+        let missing = |key: &str| ComposeError::Config(format!("reduced PQ needs `{key}`"));
         let config =
             Self { sub_dim: sub_dim.ok_or_else(|| missing("sub_dim"))?, nbits: nbits.ok_or_else(|| missing("nbits"))? };
         config.validate()?;
@@ -130,10 +134,10 @@ impl ReducedCodebooks {
 
     /// Checks that these codebooks quantize `zack`'s reduced coordinates: the same rotations
     /// and ranks (by digest), one codebook per layer of the widths the ranks give, finite values.
-    pub fn check_fits(&self, zack: &ZackScheme) -> Result<(), ZackError> {
+    pub fn check_fits(&self, zack: &ZackScheme) -> Result<(), ComposeError> {
         self.config.validate()?;
         let mismatch = |what: &str| {
-            ZackError::Config(format!(
+            ComposeError::Config(format!(
                 "these reduced codebooks were trained for other {what} (calibrated on: {}); \
                  calibrate them for these rotations and ranks",
                 self.calibration
@@ -148,7 +152,7 @@ impl ReducedCodebooks {
         check_ranks(zack, self.config)?;
         let layers = zack.ranks().query_key.len();
         if self.keys.len() != layers || self.values.len() != layers {
-            return Err(ZackError::Config(format!(
+            return Err(ComposeError::Config(format!(
                 "{} key and {} value codebooks for {layers} layers",
                 self.keys.len(),
                 self.values.len()
@@ -161,14 +165,16 @@ impl ReducedCodebooks {
                 [&self.keys[layer], &self.values[layer]].into_iter().zip(widths).zip(["key", "value"])
             {
                 if book.len() != width / self.config.sub_dim * self.subspace_len() {
-                    return Err(ZackError::Config(format!(
+                    return Err(ComposeError::Config(format!(
                         "layer {layer}'s {kind} codebook holds {} floats; {width} reduced channels need {}",
                         book.len(),
                         width / self.config.sub_dim * self.subspace_len()
                     )));
                 }
                 if book.iter().any(|x| !x.is_finite()) {
-                    return Err(ZackError::Config(format!("layer {layer}'s {kind} codebook holds a non-finite value")));
+                    return Err(ComposeError::Config(format!(
+                        "layer {layer}'s {kind} codebook holds a non-finite value"
+                    )));
                 }
             }
         }
@@ -177,12 +183,12 @@ impl ReducedCodebooks {
 }
 
 /// Checks that every rank of `zack` is a nonzero multiple of `config.sub_dim`.
-pub(super) fn check_ranks(zack: &ZackScheme, config: ReducedPqConfig) -> Result<(), ZackError> {
+pub(super) fn check_ranks(zack: &ZackScheme, config: ReducedPqConfig) -> Result<(), ComposeError> {
     let ranks = zack.ranks();
     for (pair, all) in [("key", &ranks.query_key), ("value", &ranks.value_output)] {
         for (layer, heads) in all.iter().enumerate() {
             if let Some((head, rank)) = heads.iter().enumerate().find(|(_, &r)| r == 0 || r % config.sub_dim != 0) {
-                return Err(ZackError::Config(format!(
+                return Err(ComposeError::Config(format!(
                     "layer {layer}, KV head {head} keeps {rank} {pair} coordinates; PQ subspaces of {} \
                      channels need nonzero multiples of {0}: choose ranks with RankRule {{ multiple: {0} }}",
                     config.sub_dim
@@ -206,7 +212,7 @@ mod tests {
         for bad in
             ["sub_dim=2", "nbits=8", "sub_dim=0,nbits=8", "sub_dim=2,nbits=13", "m=2,nbits=8", "sub_dim=x,nbits=8"]
         {
-            assert!(matches!(bad.parse::<ReducedPqConfig>(), Err(ZackError::Config(_))), "{bad}");
+            assert!(matches!(bad.parse::<ReducedPqConfig>(), Err(ComposeError::Config(_))), "{bad}");
         }
     }
 }

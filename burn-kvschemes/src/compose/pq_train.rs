@@ -13,7 +13,9 @@ use burn_million_pq::{
 };
 
 use super::{pq_books::check_ranks, ReducedCodebooks, ReducedPqConfig};
-use crate::{cache::ZackScheme, rotation::Pair, ZackError};
+use burn_zack::{cache::ZackScheme, rotation::Pair};
+
+use super::ComposeError;
 
 /// Calibration vectors in ZACK's reduced, packed coordinates.
 #[derive(Debug, Clone, PartialEq)]
@@ -56,14 +58,14 @@ impl ReducedSamples {
     /// unfolded model (post-RoPE keys, values before `W_V`'s rotation), reduced by `zack`:
     /// keys and values times each KV head's truncated basis, which is what the folded model's
     /// values and the cache's key reduction give.
-    pub fn from_recordings(layers: &[LayerRecording], zack: &ZackScheme) -> Result<Self, ZackError> {
+    pub fn from_recordings(layers: &[LayerRecording], zack: &ZackScheme) -> Result<Self, ComposeError> {
         let g = zack.rotations().geometry;
         if layers.len() != g.layers {
-            return Err(ZackError::Calibration(format!("{} recorded layers for {g}", layers.len())));
+            return Err(ComposeError::Calibration(format!("{} recorded layers for {g}", layers.len())));
         }
         let fits = |t: &RecordedTensor| t.shape[1] == g.kv_heads && t.shape[3] == g.head_dim;
         if let Some(bad) = layers.iter().flat_map(|l| l.keys.iter().chain(&l.values)).find(|t| !fits(t)) {
-            return Err(ZackError::Calibration(format!("recorded shape {:?} does not fit {g}", bad.shape)));
+            return Err(ComposeError::Calibration(format!("recorded shape {:?} does not fit {g}", bad.shape)));
         }
         let mut samples = Self { layers: Vec::with_capacity(g.layers), widths: Vec::with_capacity(g.layers) };
         for (layer, recording) in layers.iter().enumerate() {
@@ -105,7 +107,7 @@ pub fn train_reduced_codebooks(
     calibration: String,
     threads: usize,
     on_iteration: &(dyn Fn() + Sync),
-) -> Result<(ReducedCodebooks, TrainingReport), ZackError> {
+) -> Result<(ReducedCodebooks, TrainingReport), ComposeError> {
     let start = Instant::now();
     config.validate()?;
     check_ranks(zack, config)?;
@@ -113,7 +115,7 @@ pub fn train_reduced_codebooks(
     let expected: Vec<[usize; 2]> =
         (0..layers).map(|l| [zack.layout(l).key_width(), zack.layout(l).value_width()]).collect();
     if samples.widths != expected {
-        return Err(ZackError::Calibration("the samples were reduced with other ranks".into()));
+        return Err(ComposeError::Calibration("the samples were reduced with other ranks".into()));
     }
     let s = config.sub_dim;
     let tasks: Vec<Task> = (0..layers)

@@ -11,11 +11,11 @@ use burn_kvcompress::{
     cache::{AttendOptions, CacheGeometry, KvCache, KvScheme, TransferableCache, TransferableScheme},
     fingerprint::ModelFingerprint,
 };
+use burn_kvschemes::compose::{ComposeError, ZackHackScheme};
 use burn_zack::{
     cache::{ReducedStorage, ZackScheme},
-    compose::ZackHackScheme,
     rotation::{HeadRotation, RotationConfig, RotationGeometry, Rotations},
-    Ranks, ZackError,
+    Ranks,
 };
 
 const D: usize = 64;
@@ -166,9 +166,9 @@ fn state_round_trips_the_format_is_counted_and_bad_compositions_are_refused() {
     assert!(name.starts_with("zack:") && name.ends_with("+hack:bits=2,pi=64,round=stochastic,seed=3"), "{name}");
     // A key rank of 40 splits into no partitions of Π = 64; f16 storage has no meaning here.
     let refused = ZackHackScheme::new(zack_scheme([40, 48]), config.clone()).unwrap_err();
-    assert!(matches!(&refused, ZackError::Config(m) if m.contains("multiple: 16")), "{refused}");
+    assert!(matches!(&refused, ComposeError::Config(m) if m.contains("multiple: 16")), "{refused}");
     let f16 = zack_scheme([16, 48]).with_storage(ReducedStorage::F16);
-    assert!(matches!(ZackHackScheme::new(f16, config), Err(ZackError::Config(_))));
+    assert!(matches!(ZackHackScheme::new(f16, config), Err(ComposeError::Config(_))));
     // A geometry the rotations do not fit fails on use.
     let mut wrong = KvScheme::<Cpu>::new_cache(&composed, 0, CacheGeometry { head_dim: 32, ..GEOMETRY }, &device);
     let small: Tensor<Cpu, 4> = tensor(uniform(2 * 2 * 32, 1), [2, 2, 1, 32]);

@@ -2,7 +2,7 @@
 
 use burn::tensor::{Int, Tensor};
 use burn_kvcompress::{
-    cache::{AttendOptions, CacheGeometry, KvCache},
+    cache::{append_slots, AttendOptions, CacheGeometry, KvCache},
     error::CacheError,
 };
 use burn_million_pq::{
@@ -11,8 +11,8 @@ use burn_million_pq::{
     PqConfig,
 };
 
-use crate::{
-    cache::{append_slots, reduce_keys, reduce_values, HeadLayout},
+use burn_zack::{
+    cache::{reduce_keys, reduce_values, HeadLayout},
     kernels::ZackBackend,
 };
 

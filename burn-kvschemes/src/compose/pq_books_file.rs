@@ -13,11 +13,8 @@ use burn_kvcompress::{
     tagged_file::{serialize_tagged, NamedTensor, TaggedFile},
 };
 
+use super::ComposeError;
 use super::{ReducedCodebooks, ReducedPqConfig};
-use crate::{
-    file_io::{read_file, write_file},
-    ZackError,
-};
 
 const FORMAT: &str = "burn-kvcompress/zack-pq-codebooks";
 const VERSION: &str = "1";
@@ -37,8 +34,8 @@ fn parse_list(text: &str, key: &str) -> Result<Vec<usize>, String> {
 
 impl ReducedCodebooks {
     /// Writes the codebooks to `path`.
-    pub fn save(&self, path: &Path) -> Result<(), ZackError> {
-        let format_error = |reason: String| ZackError::Format { path: path.to_path_buf(), reason };
+    pub fn save(&self, path: &Path) -> Result<(), ComposeError> {
+        let format_error = |reason: String| ComposeError::Format { path: path.to_path_buf(), reason };
         let layers = self.keys.len();
         let shapes: Vec<[[usize; 4]; 2]> = (0..layers).map(|l| self.shapes(l)).collect();
         let mut tensors = Vec::with_capacity(2 * layers);
@@ -63,13 +60,14 @@ impl ReducedCodebooks {
             ("calibration", self.calibration.clone()),
         ];
         let bytes = serialize_tagged(FORMAT, VERSION, metadata, &tensors).map_err(format_error)?;
-        write_file(path, bytes)
+        std::fs::write(path, bytes).map_err(|source| ComposeError::Io { path: path.to_path_buf(), source })
     }
 
     /// Reads codebooks written by [`save`](Self::save), checking every field and shape. Whether
     /// they fit a scheme is [`check_fits`](Self::check_fits)'s question.
-    pub fn load(path: &Path) -> Result<Self, ZackError> {
-        read_file(path, Self::from_bytes)
+    pub fn load(path: &Path) -> Result<Self, ComposeError> {
+        let bytes = std::fs::read(path).map_err(|source| ComposeError::Io { path: path.to_path_buf(), source })?;
+        Self::from_bytes(&bytes).map_err(|reason| ComposeError::Format { path: path.to_path_buf(), reason })
     }
 
     fn from_bytes(bytes: &[u8]) -> Result<Self, String> {
@@ -77,7 +75,7 @@ impl ReducedCodebooks {
         let digest = |key: &str| {
             ModelFingerprint::from_hex(file.get(key)?).ok_or_else(|| format!("metadata `{key}` is malformed"))
         };
-        let config: ReducedPqConfig = file.get("config")?.parse().map_err(|e: ZackError| e.to_string())?;
+        let config: ReducedPqConfig = file.get("config")?.parse().map_err(|e: ComposeError| e.to_string())?;
         let subspaces = [
             parse_list(file.get("key_subspaces")?, "key_subspaces")?,
             parse_list(file.get("value_subspaces")?, "value_subspaces")?,
@@ -149,7 +147,7 @@ mod tests {
         assert!(edit("\"key_subspaces\":\"3,2\"", "\"key_subspaces\":\"2,2\"").contains("layer.0.key"));
         assert!(edit("\"value_subspaces\":\"1,4\"", "\"value_subspaces\":\"1,x\"").contains("list of counts"));
         assert!(edit("nbits=2", "nbits=3").contains("expected F32"));
-        assert!(matches!(ReducedCodebooks::load(&dir.join("missing")), Err(ZackError::Io { .. })));
+        assert!(matches!(ReducedCodebooks::load(&dir.join("missing")), Err(ComposeError::Io { .. })));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

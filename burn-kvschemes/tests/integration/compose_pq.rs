@@ -11,12 +11,14 @@ use burn_kvcompress::{
     cache::{AttendOptions, CacheGeometry, KvCache, KvScheme, LayerRecording, TransferableCache, TransferableScheme},
     fingerprint::ModelFingerprint,
 };
+use burn_kvschemes::compose::{
+    train_reduced_codebooks, ComposeError, ReducedCodebooks, ReducedPqConfig, ReducedSamples, ZackPqScheme,
+};
 use burn_million_pq::{codebook::nearest_centroid, KmeansConfig};
 use burn_zack::{
     cache::{ReducedStorage, ZackScheme},
-    compose::{train_reduced_codebooks, ReducedCodebooks, ReducedPqConfig, ReducedSamples, ZackPqScheme},
     rotation::{Pair, RotationConfig, RotationGeometry},
-    RankRule, Ranks, ZackError,
+    RankRule, Ranks,
 };
 
 /// The tiny Llama's geometry: 3 layers, 4 query / 2 KV heads, head_dim 16.
@@ -247,16 +249,16 @@ fn state_round_trips_bytes_are_counted_and_bad_compositions_are_refused() {
     let (other, _) = Ranks::for_compression_rate(&rotations, 0.25, RankRule { min_rank: 4, multiple: 4 }).unwrap();
     let other = ZackScheme::new(rotations.clone(), other).unwrap();
     let refused = ZackPqScheme::new(other, books.clone(), 0).unwrap_err();
-    assert!(matches!(&refused, ZackError::Config(m) if m.contains("other ranks")), "{refused}");
+    assert!(matches!(&refused, ComposeError::Config(m) if m.contains("other ranks")), "{refused}");
     let mut odd = scheme.zack().ranks().clone();
     odd.value_output[0][1] -= 1;
     let odd = ZackScheme::new(rotations, odd).unwrap();
     let mut odd_books = scheme.books().clone();
     odd_books.ranks = odd.ranks().digest();
     let refused = ZackPqScheme::new(odd, Arc::new(odd_books), 0).unwrap_err();
-    assert!(matches!(&refused, ZackError::Config(m) if m.contains("multiple: 4")), "{refused}");
+    assert!(matches!(&refused, ComposeError::Config(m) if m.contains("multiple: 4")), "{refused}");
     let f16 = scheme.zack().clone().with_storage(ReducedStorage::F16);
-    assert!(matches!(ZackPqScheme::new(f16, books, 0), Err(ZackError::Config(_))));
+    assert!(matches!(ZackPqScheme::new(f16, books, 0), Err(ComposeError::Config(_))));
     // Training refuses ranks that do not split into subspaces.
     let samples =
         ReducedSamples::from_recordings(&synthetic_recordings(geometry(scheme.zack()), 20, 1), scheme.zack()).unwrap();
@@ -264,7 +266,7 @@ fn state_round_trips_bytes_are_counted_and_bad_compositions_are_refused() {
     let three = ReducedPqConfig { sub_dim: 3, nbits: 2 };
     let refused =
         train_reduced_codebooks(&samples, three, scheme.zack(), &kmeans(), fingerprint, String::new(), 1, &|| {});
-    assert!(matches!(refused, Err(ZackError::Config(_))));
+    assert!(matches!(refused, Err(ComposeError::Config(_))));
 }
 
 /// Relative error of a product in a GPU backend's f32 matmul: CUDA runs them in TF32, which keeps

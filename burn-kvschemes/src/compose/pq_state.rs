@@ -10,7 +10,7 @@ use burn_kvcompress::{
 use burn_million_pq::kernels::PqBackend;
 
 use super::{ZackPqCache, ZackPqScheme};
-use crate::kernels::ZackBackend;
+use burn_zack::kernels::ZackBackend;
 
 impl<B: ZackBackend + PqBackend> TransferableCache<B> for ZackPqCache<B> {
     fn export_state(&self) -> LayerState {

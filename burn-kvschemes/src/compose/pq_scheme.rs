@@ -6,11 +6,11 @@ use burn::tensor::{Tensor, TensorData};
 use burn_kvcompress::cache::{CacheGeometry, KvScheme};
 use burn_million_pq::kernels::PqBackend;
 
+use super::ComposeError;
 use super::{pq_cache::LayerQuantizer, ReducedCodebooks, ZackPqCache};
-use crate::{
+use burn_zack::{
     cache::{ReducedStorage, ZackScheme},
     kernels::ZackBackend,
-    ZackError,
 };
 
 /// ZACK followed by product quantization of the reduced keys and values with
@@ -26,9 +26,9 @@ pub struct ZackPqScheme {
 impl ZackPqScheme {
     /// The composition of `zack` (f32 storage: the codes replace it) and `books`, which must
     /// have been trained for `zack`'s rotations and ranks.
-    pub fn new(zack: ZackScheme, books: Arc<ReducedCodebooks>, window: usize) -> Result<Self, ZackError> {
+    pub fn new(zack: ZackScheme, books: Arc<ReducedCodebooks>, window: usize) -> Result<Self, ComposeError> {
         if zack.storage() != ReducedStorage::F32 {
-            return Err(ZackError::Config(format!(
+            return Err(ComposeError::Config(format!(
                 "ZACK storage {} cannot be composed with PQ: the codes replace the stored elements",
                 zack.storage()
             )));
