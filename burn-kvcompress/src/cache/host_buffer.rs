@@ -152,7 +152,7 @@ impl fmt::Debug for HostBuffer {
 pub fn device_host_allocator<B: burn::tensor::backend::Backend>(device: &B::Device) -> Option<Arc<dyn HostAllocator>> {
     #[cfg(feature = "cuda")]
     if let Some(device) = (device as &dyn std::any::Any).downcast_ref::<cubecl::cuda::CudaDevice>() {
-        return Some(Arc::new(crate::kernels::CudaPinnedAllocator::new(device.clone())));
+        return Some(Arc::new(super::CudaPinnedAllocator::new(device.clone())));
     }
     let _ = device;
     None

@@ -5,6 +5,8 @@
 //! A [`KvScheme`] is the configuration that builds one cache per layer.
 
 mod attention;
+#[cfg(feature = "cuda")]
+mod cuda_pinned;
 mod dense;
 mod device_state;
 mod host_attention;
@@ -19,6 +21,8 @@ mod state;
 mod upload;
 
 pub use attention::{attention_reference, check_attend_shapes, dense_attention, half_attention};
+#[cfg(feature = "cuda")]
+pub use cuda_pinned::CudaPinnedAllocator;
 pub use dense::{append_slots, DenseCache, DenseScheme, HalfDenseScheme};
 pub use device_state::DeviceState;
 pub use host_attention::{host_attention, HostShape};

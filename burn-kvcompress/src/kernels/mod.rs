@@ -34,8 +34,6 @@ mod cublas_product;
 #[cfg(feature = "cuda")]
 mod cuda_context;
 #[cfg(feature = "cuda")]
-mod cuda_pinned;
-#[cfg(feature = "cuda")]
 mod cuda_upload;
 mod flash_attention;
 mod key_start;
@@ -86,7 +84,7 @@ pub use buffers::{
 #[cfg(feature = "cuda")]
 pub use cublas_product::{cublas_product, CublasUnavailable};
 #[cfg(feature = "cuda")]
-pub use cuda_pinned::CudaPinnedAllocator;
+pub(crate) use cuda_context::make_current;
 #[cfg(feature = "cuda")]
 pub use cuda_upload::{cuda_write, cuda_write_all, WriteRefused};
 pub use flash_attention::{flash_attention, flash_geometry, FlashGeometry, MAX_HEAD_DIM};

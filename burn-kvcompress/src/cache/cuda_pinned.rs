@@ -1,5 +1,5 @@
 //! Page-locked host memory from the CUDA driver: what received states land in, so that their
-//! upload ([`cuda_write`](super::cuda_write)) is one DMA at the link's rate instead of a copy
+//! upload ([`cuda_write`](crate::kernels::cuda_write)) is one DMA at the link's rate instead of a copy
 //! through the driver's staging buffers.
 
 use std::ptr::NonNull;
@@ -7,8 +7,8 @@ use std::ptr::NonNull;
 use cubecl::cuda::CudaDevice;
 use cudarc::driver::{result as driver, sys};
 
-use super::cuda_context::make_current;
-use crate::cache::HostAllocator;
+use super::HostAllocator;
+use crate::kernels::make_current;
 
 /// Allocates page-locked ("pinned") host memory, usable by every context (portable), through
 /// `device`'s primary context. Allocating and freeing it cost far more than a pageable buffer
