@@ -1,10 +1,16 @@
-//! The PQ operations behind one backend-extension trait, as kernel/launch/reference triads
-//! (`docs/design.md`): `encode` (nearest centroid + pack on append) and `attention` (lookup-table
-//! attention over the codes and the recent window; `decode` is its fused kernel for one query).
+//! The PQ operations behind one backend-extension trait ([`PqBackend`]), one folder per operation
+//! (`docs/design.md`):
+//!
+//! - `encode/`: nearest centroid + pack on append; `reference.rs`, `kernel.rs`, `launch.rs`;
+//! - `attention/`: lookup-table attention over the codes and the recent window; `reference.rs`,
+//!   `select.rs` (the only place a variant is picked, from the device and the shapes), and the
+//!   fused decode attention of one query slot in two variants, `portable_*` (any CubeCL backend)
+//!   and `mma_*` (CUDA tensor cores), each as `*_kernel.rs`, `*_geometry.rs` (compile-time
+//!   shapes) and `*_launch.rs`, with the shared `table.rs` (the f32 lookup table and the step's
+//!   shapes), `half_table.rs` (the f16 tables) and `decode_args.rs` (the launches' arguments);
+//! - `shape.rs` ([`PqShape`]) and `view.rs` ([`PqView`]): what the operations share.
 
 pub mod attention;
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
-pub mod decode;
 pub mod encode;
 mod shape;
 mod view;
@@ -58,24 +64,14 @@ where
         encode::encode_launch(x, books, config)
     }
 
-    /// The fused decode kernel for one query slot whose shapes it
-    /// [`supports`](decode::supports); several query slots, or other shapes, run the reference.
+    /// Picked by [`attention_select`](attention::attention_select): a fused decode kernel for one
+    /// query slot whose shapes it supports; several query slots, or other shapes, run the
+    /// reference.
     fn pq_attention(
         q: Tensor<Self, 4>,
         view: &PqView<'_, Self>,
         options: &AttendOptions,
     ) -> Result<Tensor<Self, 4>, CacheError> {
-        let pair = view.codes.map(|(k, _)| k.dims()).or(view.recent.map(|(k, _)| k.dims()));
-        let [batch, kv_heads, _, _] =
-            pair.ok_or_else(|| CacheError::Request("attention over an empty cache".into()))?;
-        let cache_dims = [batch, kv_heads, view.len(), q.dims()[3]];
-        let (_, _, q_len, _) = burn_kvcompress::cache::check_attend_shapes(q.dims(), cache_dims, options)?;
-        let [_, heads, _, head_dim] = q.dims();
-        let shape = decode::pq_shape(&view.config, heads / kv_heads, head_dim);
-        if q_len == 1 && decode::supports(shape) {
-            Ok(decode::decode_launch(q, view, options, kv_heads))
-        } else {
-            attention_reference(q, view, options)
-        }
+        attention::attention_select(q, view, options)
     }
 }

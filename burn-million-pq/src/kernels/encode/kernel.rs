@@ -30,33 +30,33 @@ pub fn encode_kernel(
     tokens: u32,
     kv_heads: u32,
     per_head_books: u32,
-    #[comptime] geo: PqShape,
+    #[comptime] shape: PqShape,
 ) {
     let index = ABSOLUTE_POS as u32;
-    if index >= rows * geo.words {
+    if index >= rows * shape.words {
         terminate!();
     }
-    let row = index / geo.words;
-    let w = index % geo.words;
+    let row = index / shape.words;
+    let w = index % shape.words;
     let head = (row / tokens) % kv_heads;
     let group = head * per_head_books;
-    let per_word = 32 / geo.nbits;
+    let per_word = 32 / shape.nbits;
     let mut packed = 0u32;
     for j in 0..per_word {
         let i = w * per_word + j;
-        if i < geo.subspaces {
-            let x_base = row * geo.head_dim + i * geo.sub_dim;
-            let book_base = (group * geo.subspaces + i) * geo.centroids * geo.sub_dim;
-            let mut best = distance(x, x_base, books, book_base, geo.sub_dim);
+        if i < shape.subspaces {
+            let x_base = row * shape.head_dim + i * shape.sub_dim;
+            let book_base = (group * shape.subspaces + i) * shape.centroids * shape.sub_dim;
+            let mut best = distance(x, x_base, books, book_base, shape.sub_dim);
             let mut best_index = 0u32;
-            for c in 1..geo.centroids {
-                let dist = distance(x, x_base, books, book_base + c * geo.sub_dim, geo.sub_dim);
+            for c in 1..shape.centroids {
+                let dist = distance(x, x_base, books, book_base + c * shape.sub_dim, shape.sub_dim);
                 if dist < best {
                     best = dist;
                     best_index = c;
                 }
             }
-            packed |= best_index << (j * geo.nbits);
+            packed |= best_index << (j * shape.nbits);
         }
     }
     words[index as usize] = packed;

@@ -17,7 +17,7 @@ pub fn encode_launch<R: CubeRuntime, BT: BoolElement>(
 ) -> Tensor<CubeF32<R, BT>, 4, Int> {
     let [batch, kv_heads, n, d] = x.dims();
     let groups = books.dims()[0];
-    let geo = PqShape::of(config, d);
+    let shape = PqShape::of(config, d);
     let rows = batch * kv_heads * n;
     let x = float_arg(&x);
     let words = dense_output::<R, i32>(&x, rows * config.words_per_vector());
@@ -37,7 +37,7 @@ pub fn encode_launch<R: CubeRuntime, BT: BoolElement>(
             n as u32,
             kv_heads as u32,
             u32::from(groups > 1),
-            geo,
+            shape,
         )
     };
     Tensor::<CubeF32<R, BT>, 1, Int>::from_primitive(words).reshape([batch, kv_heads, n, config.words_per_vector()])

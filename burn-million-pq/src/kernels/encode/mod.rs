@@ -1,4 +1,5 @@
-//! Nearest-centroid encoding and packing of K/V vectors: kernel, launch, reference.
+//! Nearest-centroid encoding and packing of K/V vectors: `reference.rs`, and one kernel (so no
+//! `select.rs`) with its launch.
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod kernel;

@@ -1,7 +1,8 @@
 //! MILLION decode attention with the values on tensor cores: the kernel a decode step runs where
 //! the backend has f16 `32 × 16` by `16 × 8` warp products into f32 and asynchronous copies
 //! (CUDA), the shapes allow and the tables fit the shared memory ([`MmaGeometry`]); elsewhere the
-//! scalar kernel ([`decode_kernel`](super::kernel::decode_kernel)) runs.
+//! portable kernel ([`portable_decode_kernel`](super::portable_kernel::portable_decode_kernel)) runs
+//! ([`select`](super::select) picks).
 //!
 //! A cube serves one stream (sequence, KV head). Its units first copy the stream's f16 lookup
 //! table and the value codebooks ([`half_table`](super::half_table)) into shared memory, then
@@ -25,7 +26,7 @@
 //!
 //! The warp writes its split's partials for the log-sum-exp merge.
 //!
-//! Precision, beyond the scalar kernel's: a table entry rounded to f16 and the f16 sums of a code
+//! Precision, beyond the portable kernel's: a table entry rounded to f16 and the f16 sums of a code
 //! word's `p` entries move a score by at most `p · 2^-11 · Σ_s |T_s|` (to first order), and the
 //! f16 rounding of the value codebooks, of the recent values and of the weights moves the output
 //! by at most `2 · 2^-11 · max |v|`.
@@ -45,7 +46,7 @@ use cubecl::prelude::{
 
 use super::{
     half_table::{key_entry, word_base, PLANE_COLUMNS},
-    mma_kernel_geometry::{MmaGeometry, WORD_ELEMENTS},
+    mma_geometry::{MmaGeometry, WORD_ELEMENTS},
 };
 
 /// Where a warp's slots lie: `count` from slot `first` of `len`, `coded` of them codes, for a

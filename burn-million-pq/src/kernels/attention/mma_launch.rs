@@ -1,91 +1,36 @@
-//! The host side of the tensor-core decode kernel ([`mma_decode_kernel`]): whether it applies, its
-//! compile-time shapes, how a step's slots are split among warps, and its launch (the f16 tables,
-//! the kernel, the merge).
+//! The host side of the tensor-core decode kernel ([`mma_decode_kernel`]): how a step's slots are
+//! split among warps, and its launch (the f16 tables, the kernel, the merge).
 
-use burn::tensor::{f16, Tensor, TensorPrimitive};
-use burn_cubecl::{
-    cubecl::{
-        features::{MmaConfig, Plane},
-        ir::{DeviceProperties, ElemType, FloatKind},
-        prelude::*,
-    },
-    tensor::CubeTensor,
-    BoolElement, CubeRuntime,
-};
+use burn::tensor::{f16, Tensor};
+use burn_cubecl::{cubecl::prelude::*, BoolElement, CubeRuntime};
 use burn_kvcompress::{
     cache::AttendOptions,
     kernels::{dense_output, float_arg, merge_partials, warp_mma::WARP, CubeF32, SplitPartials, WarpSplits},
 };
 
 use super::{
-    half_table::{half_books_kernel, half_table_kernel, HalfTables},
+    decode_args::{output_tensor, DecodeArgs},
+    half_table::{half_books_kernel, half_table_kernel},
+    mma_geometry::{MmaGeometry, WORD_ELEMENTS},
     mma_kernel::mma_decode_kernel,
-    mma_kernel_geometry::{MmaGeometry, TILE_CHANNELS, WORD_ELEMENTS},
-    table::DecodeShape,
 };
 use crate::kernels::PqView;
 
-/// The most warps of one cube.
-const MAX_WARPS: u32 = 16;
-/// The most channels of a head (4 blocks of value sums per warp).
-const MAX_HEAD_DIM: u32 = 128;
-/// The most query heads per KV head (one product's `n`).
-const MAX_GROUP: u32 = 8;
 /// Units of the table-preparing kernels' cubes.
 const PREP_UNITS: u32 = 256;
 
-/// The tensor-core kernel's compile-time shapes for `shape` on a device with `properties`: as
-/// many warps per cube (at most `MAX_WARPS`) as the shared memory holds beside the tables.
-/// `None` where it does not apply: no f16 `32 × 8 × 16` warp products into f32, no asynchronous
-/// copies or planes of other than 32 lanes; more than 8 query heads per KV head or 128 channels,
-/// a head dimension not a multiple of 4, or past 32 channels not a multiple of 32; an odd number
-/// of channels per subspace; codes that do not divide a 32-bit word or have more than 8 bits;
-/// parts of 32 channels whose codes are not an even number of whole words; or tables that leave
-/// no room for one warp.
-pub fn mma_geometry(shape: DecodeShape, properties: &DeviceProperties) -> Option<MmaGeometry> {
-    let f16 = ElemType::Float(FloatKind::F16).into();
-    let product =
-        MmaConfig { a_type: f16, b_type: f16, cd_type: ElemType::Float(FloatKind::F32).into(), m: 32, n: 8, k: 16 };
-    let features = &properties.features;
-    let pq = shape.pq;
-    let tables = HalfTables { shape };
-    let one = MmaGeometry { tables, warps: 1 };
-    let parts = one.channel_parts();
-    let applies = features.matmul.cmma.contains(&product)
-        && features.copy_async
-        && features.plane.contains(Plane::Ops)
-        && properties.hardware.plane_size_min == WARP
-        && properties.hardware.plane_size_max == WARP
-        && shape.group <= MAX_GROUP
-        && pq.head_dim <= MAX_HEAD_DIM
-        && pq.head_dim.is_multiple_of(4)
-        && (parts == 1 || pq.head_dim.is_multiple_of(TILE_CHANNELS))
-        && pq.sub_dim.is_multiple_of(2)
-        && 32 % pq.nbits == 0
-        && pq.nbits <= 8
-        && pq.words.is_multiple_of(2 * parts)
-        && (parts == 1 || one.part_words() * one.per_word() * pq.sub_dim == TILE_CHANNELS);
-    if !applies {
-        return None;
-    }
-    let limit = properties.hardware.max_shared_memory_size;
-    (1..=MAX_WARPS).rev().map(|warps| MmaGeometry { tables, warps }).find(|geo| geo.shared_bytes() as usize <= limit)
-}
-
-/// PQ decode attention on tensor cores of `q` (the last slot, `[batch, heads, 1, head_dim]`, as
-/// a contiguous argument) over `view`, for `geo` (from [`mma_geometry`]); `key_start`: `[batch]`.
-/// Returns the merged `[batch · heads · head_dim]` output.
-#[allow(unsafe_code, clippy::too_many_arguments)] // Unchecked kernel launches; each states why it is in bounds.
+/// PQ decode attention on tensor cores of `args` (the last slot's queries, `[batch, heads, 1,
+/// head_dim]`) over `view` for `(batch, kv_heads)` streams, with `geo` (from
+/// [`mma_geometry`](super::mma_geometry::mma_geometry)); returns `[batch, heads, 1, head_dim]`.
+#[allow(unsafe_code)] // Unchecked kernel launches; each states why it is in bounds.
 pub fn mma_decode_launch<R: CubeRuntime, BT: BoolElement>(
-    q: CubeTensor<R>,
+    args: DecodeArgs<R>,
     view: &PqView<'_, CubeF32<R, BT>>,
     options: &AttendOptions,
     (batch, kv_heads): (usize, usize),
-    codes: (CubeTensor<R>, CubeTensor<R>),
-    recent: (CubeTensor<R>, CubeTensor<R>),
-    key_start: CubeTensor<R>,
     geo: MmaGeometry,
-) -> CubeTensor<R> {
+) -> Tensor<CubeF32<R, BT>, 4> {
+    let DecodeArgs { q, codes, recent, key_start } = args;
     let client = q.client.clone();
     let properties = client.properties();
     let shape = geo.tables.shape;
@@ -172,13 +117,6 @@ pub fn mma_decode_launch<R: CubeRuntime, BT: BoolElement>(
             geo,
         )
     };
-    merge_partials(partials)
-}
-
-/// The merged output as a `[batch, heads, 1, head_dim]` tensor.
-pub fn output_tensor<R: CubeRuntime, BT: BoolElement>(
-    out: CubeTensor<R>,
-    [batch, heads, d]: [usize; 3],
-) -> Tensor<CubeF32<R, BT>, 4> {
-    Tensor::<CubeF32<R, BT>, 1>::from_primitive(TensorPrimitive::Float(out)).reshape([batch, heads, 1, d])
+    let heads = streams * shape.group as usize;
+    output_tensor(merge_partials(partials), [batch, heads, shape.pq.head_dim as usize])
 }

@@ -269,7 +269,7 @@ pub(super) mod tests {
 
     /// The benchmark's tables: 64 subspaces of 2 channels, 8-bit codes (4 per word), head dim
     /// 128, GQA 4.
-    pub(in crate::kernels::decode) fn benchmark_tables() -> HalfTables {
+    pub(in crate::kernels::attention) fn benchmark_tables() -> HalfTables {
         let pq = PqShape { head_dim: 128, subspaces: 64, sub_dim: 2, centroids: 256, nbits: 8, words: 16 };
         HalfTables { shape: DecodeShape { pq, group: 4 } }
     }
@@ -282,7 +282,7 @@ pub(super) mod tests {
 
     /// The most lanes of 32, looking up subspaces `s(l)` of a value codebook plane with arbitrary
     /// codes, on one bank.
-    pub(in crate::kernels::decode) fn lanes_per_bank(s: impl Fn(u32) -> u32) -> usize {
+    pub(in crate::kernels::attention) fn lanes_per_bank(s: impl Fn(u32) -> u32) -> usize {
         let mut lanes = [0usize; 32];
         for l in 0..32u32 {
             lanes[(book_word_host(s(l), (l * 37 + 11) % 256) % 32) as usize] += 1;

@@ -1,4 +1,4 @@
-//! The fused PQ decode attention kernel (one query slot per sequence), flash-decoding style.
+//! The portable PQ decode attention kernel (one query slot per sequence), flash-decoding style.
 //!
 //! One cube per (sequence, KV head, split); it serves all `group` query heads of its KV head, so
 //! each code word and recent vector is read once per cube. A split covers `chunk` slots of the
@@ -22,7 +22,7 @@
 use burn_kvcompress::kernels::{decode_slot_visible, masked_score, split_masses, split_softmax, SplitOut};
 use cubecl::prelude::*;
 
-use super::kernel_geometry::DecodeGeometry;
+use super::portable_geometry::PortableGeometry;
 
 /// One split of PQ decode attention; see the module documentation.
 ///
@@ -33,7 +33,7 @@ use super::kernel_geometry::DecodeGeometry;
 /// - outputs per (query head, split): `out` (`head_dim` each), `out_max`, `out_sum`.
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked)]
-pub fn decode_kernel(
+pub fn portable_decode_kernel(
     q: &Array<f32>,
     table: &Array<f32>,
     k_codes: &Array<u32>,
@@ -51,7 +51,7 @@ pub fn decode_kernel(
     window: u32,
     scale: f32,
     per_head_books: u32,
-    #[comptime] geo: DecodeGeometry,
+    #[comptime] geo: PortableGeometry,
 ) {
     let split = CUBE_POS_X;
     let stream = CUBE_POS_Y; // batch row * kv_heads + kv head
@@ -168,7 +168,7 @@ fn coded_scores(
     count: u32,
     is_coded: bool,
     visible: &Visibility,
-    #[comptime] geo: DecodeGeometry,
+    #[comptime] geo: PortableGeometry,
 ) {
     let shape = geo.shape;
     let group = shape.group;
@@ -257,7 +257,7 @@ fn fetch_block(
     row: u32,
     count: u32,
     b: u32,
-    #[comptime] geo: DecodeGeometry,
+    #[comptime] geo: PortableGeometry,
 ) {
     let shape = geo.shape;
     let lo = b * geo.block_subspaces;
@@ -292,7 +292,7 @@ fn recent_scores(
     count: u32,
     scale: f32,
     visible: &Visibility,
-    #[comptime] geo: DecodeGeometry,
+    #[comptime] geo: PortableGeometry,
 ) {
     let d = geo.shape.pq.head_dim;
     let mut pair = UNIT_POS;
@@ -385,7 +385,7 @@ fn coded_values(
     books: u32,
     is_coded: bool,
     slot_out: &SplitOut,
-    #[comptime] geo: DecodeGeometry,
+    #[comptime] geo: PortableGeometry,
 ) {
     let shape = geo.shape;
     let group = shape.group;
@@ -514,7 +514,7 @@ fn sum_parts(
     in_block: u32,
     is_coded: bool,
     slot_out: &SplitOut,
-    #[comptime] geo: DecodeGeometry,
+    #[comptime] geo: PortableGeometry,
 ) {
     let ds = geo.shape.pq.sub_dim;
     let block = geo.value_subspaces;
@@ -578,7 +578,7 @@ fn recent_values(
     row: u32,
     count: u32,
     slot_out: &SplitOut,
-    #[comptime] geo: DecodeGeometry,
+    #[comptime] geo: PortableGeometry,
 ) {
     let group = geo.shape.group;
     let d = geo.shape.pq.head_dim;

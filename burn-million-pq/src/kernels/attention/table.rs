@@ -3,7 +3,7 @@
 
 use cubecl::prelude::*;
 
-use crate::kernels::PqShape;
+use crate::{kernels::PqShape, PqConfig};
 
 /// The decode step's shapes: the quantizer's, and the query heads per KV head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -15,6 +15,12 @@ pub struct DecodeShape {
 }
 
 impl DecodeShape {
+    /// The decode step's shapes of `config` for `group` query heads per KV head of `head_dim`
+    /// channels.
+    pub fn of(config: &PqConfig, group: usize, head_dim: usize) -> Self {
+        Self { pq: PqShape::of(config, head_dim), group: group as u32 }
+    }
+
     /// Floats of one (sequence, KV head)'s table: `subspaces · centroids · group`.
     pub fn table_floats(&self) -> u32 {
         self.pq.subspaces * self.pq.centroids * self.group
