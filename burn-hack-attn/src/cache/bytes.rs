@@ -1,7 +1,7 @@
 //! Storage cost of HACK's compressed K/V, metadata included (spec §5 table).
 
 use super::channel_bytes;
-use crate::{Axes, HackConfig};
+use crate::{kernels::key_group, Axes, HackConfig};
 
 /// Bytes of one partition's metadata: its fp16 minimum and scale, one 32-bit word
 /// ([`GroupParams::word`](crate::quant::GroupParams::word)).
@@ -14,11 +14,6 @@ pub fn sum_bytes(bits: u8, partition: usize) -> usize {
         true => 1,
         false => 2,
     }
-}
-
-/// Channels per key partition: Π, or the whole head when Π exceeds it.
-pub fn key_group(head_dim: usize, partition: usize) -> usize {
-    partition.min(head_dim)
 }
 
 /// Whether keys of `head_dim` channels split into HACK's key partitions: a nonzero multiple of 16

@@ -8,102 +8,19 @@
 //! the dense f16 cache does (on its tensor-core kernel where that applies: queries and weights
 //! rounded to f16), and its blocks close at the next append (or when the state is exported).
 //! Float slots hold f16 values, the format's width for them: in f16 where the backend has it
-//! (appended in place, [`SlotBuffer`]), else in f32 rounded to f16 on append.
+//! (appended in place, [`SlotBuffer`](burn_kvcompress::cache::SlotBuffer)), else in f32 rounded to f16 on append.
 
-use burn::tensor::{backend::Backend, DType, Int, Tensor, TensorData};
+use burn::tensor::{backend::Backend, DType, Tensor, TensorData};
 use burn_kvcompress::{
-    cache::{dense_attention, half_attention, AttendOptions, CacheGeometry, SlotBuffer},
+    cache::{dense_attention, half_attention, AttendOptions, CacheGeometry},
     error::CacheError,
 };
 
-use super::{codes::cat_dense_rows, paper::spec, PARAMS_BYTES};
+use super::{paper::spec, PARAMS_BYTES};
 use crate::{
-    kernels::{ChannelView, HackBackend, RowLayout},
+    kernels::{value_group, ChannelView, FloatSlots, HackBackend, PackedRows, RowLayout},
     HackConfig,
 };
-
-/// Packed codes and their (min, scale) words, `[batch, kv_heads, rows, ·]` (see
-/// [`Codes`](super::Codes); no code sums: the channel layout's products do not need them).
-///
-/// The codes are packed along the axis attention sums over, not the axis they were quantized
-/// along: keys (quantized per channel over a block's slots) as one row of `head_dim` codes per
-/// slot, values (quantized per slot in channel groups) as one row of Π codes per channel. A
-/// word then holds consecutive terms of one dot product — what tensor-core operands take four at
-/// a time and a scalar loop unpacks sixteen per load. The (min, scale) words keep the quantization
-/// axis: one per (block, channel) for keys, one per (slot, group) for values.
-#[derive(Debug, Clone)]
-pub struct PackedRows<B: Backend> {
-    /// Packed codes, `32 / bits` per word, the first in the lowest bits.
-    pub words: Tensor<B, 4, Int>,
-    /// Per partition, its fp16 minimum and scale in one word.
-    pub params: Tensor<B, 4, Int>,
-}
-
-impl<B: Backend> PackedRows<B> {
-    /// Rows of (min, scale) words held: `blocks · head_dim` for keys, `blocks · Π` for values.
-    pub fn param_rows(&self) -> usize {
-        self.params.dims()[2]
-    }
-
-    fn append(this: Option<Self>, more: Self) -> Self {
-        match this {
-            None => more,
-            Some(this) => Self {
-                words: Tensor::cat(vec![this.words, more.words], 2),
-                params: cat_dense_rows(this.params, more.params),
-            },
-        }
-    }
-}
-
-/// Keys and values of the same slots in float, `[batch, kv_heads, slots, head_dim]` each, in
-/// buffers with room for more slots (the store's float type).
-#[derive(Debug, Clone)]
-pub struct FloatSlots<B: Backend> {
-    /// Keys (post-RoPE, rotated).
-    pub k: SlotBuffer<B>,
-    /// Values.
-    pub v: SlotBuffer<B>,
-}
-
-impl<B: Backend> FloatSlots<B> {
-    /// Slots held.
-    pub fn len(&self) -> usize {
-        self.k.len()
-    }
-
-    /// Whether no slot is held.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Keys and values `[batch, kv_heads, n, head_dim]` in buffers of their float type.
-    pub fn new(k: Tensor<B, 4>, v: Tensor<B, 4>) -> Self {
-        Self { k: SlotBuffer::new(k), v: SlotBuffer::new(v) }
-    }
-
-    /// `this` with keys and values `[batch, kv_heads, n, head_dim]` (the buffers' float type)
-    /// after its slots.
-    fn append(this: Option<Self>, k: Tensor<B, 4>, v: Tensor<B, 4>) -> Self {
-        match this {
-            None => Self::new(k, v),
-            Some(this) => {
-                let [k, v] = SlotBuffer::appended_pair([this.k, this.v], [k, v]);
-                Self { k, v }
-            }
-        }
-    }
-
-    /// Keys and values of slots `start .. start + len`.
-    fn narrow(&self, start: usize, len: usize) -> [Tensor<B, 4>; 2] {
-        self.filled().map(|x| x.narrow(2, start, len))
-    }
-
-    /// Keys and values of every slot held.
-    fn filled(&self) -> [Tensor<B, 4>; 2] {
-        [&self.k, &self.v].map(SlotBuffer::filled)
-    }
-}
 
 /// One layer's K/V in the channel layout.
 #[derive(Debug, Clone)]
@@ -134,11 +51,6 @@ pub fn float_slot_dtype<B: Backend>(device: &B::Device) -> DType {
         true => DType::F16,
         false => DType::F32,
     }
-}
-
-/// Channels per value group: Π, or the whole head when Π exceeds it.
-pub fn value_group(head_dim: usize, partition: usize) -> usize {
-    partition.min(head_dim)
 }
 
 /// `x` as the float slots hold it in `dtype`: cast to f16, or (in f32, where the backend lacks

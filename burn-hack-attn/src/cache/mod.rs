@@ -4,7 +4,6 @@
 
 mod bytes;
 mod channel;
-mod codes;
 mod hack_cache;
 mod paper;
 mod rotation_memo;
@@ -12,11 +11,12 @@ mod scheme;
 mod state;
 
 pub use bytes::{
-    bits_per_element, bytes_per_token, key_bytes_per_slot, key_group, key_partitions_fit, mean_bits_per_element,
-    sum_bytes, value_block_bytes, PARAMS_BYTES,
+    bits_per_element, bytes_per_token, key_bytes_per_slot, key_partitions_fit, mean_bits_per_element, sum_bytes,
+    value_block_bytes, PARAMS_BYTES,
 };
-pub use channel::{channel_bytes, value_group, ChannelStore, FloatSlots, PackedRows};
-pub use codes::{append_codes, Codes};
+pub use channel::{channel_bytes, ChannelStore};
+// The data the kernels produce and read, part of the cache's API.
+pub use crate::kernels::{append_codes, key_group, value_group, Codes, FloatSlots, PackedRows};
 pub use hack_cache::{HackCache, Store};
 pub use paper::PaperStore;
 pub use scheme::{HackScheme, HackSchemeError};

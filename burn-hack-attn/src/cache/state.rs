@@ -23,8 +23,7 @@ use burn_kvcompress::{
 };
 
 use super::{
-    channel::value_group, sum_bytes, ChannelStore, Codes, FloatSlots, HackCache, HackScheme, PackedRows, PaperStore,
-    Store,
+    sum_bytes, value_group, ChannelStore, Codes, FloatSlots, HackCache, HackScheme, PackedRows, PaperStore, Store,
 };
 use crate::{kernels::HackBackend, HackConfig};
 

@@ -1,24 +1,37 @@
-//! The HACK operations behind one backend-extension trait, each as a kernel/launch/reference triad
-//! (`docs/design.md`): `quantize` (quantize + pack on append: rows, and the channel layout's
-//! blocks), `rotate` (queries and keys rotated per KV head), `decode` (the fused decode attention
-//! kernel, one query slot), `prefill` (the fused attention kernel for many query slots) and
-//! `attention` (the tensor-op reference of both).
+//! The HACK operations behind one backend-extension trait ([`HackBackend`]). Each operation has a
+//! folder: `reference.rs` (the plain-tensor math, the trait's provided methods), one file per
+//! kernel variant (`<variant>_kernel.rs` + `<variant>_launch.rs`) and, where there is a choice,
+//! `select.rs`, the only place that picks a variant from the device's properties and the shapes
+//! (the CubeCL impl of the trait calls it):
+//!
+//! - [`attention`]: attention on the paper's layout ([`CacheView`]): reference; decode (one query
+//!   slot) `portable_*` and tensor-core `mma_*`; `prefill_*` (many query slots);
+//!   `attention::select` (on CubeCL backends);
+//! - [`channel`]: attention on the channel layout ([`ChannelView`]): reference; decode `portable_*`
+//!   and tensor-core `mma_*`; `channel::select` (on CubeCL backends);
+//! - [`quantize`]: quantize + pack on append: reference; `rows_*` (the paper's layout) and
+//!   `blocks_*` (the channel layout's blocks), one kernel each;
+//! - [`rotate`]: queries and keys rotated per KV head (the reference is [`rotate_heads`]);
+//!   `rotate::select` picks the rotary kernel.
+//!
+//! Shared by them: the data the kernels produce and read (`codes`: [`Codes`], [`PackedRows`]),
+//! what a quantize call covers (`spec`: [`QuantizeSpec`], [`RowLayout`], [`key_group`],
+//! [`value_group`]), and the device helpers `cache_args`, `eight_bit`, `noise`, `params_word`,
+//! `warp_codes`.
 
 pub mod attention;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod cache_args;
 pub mod channel;
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
-pub mod decode;
+mod codes;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod eight_bit;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod noise;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod params_word;
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
-pub mod prefill;
 pub mod quantize;
+pub mod rotate;
 mod spec;
 // `#[cube]` expands the helpers into undocumented items.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -29,15 +42,12 @@ use burn::tensor::{backend::Backend, DType, Tensor};
 use burn_kvcompress::{cache::AttendOptions, error::CacheError};
 
 pub use attention::{attention_reference, attention_reference_in_steps, CacheView};
-pub use channel::{channel_attention_reference, ChannelView};
+pub use channel::{channel_attention_reference, ChannelView, FloatSlots};
+pub use codes::{append_codes, Codes, PackedRows};
 pub use quantize::{pack_words, quantize_blocks_reference, quantize_reference, unpack_words};
-pub use spec::{QuantizeSpec, RowLayout};
+pub use spec::{key_group, value_group, QuantizeSpec, RowLayout};
 
-use crate::{
-    cache::{Codes, PackedRows},
-    quant::QuantError,
-    rotation::rotate_heads,
-};
+use crate::{quant::QuantError, rotation::rotate_heads};
 
 /// A backend that runs HACK's operations. The provided methods are the plain-tensor references;
 /// CubeCL backends override them with kernels.
@@ -105,71 +115,26 @@ where
         Ok(quantize::quantize_blocks_launch(x, spec))
     }
 
-    /// One launch (`burn_kvcompress::kernels::rotate_heads_kernel`, the model's rotary kernel
-    /// without RoPE) in f32 arithmetic, where Burn's product of the expanded matrices takes
-    /// several (and CUDA's runs in TF32); Burn's product for head dimensions the kernel does not
-    /// take.
+    /// The rotary kernel where it applies ([`rotate::select`]).
     fn hack_rotate(x: Tensor<Self, 4>, r: &Tensor<Self, 3>, dtype: DType) -> Tensor<Self, 4> {
-        use burn_kvcompress::kernels::{rotary_applies, rotate_heads_kernel};
-        match rotary_applies(x.dtype(), dtype, x.dims()[3], true) {
-            true => rotate_heads_kernel(x, r, dtype),
-            false => rotate_heads(x.cast(DType::F32), r).cast(dtype),
-        }
+        rotate::select::rotate_select(x, r, dtype)
     }
 
-    /// The fused decode kernel for one query slot (on tensor cores where CUDA has them,
-    /// [`decode::mma_geometry`]) and the fused prefill kernel for several,
-    /// where their shared memory fits the device (the decode kernel takes up to 8 query heads per
-    /// KV head at 128 channels); larger groups run the reference.
+    /// The fused decode and prefill kernels where they apply ([`attention::select`]).
     fn hack_attention(
         q: Tensor<Self, 4>,
         cache: &CacheView<'_, Self>,
         options: &AttendOptions,
     ) -> Result<Tensor<Self, 4>, CacheError> {
-        let [batch, kv_heads, len, _] = cache.keys.params.dims();
-        let (_, heads, q_len, _) =
-            burn_kvcompress::cache::check_attend_shapes(q.dims(), [batch, kv_heads, len, cache.head_dim], options)?;
-        let group = heads / kv_heads;
-        let client = q.clone().into_primitive().tensor().client;
-        let properties = client.properties();
-        let device_shared = properties.hardware.max_shared_memory_size;
-        let decode = decode::decode_geometry(group, cache);
-        if q_len == 1 {
-            if let Some(geo) = decode::mma_geometry(&decode, properties) {
-                return Ok(decode::mma_decode_launch(q, cache, geo, options));
-            }
-            if decode.fits(device_shared) {
-                return Ok(decode::decode_launch(q, cache, decode, options));
-            }
-        }
-        match prefill::prefill_geometry(group, cache.head_dim, cache.partition, cache.bits, device_shared) {
-            Some(geo) => Ok(prefill::prefill_launch(q, cache, geo, options)),
-            None => attention_reference(q, cache, options),
-        }
+        attention::select::attention_select(q, cache, options)
     }
 
-    /// The decode kernel for one query slot over closed blocks: on tensor cores where CUDA has
-    /// integer warp products ([`channel::channel_mma_geometry`]), else the portable kernel where
-    /// its cube fits the device; the reference (on the host) otherwise.
+    /// The decode kernels where they apply ([`channel::select`]).
     fn hack_channel_attention(
         q: Tensor<Self, 4>,
         cache: &ChannelView<'_, Self>,
         options: &AttendOptions,
     ) -> Result<Tensor<Self, 4>, CacheError> {
-        let [batch, kv_heads, len, d] = [cache.batch, cache.kv_heads, cache.len, cache.head_dim];
-        let (_, heads, q_len, _) =
-            burn_kvcompress::cache::check_attend_shapes(q.dims(), [batch, kv_heads, len, d], options)?;
-        let geo = channel::channel_decode_geometry(heads / kv_heads, cache);
-        let client = q.clone().into_primitive().tensor().client;
-        let properties = client.properties();
-        if q_len == 1 && cache.blocks() > 0 {
-            if let Some(mma) = channel::channel_mma_geometry(&geo, properties) {
-                return Ok(channel::channel_mma_decode_launch(q, cache, mma, options));
-            }
-            if geo.fits(properties.hardware.max_shared_memory_size) {
-                return Ok(channel::channel_decode_launch(q, cache, geo, options));
-            }
-        }
-        channel_attention_reference(q, cache, options)
+        channel::select::channel_attention_select(q, cache, options)
     }
 }

@@ -1,4 +1,5 @@
-//! What a quantize call covers, and how each element finds its stochastic-rounding index.
+//! What a quantize call covers, how each element finds its stochastic-rounding index, and the
+//! partition sizes of keys and values.
 
 use crate::quant::Rounder;
 
@@ -63,4 +64,14 @@ impl QuantizeSpec {
             .wrapping_mul(self.head_dim as u32)
             .wrapping_add(channel as u32)
     }
+}
+
+/// Channels per key partition: Π, or the whole head when Π exceeds it.
+pub fn key_group(head_dim: usize, partition: usize) -> usize {
+    partition.min(head_dim)
+}
+
+/// Channels per value group of the channel layout: Π, or the whole head when Π exceeds it.
+pub fn value_group(head_dim: usize, partition: usize) -> usize {
+    partition.min(head_dim)
 }

@@ -6,8 +6,8 @@ use burn::tensor::{Int, Tensor, TensorData};
 use burn_hack_attn::{
     cache::Codes,
     kernels::{
-        attention_reference, decode::DecodeGeometry, prefill::prefill_geometry, quantize_blocks_reference,
-        quantize_reference, HackBackend, QuantizeSpec, RowLayout,
+        attention::{prefill_geometry, DecodeGeometry},
+        attention_reference, quantize_blocks_reference, quantize_reference, HackBackend, QuantizeSpec, RowLayout,
     },
     quant::Rounder,
     HackConfig, HackScheme, Rounding,

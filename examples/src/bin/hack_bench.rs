@@ -122,7 +122,7 @@ fn device_bytes(args: &Args, batch: usize, len: usize) -> f64 {
 /// (`MmaGeometry::key_sums_from_products`); the other kernels read them.
 #[cfg(feature = "cuda")]
 fn reads_code_sums(args: &Args) -> (bool, bool) {
-    use burn_hack_attn::kernels::decode::MmaGeometry;
+    use burn_hack_attn::kernels::attention::MmaGeometry;
     let (d, pi) = (args.grid.head_dim as u32, args.config.partition as u32);
     let geo = MmaGeometry {
         group: (args.grid.heads / args.grid.kv_heads) as u32,

@@ -21,7 +21,7 @@ use burn_kvcompress::{
 };
 
 use super::super::quantize::unpack_words;
-use crate::cache::{key_group, Codes};
+use crate::kernels::{key_group, Codes};
 
 /// The cached state attention reads, `kv_heads` heads of `head_dim` channels.
 #[derive(Debug, Clone, Copy)]

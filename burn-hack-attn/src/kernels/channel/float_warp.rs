@@ -9,12 +9,12 @@
 //! step's longest chain, and a row walked one dependent load at a time kept them busy for about
 //! 100 µs at 32K (`results/hack-decode-channel-h200.md`).
 //!
-//! [`channel_mma_decode_kernel`]: super::mma_decode::channel_mma_decode_kernel
+//! [`channel_mma_decode_kernel`]: super::mma_kernel::channel_mma_decode_kernel
 
 use burn_kvcompress::kernels::{masked_score, warp_mma::WARP, SplitOut};
 use cubecl::prelude::*;
 
-use super::float_slots::FloatSlots;
+use super::float_slots::FloatSlotRows;
 use crate::kernels::warp_codes::VISIBLE_FLOOR;
 
 /// Slots whose rows a warp loads before it uses the first of them.
@@ -31,7 +31,7 @@ pub fn float_warp<F: Float>(
     sinks_v: &Array<F>,
     tail_k: &Array<F>,
     tail_v: &Array<F>,
-    slots: &FloatSlots,
+    slots: &FloatSlotRows,
     first: u32,
     end: u32,
     visible_from: u32,

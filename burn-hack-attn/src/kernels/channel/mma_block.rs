@@ -1,11 +1,11 @@
 //! One closed block of the tensor-core channel kernel, step by step: the block's query operand,
-//! its scores, their softmax, the weight operands and the outputs. See [`super::mma_decode`].
+//! its scores, their softmax, the weight operands and the outputs. See [`super::mma_kernel`].
 
 use burn_kvcompress::kernels::masked_score;
 use cubecl::{cmma::MmaDefinition, prelude::*};
 
 use super::{
-    mma_decode::ChannelMmaGeometry,
+    mma_kernel::ChannelMmaGeometry,
     mma_operands::{
         column_max, column_sum, heads_of_lane, lift, position, row_pair_operand, row_words, Codes, Dots, QueryCodes,
         Words, HALF, PRODUCT_DEPTH, PRODUCT_ROWS,

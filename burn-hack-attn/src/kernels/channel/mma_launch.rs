@@ -20,10 +20,10 @@ use burn_kvcompress::{
 };
 
 use super::{
-    decode::ChannelDecodeGeometry,
-    launch::FloatSlotArgs,
-    mma_decode::{channel_mma_decode_kernel, ChannelMmaGeometry},
+    float_slots::FloatSlotArgs,
+    mma_kernel::{channel_mma_decode_kernel, ChannelMmaGeometry},
     mma_operands::{PRODUCT_COLUMNS, PRODUCT_DEPTH, PRODUCT_ROWS},
+    portable_kernel::ChannelDecodeGeometry,
     ChannelView,
 };
 

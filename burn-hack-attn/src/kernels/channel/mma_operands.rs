@@ -1,7 +1,7 @@
 //! The tensor-core channel kernel's operand registers and warp reductions: how lane `4g + t`
 //! builds an operand register from packed words ([`lifted_half`], [`position`]) and reduces over
 //! its column of lanes (the quad reductions and the 2-bit lift are `kernels/warp_codes.rs`', shared
-//! with the paper layout's kernel). See [`super::mma_decode`] for the layout.
+//! with the paper layout's kernel). See [`super::mma_kernel`] for the layout.
 
 use cubecl::prelude::*;
 

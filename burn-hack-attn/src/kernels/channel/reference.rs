@@ -26,7 +26,7 @@ use burn_kvcompress::{
 use rayon::prelude::*;
 
 use super::ChannelView;
-use crate::{cache::PackedRows, quant::GroupParams};
+use crate::{kernels::PackedRows, quant::GroupParams};
 
 /// Largest magnitude of a query code: symmetric 8-bit codes in `[−127, 127]`.
 pub const QUERY_LEVELS: f32 = 127.0;

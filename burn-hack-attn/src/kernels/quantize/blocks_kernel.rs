@@ -10,7 +10,7 @@
 
 use cubecl::prelude::*;
 
-use super::kernel::{code_of, fitted_range, PartitionPlace, RangeFit};
+use super::rows_kernel::{code_of, fitted_range, PartitionPlace, RangeFit};
 use crate::kernels::params_word::params_word;
 
 /// Layout constants of one launch (comptime: one compiled kernel per cache geometry).

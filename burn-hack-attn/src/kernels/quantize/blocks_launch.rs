@@ -2,9 +2,9 @@
 
 use super::{
     blocks_kernel::{quantize_blocks_kernel, BlockQuantizeGeometry},
-    launch::kernel_fit,
+    rows_launch::kernel_fit,
 };
-use crate::{cache::PackedRows, kernels::QuantizeSpec};
+use crate::kernels::{PackedRows, QuantizeSpec};
 use burn::tensor::{Int, Tensor};
 use burn_cubecl::{cubecl::prelude::*, kernel::into_contiguous, tensor::CubeTensor, BoolElement, CubeRuntime};
 

@@ -4,8 +4,7 @@
 use burn::tensor::{backend::Backend, ElementConversion, Int, Tensor, TensorData};
 
 use crate::{
-    cache::{Codes, PackedRows},
-    kernels::{QuantizeSpec, RowLayout},
+    kernels::{Codes, PackedRows, QuantizeSpec, RowLayout},
     quant::{pack_codes, quantize_group, quantize_group_clipped, QuantError},
 };
 

@@ -1,7 +1,7 @@
 //! The channel layout's decode attention with both products on tensor cores (CUDA's `mma.sync`
 //! `16 × 8 × 32` integer warp products): the kernel a decode step runs where the device has them
 //! ([`channel_mma_geometry`](super::channel_mma_geometry)); elsewhere the portable kernel
-//! ([`super::decode`]) runs. Each warp takes a run of closed blocks of one stream (a sequence's KV
+//! ([`super::portable_kernel`]) runs. Each warp takes a run of closed blocks of one stream (a sequence's KV
 //! head) and serves the KV head's query heads; the last cube's warps take the float slots (sinks
 //! and tail, [`super::float_warp`]); every warp writes its split's partial outputs for the merge.
 //!
@@ -42,7 +42,7 @@ use cubecl::prelude::*;
 use crate::kernels::warp_codes::VISIBLE_FLOOR;
 
 use super::{
-    float_slots::FloatSlots,
+    float_slots::FloatSlotRows,
     float_warp::float_warp,
     mma_block::{block_outputs, block_query, block_scores, block_softmax, block_weights},
     mma_operands::{position, Words, HALF, PRODUCT_COLUMNS, PRODUCT_ROWS},
@@ -156,7 +156,7 @@ pub fn channel_mma_decode_kernel<F: Float>(
         let float_count = sinks + tail;
         let chunk = float_count.div_ceil(geo.warps);
         let first = u32::min(warp * chunk, float_count);
-        let slots = FloatSlots { stream, sinks, sink_rows, tail_rows, first_tail: sinks + blocks * pi };
+        let slots = FloatSlotRows { stream, sinks, sink_rows, tail_rows, first_tail: sinks + blocks * pi };
         let end = u32::min(first + chunk, float_count);
         float_warp(
             &tile,

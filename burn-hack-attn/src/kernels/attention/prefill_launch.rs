@@ -7,9 +7,9 @@ use burn_kvcompress::{
     kernels::{dense_output, float_arg as float, key_start_arg, CubeF32 as Backend},
 };
 
-use super::kernel::{prefill_kernel, PrefillGeometry};
+use super::prefill_kernel::{prefill_kernel, PrefillGeometry};
 use crate::{
-    cache::key_group,
+    kernels::key_group,
     kernels::{cache_args::CacheArgs, CacheView},
 };
 

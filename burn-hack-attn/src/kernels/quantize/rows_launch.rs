@@ -1,9 +1,8 @@
 //! Launching the quantize kernel on a CubeCL backend.
 
-use super::kernel::{quantize_kernel, QuantizeGeometry, RangeFit};
+use super::rows_kernel::{quantize_kernel, QuantizeGeometry, RangeFit};
 use crate::{
-    cache::Codes,
-    kernels::{QuantizeSpec, RowLayout},
+    kernels::{Codes, QuantizeSpec, RowLayout},
     quant::Rounder,
 };
 use burn::tensor::{Int, Tensor};

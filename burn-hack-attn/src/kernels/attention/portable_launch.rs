@@ -8,11 +8,11 @@ use burn_kvcompress::{
 };
 
 use super::{
-    kernel::{decode_kernel, DecodeGeometry},
+    portable_kernel::{decode_kernel, DecodeGeometry},
     query_kernel::query_kernel,
 };
 use crate::{
-    cache::key_group,
+    kernels::key_group,
     kernels::{cache_args::CacheArgs, CacheView},
 };
 

@@ -1,20 +1,17 @@
 //! Launching the channel layout's decode kernel and its merge on a CubeCL backend.
 
-use burn::tensor::{backend::Backend as BurnBackend, DType, Tensor, TensorPrimitive};
-use burn_cubecl::{cubecl::prelude::*, tensor::CubeTensor, BoolElement, CubeRuntime};
+use burn::tensor::{backend::Backend as BurnBackend, Tensor, TensorPrimitive};
+use burn_cubecl::{cubecl::prelude::*, BoolElement, CubeRuntime};
 use burn_kvcompress::{
     cache::AttendOptions,
-    kernels::{
-        dense_output_of, float_arg as float, int_arg as int, key_start_arg, merge_partials, CubeF32 as Backend,
-        SplitPartials,
-    },
+    kernels::{float_arg as float, int_arg as int, key_start_arg, merge_partials, CubeF32 as Backend, SplitPartials},
 };
 
 use super::{
-    decode::{channel_decode_kernel, ChannelDecodeGeometry},
+    float_slots::FloatSlotArgs,
+    portable_kernel::{channel_decode_kernel, ChannelDecodeGeometry},
     ChannelView,
 };
-use crate::cache::FloatSlots;
 
 /// Cubes a launch aims for per multiprocessor (two waves' worth of work hide a cube's barriers).
 const CUBES_PER_SM: usize = 4;
@@ -53,31 +50,6 @@ pub fn block_splits(blocks: usize, streams: usize, sms: Option<usize>) -> (usize
     let wanted = target.div_ceil(streams.max(1)).clamp(1, blocks.max(1));
     let per_split = blocks.div_ceil(wanted).max(1);
     (blocks.div_ceil(per_split).max(1), per_split)
-}
-
-/// The float slots of `view` as kernel arguments.
-pub(super) struct FloatSlotArgs<R: CubeRuntime> {
-    /// Sink keys and values, tail keys and values: their buffers, `[streams · rows, head_dim]`
-    /// each (a one-element placeholder where there are none, which the kernels never read).
-    pub arrays: [CubeTensor<R>; 4],
-    /// Rows per stream of the sinks' and the tail's buffers (their capacities).
-    pub rows: [u32; 2],
-    /// Their float type.
-    pub dtype: DType,
-}
-
-impl<R: CubeRuntime> FloatSlotArgs<R> {
-    /// `view`'s float slots; `like` gives the device.
-    pub(super) fn new<BT: BoolElement>(view: &ChannelView<'_, Backend<R, BT>>, like: &CubeTensor<R>) -> Self {
-        let present = view.sinks.or(view.tail);
-        let dtype = present.map_or(DType::F32, |s| s.k.buffer().dtype());
-        let pair = |s: Option<&FloatSlots<Backend<R, BT>>>| match s {
-            Some(s) => ([float(s.k.buffer()), float(s.v.buffer())], s.k.capacity() as u32),
-            None => ([(); 2].map(|_| dense_output_of(like, 1, dtype)), 0),
-        };
-        let (([sinks_k, sinks_v], sink_rows), ([tail_k, tail_v], tail_rows)) = (pair(view.sinks), pair(view.tail));
-        Self { arrays: [sinks_k, sinks_v, tail_k, tail_v], rows: [sink_rows, tail_rows], dtype }
-    }
 }
 
 /// Decode attention of `q: [batch, heads, 1, head_dim]` (rotated; the last slot) over `view`

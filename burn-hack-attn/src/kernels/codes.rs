@@ -1,11 +1,11 @@
-//! Quantized rows on the device: packed codes, fp16 metadata and cached code sums.
+//! Quantized rows on the device as the kernels produce and read them: [`Codes`] (the paper's
+//! layout: packed codes, fp16 metadata and cached code sums) and [`PackedRows`] (the channel
+//! layout: packed codes and fp16 metadata).
 
 use burn::tensor::{backend::Backend, Int, Tensor};
 
-use crate::{
-    kernels::unpack_words,
-    quant::{word_minima, word_scales},
-};
+use super::unpack_words;
+use crate::quant::{word_minima, word_scales};
 
 /// Rows quantized in partitions along their last axis, `[batch, kv_heads, rows, ·]`:
 ///
@@ -63,11 +63,46 @@ impl<B: Backend> Codes<B> {
     }
 }
 
+/// Packed codes and their (min, scale) words, `[batch, kv_heads, rows, ·]` (see
+/// [`Codes`]; no code sums: the channel layout's products do not need them).
+///
+/// The codes are packed along the axis attention sums over, not the axis they were quantized
+/// along: keys (quantized per channel over a block's slots) as one row of `head_dim` codes per
+/// slot, values (quantized per slot in channel groups) as one row of Π codes per channel. A
+/// word then holds consecutive terms of one dot product — what tensor-core operands take four at
+/// a time and a scalar loop unpacks sixteen per load. The (min, scale) words keep the quantization
+/// axis: one per (block, channel) for keys, one per (slot, group) for values.
+#[derive(Debug, Clone)]
+pub struct PackedRows<B: Backend> {
+    /// Packed codes, `32 / bits` per word, the first in the lowest bits.
+    pub words: Tensor<B, 4, Int>,
+    /// Per partition, its fp16 minimum and scale in one word.
+    pub params: Tensor<B, 4, Int>,
+}
+
+impl<B: Backend> PackedRows<B> {
+    /// Rows of (min, scale) words held: `blocks · head_dim` for keys, `blocks · Π` for values.
+    pub fn param_rows(&self) -> usize {
+        self.params.dims()[2]
+    }
+
+    /// `this` followed by `more` along the row axis.
+    pub(crate) fn append(this: Option<Self>, more: Self) -> Self {
+        match this {
+            None => more,
+            Some(this) => Self {
+                words: Tensor::cat(vec![this.words, more.words], 2),
+                params: cat_dense_rows(this.params, more.params),
+            },
+        }
+    }
+}
+
 /// `a` followed by `b` along axis 2, `[x, y, rows, width]`, through views of one element per row
 /// (`[x, y, rows · width, 1]`): a backend that pads narrow rows in its allocations (CUDA's pads
 /// two 4-byte values to 16 bytes) keeps the result dense, so the kernels read no padding between
 /// two key groups' metadata.
-pub(super) fn cat_dense_rows<B: Backend, K>(a: Tensor<B, 4, K>, b: Tensor<B, 4, K>) -> Tensor<B, 4, K>
+fn cat_dense_rows<B: Backend, K>(a: Tensor<B, 4, K>, b: Tensor<B, 4, K>) -> Tensor<B, 4, K>
 where
     K: burn::tensor::BasicOps<B>,
 {

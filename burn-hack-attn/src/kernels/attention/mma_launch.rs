@@ -19,9 +19,9 @@ use burn_kvcompress::{
 };
 
 use super::{
-    kernel::DecodeGeometry,
     mma_geometry::{MmaGeometry, PRODUCT_COLUMNS, PRODUCT_DEPTH, PRODUCT_ROWS},
     mma_kernel::mma_decode_kernel,
+    portable_kernel::DecodeGeometry,
 };
 use crate::kernels::{cache_args::CacheArgs, CacheView};
 

@@ -23,7 +23,7 @@ use burn_kvcompress::kernels::{
 };
 use cubecl::prelude::*;
 
-use super::float_slots::FloatSlots;
+use super::float_slots::FloatSlotRows;
 use crate::kernels::params_word::{params_min, params_scale};
 
 /// Shapes fixed at compile time (one compiled kernel per model geometry and configuration).
@@ -440,7 +440,7 @@ pub fn channel_decode_kernel<F: Float>(
     } else {
         // The float slots, Π at a time: the sinks, then the tail.
         let float_slots = sinks + tail;
-        let slots = FloatSlots { stream, sinks, sink_rows, tail_rows, first_tail: sinks + blocks * pi };
+        let slots = FloatSlotRows { stream, sinks, sink_rows, tail_rows, first_tail: sinks + blocks * pi };
         let mut chunk_start = 0u32;
         while chunk_start < float_slots {
             float_scores(
@@ -510,7 +510,7 @@ fn float_scores<F: Float>(
     tail_k: &Array<F>,
     scores: &mut SharedMemory<f32>,
     chunk_start: u32,
-    slots: &FloatSlots,
+    slots: &FloatSlotRows,
     count: u32,
     len: u32,
     start: u32,
@@ -548,7 +548,7 @@ fn float_values<F: Float>(
     tail_v: &Array<F>,
     block_out: &mut Array<f32>,
     chunk_start: u32,
-    slots: &FloatSlots,
+    slots: &FloatSlotRows,
     count: u32,
     #[comptime] geo: ChannelDecodeGeometry,
 ) {
