@@ -1,5 +1,5 @@
 //! Lane-level pieces the two tensor-core decode kernels share (the paper layout's,
-//! `decode/mma_kernel.rs`, and the channel layout's, `channel/mma_decode.rs`): reductions over a
+//! `attention/mma_kernel.rs`, and the channel layout's, `channel/mma_kernel.rs`): reductions over a
 //! quad of lanes (`4g .. 4g + 4`, the lanes of one row of a warp product's fragments), the lift
 //! that turns a word of 2-bit codes into an operand register, the float-add rounding of 8-bit
 //! codes, and the floor that tells real scores from masked ones.
