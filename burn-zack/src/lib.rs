@@ -17,7 +17,7 @@
 //! - [`finetune`]: the rotations refined from the SVD by autodiff at chosen ranks, kept
 //!   orthogonal (Riemannian Adam, QR retraction).
 //! - [`kernels`]: the [`ZackBackend`](kernels::ZackBackend) trait with the tensor-op reference
-//!   and a load-balanced CubeCL decode kernel (wgpu, cuda).
+//!   and the CubeCL kernels (wgpu, cuda): load-balanced decode (portable, `wmma`, TMA) and prefill.
 //!
 //! ```no_run
 //! # use std::{path::Path, sync::Arc};
@@ -39,6 +39,7 @@ mod file_io;
 pub mod finetune;
 mod fold;
 pub mod kernels;
+mod layout;
 mod linalg;
 mod ranks;
 pub mod rotation;

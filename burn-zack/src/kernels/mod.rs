@@ -1,21 +1,32 @@
-//! ZACK's attention behind one backend-extension trait, as a kernel/launch/reference triad
-//! (`docs/design.md`), and the load-balancing schedule of the decode kernel.
+//! ZACK's attention behind one backend-extension trait, as kernel/launch/reference triads
+//! (`docs/design.md`), in one op folder, `attention/`:
+//!
+//! - `reference.rs`: the plain-tensor math, every query length, every backend;
+//! - `select.rs`: the only place that picks what runs from the shapes and the device's
+//!   properties (the reference, the prefill kernel, or a decode kernel);
+//! - `portable_kernel.rs` + `portable_launch.rs`: the decode kernel of every CubeCL backend
+//!   (scalar products on column blocks), over the load-balanced tasks of `schedule.rs`;
+//! - `mma_kernel.rs` + `mma_launch.rs`: the decode kernel on `wmma` tensor cores (CUDA);
+//! - `tma_kernel.rs` + `tma_launch.rs`: the decode kernel on rows landed by Hopper's TMA;
+//! - `prefill_kernel.rs` + `prefill_launch.rs`: the kernel for many query slots;
+//! - shared steps: `rotate_kernel.rs` + `rotate_launch.rs` (the queries rotated once per step),
+//!   `decode_step.rs` (the metadata upload, the partials and their merge), `task.rs` (what one
+//!   cube of a decode kernel works on) and `row_splits.rs` (the tensor-core kernels' splits).
 
 pub mod attention;
-mod schedule;
 
 use burn::tensor::{backend::Backend, Tensor};
 use burn_kvcompress::{cache::AttendOptions, error::CacheError};
 
-pub use attention::zack_attention_reference;
-pub use schedule::{split_length, DecodeSchedule, DecodeTask};
+pub use attention::{split_length, zack_attention_reference, DecodeSchedule, DecodeTask};
 
-use crate::cache::HeadLayout;
+use crate::layout::HeadLayout;
 
 /// A backend that runs ZACK attention. The provided method is the plain-tensor reference;
-/// CubeCL backends override it with the decode kernel.
+/// CubeCL backends override it with the kernels.
 pub trait ZackBackend: Backend {
-    /// Whether the backend holds f16 tensors, as [`ReducedStorage::F16`](crate::cache::ReducedStorage) needs.
+    /// Whether the backend holds f16 tensors, as the cache's f16 storage of the reduced
+    /// coordinates needs.
     const HALF_STORAGE: bool = false;
 
     /// Attention of full post-RoPE `q: [batch, heads, q_len, head_dim]` over reduced `keys:
@@ -40,7 +51,7 @@ impl ZackBackend for burn::backend::NdArray<f32> {}
 #[cfg(feature = "flex")]
 impl ZackBackend for burn::backend::Flex<f32, i32> {}
 
-/// The kernel runs on CubeCL backends computing in f32 with i32 integers (the `Wgpu` and `Cuda`
+/// The kernels run on CubeCL backends computing in f32 with i32 integers (the `Wgpu` and `Cuda`
 /// backends).
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 impl<R, BT> ZackBackend for burn_cubecl::CubeBackend<R, f32, i32, BT>
@@ -50,9 +61,7 @@ where
 {
     const HALF_STORAGE: bool = true;
 
-    /// The fused decode kernel for one query slot and the prefill kernel for several (in the
-    /// shapes they [`support`](attention::supports), with no head of rank 0); other shapes run
-    /// the reference.
+    /// The kernel [`zack_attention_select`](attention::zack_attention_select) picks.
     fn zack_attention(
         q: Tensor<Self, 4>,
         basis: Tensor<Self, 2>,
@@ -61,19 +70,6 @@ where
         layout: &HeadLayout,
         options: &AttendOptions,
     ) -> Result<Tensor<Self, 4>, CacheError> {
-        let [batch, slots, _] = keys.dims();
-        let cache_dims = [batch, layout.kv_heads(), slots, layout.head_dim];
-        let (_, heads, q_len, head_dim) = burn_kvcompress::cache::check_attend_shapes(q.dims(), cache_dims, options)?;
-        let group = heads / layout.kv_heads();
-        if layout.has_empty_head() {
-            return zack_attention_reference(q, basis, keys, values, layout, options);
-        }
-        match (q_len, attention::prefill_geometry(group, head_dim)) {
-            (1, _) if attention::supports(group, head_dim) => {
-                Ok(attention::decode_launch(q, basis, keys, values, layout, options))
-            }
-            (_, Some(geo)) => Ok(attention::prefill_launch(q, basis, keys, values, layout, geo, options)),
-            _ => zack_attention_reference(q, basis, keys, values, layout, options),
-        }
+        attention::zack_attention_select(q, basis, keys, values, layout, options)
     }
 }

@@ -1,8 +1,8 @@
 //! ZACK decode attention on tensor cores: the kernel a decode step runs where the backend has
 //! warp matrix products of f16 `32 × 16` by `16 × 8` blocks into f32 (CUDA's `wmma`) and the
 //! reduced cache is held as f16 ([`MmaGeometry`]), but no TMA (where it has, the
-//! [`tma_decode_kernel`](super::tma_kernel::tma_decode_kernel) runs); elsewhere the scalar kernel
-//! ([`decode_kernel`](super::kernel::decode_kernel)) runs.
+//! [`tma_decode_kernel`](super::tma_kernel::tma_decode_kernel) runs); elsewhere the portable kernel
+//! ([`decode_kernel`](super::portable_kernel::decode_kernel)) runs.
 //!
 //! A cube works on whole cache rows: one range of slots (a split) of one sequence, for a group
 //! of `heads` KV heads whose columns lie side by side in the rows (every KV head where the shared

@@ -1,26 +1,33 @@
 //! The host side of the tensor-core decode kernel ([`mma_decode_kernel`]): whether it applies and
-//! its compile-time shapes, where each head's rows go in a staging buffer, and how a step's
-//! slots are split into cubes.
+//! its compile-time shapes, where each head's rows go in a staging buffer, and its launch.
 
-use burn::tensor::DType;
-use burn_cubecl::cubecl::{
-    features::MmaConfig,
-    ir::{DeviceProperties, ElemType, FloatKind},
+use burn::tensor::{f16, DType, Tensor};
+use burn_cubecl::{
+    cubecl::{
+        features::MmaConfig,
+        ir::{DeviceProperties, ElemType, FloatKind},
+        prelude::*,
+    },
+    tensor::CubeTensor,
+    BoolElement, CubeRuntime,
 };
 use burn_kvcompress::kernels::{
+    float_arg,
     warp_mma::{CHANNEL_BLOCK, MMA_DEPTH, MMA_HEADS, WARP},
-    SM_UNITS,
+    CubeF32,
 };
 
-use super::mma_kernel::{MmaGeometry, CELL_BUFFER_VECTORS, CELL_ROW_VECTORS, TILE_WORDS};
-use crate::cache::HeadLayout;
+use super::{
+    decode_step::{launch_split_kernel, merge_splits, step_metadata, DecodeInputs, DecodeStep},
+    mma_kernel::{mma_decode_kernel, MmaGeometry, CELL_BUFFER_VECTORS, CELL_ROW_VECTORS, TILE_WORDS},
+    row_splits::RowSplits,
+};
+use crate::layout::HeadLayout;
 
 /// The most KV heads (warps) one cube takes.
 pub(super) const MAX_CUBE_HEADS: usize = 8;
 /// The most channels of an output head (4 blocks of value sums per warp).
 pub(super) const MAX_HEAD_DIM: usize = 128;
-/// Warps an SM holds at once ([`SM_UNITS`] over the warp's lanes).
-const SM_WARPS: usize = (SM_UNITS / WARP) as usize;
 
 /// Elements between the staged rows of a head's keys of rank `rank`: the columns the score
 /// products read (the rank rounded up to 16), plus 8 (16 bytes), so that the rows of a product's
@@ -130,44 +137,32 @@ pub fn mma_geometry(
     })
 }
 
-/// How a decode step's slots are split: cubes of `chunk` slots (a multiple of the 32-slot
-/// rounds), `splits` per sequence and group of KV heads. The `wmma` kernel gives each split a
-/// contiguous chunk; the TMA kernel deals the rounds out to the splits in turn
-/// (`task::InterleavedRounds`), `chunk / 32` rounds or fewer each.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RowSplits {
-    /// Slots per cube (the last split of a sequence may be shorter).
-    pub chunk: usize,
-    /// Splits per sequence.
-    pub splits: usize,
-}
-
-impl RowSplits {
-    /// The splits of `len` slots for `rows` (sequences × groups of KV heads) such that the step's
-    /// cubes fill a GPU of `sms` multiprocessors once, `per_sm` cubes on each: as many splits as
-    /// one wave holds (at least one), of equal length rounded up to a round, so that no cube of a
-    /// second wave waits for the first.
-    pub fn plan(len: usize, rows: usize, sms: usize, per_sm: usize) -> Self {
-        let splits = (sms * per_sm / rows.max(1)).max(1);
-        let chunk = len.div_ceil(splits).next_multiple_of(WARP as usize);
-        Self { chunk, splits: len.div_ceil(chunk) }
-    }
-
-    /// The splits of a step of `batch` sequences of `len` slots for a kernel whose cubes take
-    /// `heads` KV heads (a warp each) and `shared_bytes` of shared memory, on a device with
-    /// `properties`: the cubes an SM holds are limited by its shared memory and its warps.
-    pub fn for_device(
-        (heads, shared_bytes): (u32, u32),
-        layout: &HeadLayout,
-        batch: usize,
-        len: usize,
-        properties: &DeviceProperties,
-    ) -> Self {
-        let hardware = &properties.hardware;
-        let per_sm = (hardware.max_shared_memory_size / shared_bytes as usize).clamp(1, SM_WARPS / heads as usize);
-        let sms = hardware.num_streaming_multiprocessors.unwrap_or(1) as usize;
-        Self::plan(len, batch * layout.kv_heads() / heads as usize, sms, per_sm)
-    }
+/// ZACK decode attention of the dense queries `q: [batch, heads, 1, head_dim]` over `inputs`
+/// (f16 caches) by the `wmma` kernel with compile-time shapes `geo` and staged `tiles` (from
+/// [`mma_geometry`]) in the step's splits `rows`; returns `[batch, heads, 1, head_dim]`, zero past
+/// each head's value rank.
+#[allow(unsafe_code)] // An unchecked kernel launch; it states why it is in bounds.
+pub fn mma_launch<R: CubeRuntime, BT: BoolElement>(
+    q: CubeTensor<R>,
+    inputs: &DecodeInputs<'_, R, BT>,
+    (geo, tiles): (MmaGeometry, &StagedTiles),
+    rows: RowSplits,
+) -> Tensor<CubeF32<R, BT>, 4> {
+    let [batch, _, _] = inputs.dims;
+    // The metadata upload: the head layout, each row's first real slot, then the heads' tiles.
+    let mut meta = step_metadata(inputs.layout, inputs.options);
+    meta.extend(tiles.table.iter().map(|&w| w as i32));
+    let cubes = rows.cubes(inputs.layout.kv_heads(), geo.heads, batch);
+    let step = DecodeStep::begin(q, inputs, meta, rows.splits);
+    let shape = (cubes, geo.units(), geo.vector, rows.chunk);
+    // SAFETY: every split's slots `split · chunk ..` (at most `chunk`) lie within `len`
+    // (`RowSplits`: no split is empty), copies are whole vectors of a group's columns (within the
+    // row widths) clamped to the split's last slot, into its head's tile of `32 × stride`
+    // elements, `stride` past the columns the products read (`key_stride`, `value_stride`), the
+    // tiles of a cube within a buffer (`StagedTiles`); the partials hold `heads · splits`
+    // entries. Bounds validated on CUDA: `burn_kvcompress::kernels`.
+    unsafe { launch_split_kernel!(mma_decode_kernel::launch_unchecked::<f16, R>, inputs, step, shape, geo) };
+    merge_splits(step.partials, inputs.dims)
 }
 
 #[cfg(test)]
@@ -209,26 +204,5 @@ mod tests {
         );
         // Every tile start is 512-byte aligned (a product's operand needs 32 bytes).
         assert!(tiles.table.chunks(2).all(|w| w[0] % 256 == 0 && w[1] % 8 == 0));
-    }
-
-    #[test]
-    fn one_wave_of_equal_splits_rounded_to_rounds() {
-        // 132 SMs, one cube each: 8 sequences take 16 splits (128 cubes), 1 sequence 132.
-        assert_eq!(RowSplits::plan(32768, 8, 132, 1), RowSplits { chunk: 2048, splits: 16 });
-        assert_eq!(RowSplits::plan(32768, 1, 132, 1), RowSplits { chunk: 256, splits: 128 });
-        // Short sequences: one round per split, never an empty split.
-        assert_eq!(RowSplits::plan(5, 1, 132, 1), RowSplits { chunk: 32, splits: 1 });
-        assert_eq!(RowSplits::plan(100, 3, 4, 2), RowSplits { chunk: 64, splits: 2 });
-        // More rows than cubes in a wave: one split each.
-        assert_eq!(RowSplits::plan(1000, 500, 132, 2), RowSplits { chunk: 1024, splits: 1 });
-        for (len, rows) in [(1, 1), (31, 2), (33, 7), (4097, 3), (65536, 8)] {
-            let plan = RowSplits::plan(len, rows, 132, 2);
-            assert!(
-                plan.chunk.is_multiple_of(32)
-                    && plan.splits * plan.chunk >= len
-                    && (plan.splits - 1) * plan.chunk < len
-            );
-            assert!(plan.splits * rows <= (132 * 2).max(rows), "one wave");
-        }
     }
 }

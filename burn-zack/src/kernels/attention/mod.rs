@@ -1,11 +1,12 @@
 //! ZACK attention on reduced, uneven head dimensions: the plain-tensor reference (every query
-//! length, every backend), the fused decode kernel (one query slot) and the prefill kernel (many
-//! query slots, tiles balanced across heads), both on CubeCL backends.
+//! length, every backend) and, on CubeCL backends, the kernels [`zack_attention_select`] picks among: the
+//! prefill kernel (many query slots, tiles balanced across heads) and three decode kernels (one
+//! query slot: portable, `wmma` tensor cores, Hopper TMA), all reading queries rotated once by
+//! the rotation kernel. One op folder, since the reference serves every query length and one
+//! selection routes between the decode and prefill kernels.
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-mod kernel;
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
-mod launch;
+mod decode_step;
 // `#[cube]` expands the kernel into undocumented helper items.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 #[allow(missing_docs)]
@@ -15,12 +16,28 @@ mod mma_launch;
 // `#[cube]` expands the kernel into undocumented helper items.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 #[allow(missing_docs)]
+mod portable_kernel;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod portable_launch;
+// `#[cube]` expands the kernel into undocumented helper items.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[allow(missing_docs)]
 mod prefill_kernel;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod prefill_launch;
 mod reference;
+// `#[cube]` expands the kernel into undocumented helper items.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-mod rotate;
+#[allow(missing_docs)]
+mod rotate_kernel;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod rotate_launch;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod row_splits;
+mod schedule;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod select;
+// `#[cube]` expands the helpers into undocumented items.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 #[allow(missing_docs)]
 mod task;
@@ -32,16 +49,19 @@ mod tma_kernel;
 mod tma_launch;
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-pub use launch::{decode_launch, supports};
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub use mma_kernel::MmaGeometry;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-pub use mma_launch::{key_stride, mma_geometry, value_stride, RowSplits, StagedTiles};
+pub use mma_launch::{key_stride, mma_geometry, value_stride, StagedTiles};
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub use prefill_kernel::PrefillGeometry;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub use prefill_launch::{prefill_geometry, prefill_launch, prefill_tasks};
 pub use reference::zack_attention_reference;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub use row_splits::RowSplits;
+pub use schedule::{split_length, DecodeSchedule, DecodeTask};
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub use select::{supports, zack_attention_select};
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub use tma_kernel::TmaGeometry;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]

@@ -100,7 +100,6 @@ pub fn prefill_kernel<E: Float>(
 ) {
     let batch_row = CUBE_POS_Y;
     let t = UNIT_POS;
-    let units = CUBE_DIM;
     let group = geo.group;
     let d = geo.head_dim;
     let stride = comptime!(geo.head_dim + 1);
@@ -127,18 +126,8 @@ pub fn prefill_kernel<E: Float>(
     let mut partial = SharedMemory::<f32>::new(comptime!((ROWS * geo.lanes()) as usize));
 
     // 1. The tile's reduced queries; dead rows are zero.
-    let mut item = t;
-    while item < ROWS * key_rank {
-        let (row, c) = (item / key_rank, item % key_rank);
-        let mut x = 0.0f32;
-        if row < live_rows {
-            let (i, g) = (row / group, row % group);
-            let at = ((batch_row * q_len + first_query + i) * heads + kv_head * group + g) * key_width + key_offset + c;
-            x = reduced[at as usize];
-        }
-        q[(row * d + c) as usize] = x;
-        item += units;
-    }
+    let tile = PrefillTile { kv_head, first_query, live_rows, key_offset, key_rank };
+    load_queries(reduced, &mut q, &tile, batch_row, q_len, heads, key_width, geo);
 
     let last_query = first_query + live_rows / group - 1;
     let first_block = first_visible_slot(first_pos + first_query, start, window) / bc;
@@ -162,50 +151,15 @@ pub fn prefill_kernel<E: Float>(
         let block_first = kb * bc;
         // a. The block's keys.
         sync_cube();
-        let mut item = t;
-        while item < bc * key_rank {
-            let (j, c) = (item / key_rank, item % key_rank);
-            let slot = block_first + j;
-            let mut x = 0.0f32;
-            if slot < len {
-                x = f32::cast_from(keys[((batch_row * len + slot) * key_width + key_offset + c) as usize]);
-            }
-            block[(j * stride + c) as usize] = x;
-            item += units;
-        }
+        load_block(keys, &mut block, batch_row, block_first, len, key_width, key_offset, key_rank, geo);
         sync_cube();
 
         // b. Scores.
-        let mut item = t;
-        while item < ROWS * bc {
-            let (row, j) = (item / bc, item % bc);
-            let slot = block_first + j;
-            let query = first_query + row / group;
-            let mut score = masked();
-            if row < live_rows && slot_visible(slot, first_pos + query, start, window) {
-                let mut dot = 0.0f32;
-                for c in 0..key_rank {
-                    dot += q[(row * d + c) as usize] * block[(j * stride + c) as usize];
-                }
-                score = dot;
-            }
-            s[item as usize] = score;
-            item += units;
-        }
+        block_scores(&q, &block, &mut s, &tile, block_first, first_pos, start, window, geo);
         sync_cube();
 
         // c. The block's values, and each row's block max.
-        let mut item = t;
-        while item < bc * value_rank {
-            let (j, c) = (item / value_rank, item % value_rank);
-            let slot = block_first + j;
-            let mut x = 0.0f32;
-            if slot < len {
-                x = f32::cast_from(values[((batch_row * len + slot) * value_width + value_offset + c) as usize]);
-            }
-            block[(j * stride + c) as usize] = x;
-            item += units;
-        }
+        load_block(values, &mut block, batch_row, block_first, len, value_width, value_offset, value_rank, geo);
         if t < ROWS * lanes {
             let mut hi = masked();
             let mut j = lane;
@@ -273,16 +227,160 @@ pub fn prefill_kernel<E: Float>(
         row_mass[t as usize] = mass;
     }
     sync_cube();
+    let output = OutputRows { first: out_row0, channel: out_c, value_rank };
+    write_rows(out, &acc, &row_mass, &tile, &output, batch_row, heads, q_len, geo);
+}
+
+/// A task's tile of one KV head: query slots `first_query ..` as `live_rows` rows of (query, head)
+/// pairs (query-major), and the head's key columns `key_offset .. + key_rank`.
+#[derive(CubeType)]
+struct PrefillTile {
+    kv_head: u32,
+    first_query: u32,
+    live_rows: u32,
+    key_offset: u32,
+    key_rank: u32,
+}
+
+/// Step 1: the tile's reduced queries from `reduced` (`[batch, q_len, heads, key_width]`) into
+/// `q` (`ROWS × head_dim`, the head's key rank used), zero in the dead rows.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn load_queries(
+    reduced: &Array<f32>,
+    q: &mut SharedMemory<f32>,
+    tile: &PrefillTile,
+    batch_row: u32,
+    q_len: u32,
+    heads: u32,
+    key_width: u32,
+    #[comptime] geo: PrefillGeometry,
+) {
+    let group = geo.group;
+    let d = geo.head_dim;
+    let key_rank = tile.key_rank;
+    let mut item = UNIT_POS;
+    while item < ROWS * key_rank {
+        let (row, c) = (item / key_rank, item % key_rank);
+        let mut x = 0.0f32;
+        if row < tile.live_rows {
+            let (i, g) = (row / group, row % group);
+            let at = ((batch_row * q_len + tile.first_query + i) * heads + tile.kv_head * group + g) * key_width
+                + tile.key_offset
+                + c;
+            x = reduced[at as usize];
+        }
+        q[(row * d + c) as usize] = x;
+        item += CUBE_DIM;
+    }
+}
+
+/// Steps a and c: the `block` slots from `block_first` of one head's `rank` columns from `offset`
+/// of sequence `batch_row` of a cache `[batch, len, width]` into `block` as f32, rows
+/// `head_dim + 1` apart to spread banks; zero past `len`.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn load_block<E: Float>(
+    cache: &Array<E>,
+    block: &mut SharedMemory<f32>,
+    batch_row: u32,
+    block_first: u32,
+    len: u32,
+    width: u32,
+    offset: u32,
+    rank: u32,
+    #[comptime] geo: PrefillGeometry,
+) {
+    let stride = comptime!(geo.head_dim + 1);
+    let mut item = UNIT_POS;
+    let bc = geo.block;
+    while item < bc * rank {
+        let (j, c) = (item / rank, item % rank);
+        let slot = block_first + j;
+        let mut x = 0.0f32;
+        if slot < len {
+            x = f32::cast_from(cache[((batch_row * len + slot) * width + offset + c) as usize]);
+        }
+        block[(j * stride + c) as usize] = x;
+        item += CUBE_DIM;
+    }
+}
+
+/// Step b: the scores `s` (`ROWS × block`) of the tile's rows against the block's keys from slot
+/// `block_first`, masked where a pair is dead or invisible (the queries sit at `first_pos ..`).
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn block_scores(
+    q: &SharedMemory<f32>,
+    block: &SharedMemory<f32>,
+    s: &mut SharedMemory<f32>,
+    tile: &PrefillTile,
+    block_first: u32,
+    first_pos: u32,
+    start: u32,
+    window: u32,
+    #[comptime] geo: PrefillGeometry,
+) {
+    let group = geo.group;
+    let bc = geo.block;
+    let d = geo.head_dim;
+    let stride = comptime!(geo.head_dim + 1);
+    let mut item = UNIT_POS;
+    while item < ROWS * bc {
+        let (row, j) = (item / bc, item % bc);
+        let slot = block_first + j;
+        let query = tile.first_query + row / group;
+        let mut score = masked();
+        if row < tile.live_rows && slot_visible(slot, first_pos + query, start, window) {
+            let mut dot = 0.0f32;
+            for c in 0..tile.key_rank {
+                dot += q[(row * d + c) as usize] * block[(j * stride + c) as usize];
+            }
+            score = dot;
+        }
+        s[item as usize] = score;
+        item += CUBE_DIM;
+    }
+}
+
+/// A unit's outputs: rows `first ..` (`output_rows` of them) of value coordinate `channel`, of a
+/// head of `value_rank` value coordinates.
+#[derive(CubeType)]
+struct OutputRows {
+    first: u32,
+    channel: u32,
+    value_rank: u32,
+}
+
+/// Step 3: the unit's live rows `acc / mass` of sequence `batch_row` into `out` (`[batch, heads,
+/// q_len, head_dim]`), zeros past the head's value rank.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn write_rows(
+    out: &mut Array<f32>,
+    acc: &Array<f32>,
+    row_mass: &SharedMemory<f32>,
+    tile: &PrefillTile,
+    output: &OutputRows,
+    batch_row: u32,
+    heads: u32,
+    q_len: u32,
+    #[comptime] geo: PrefillGeometry,
+) {
+    let group = geo.group;
+    let d = geo.head_dim;
+    let output_rows = comptime!(geo.output_rows);
     #[unroll]
     for r in 0..output_rows {
-        let row = out_row0 + r;
-        if row < live_rows {
+        let row = output.first + r;
+        if row < tile.live_rows {
             let (i, g) = (row / group, row % group);
             let mut x = 0.0f32;
-            if out_c < value_rank {
+            if output.channel < output.value_rank {
                 x = acc[r as usize] / row_mass[row as usize];
             }
-            let at = (((batch_row * heads + kv_head * group + g) * q_len + first_query + i) * d) + out_c;
+            let at =
+                (((batch_row * heads + tile.kv_head * group + g) * q_len + tile.first_query + i) * d) + output.channel;
             out[at as usize] = x;
         }
     }

@@ -1,19 +1,19 @@
 //! Launching the ZACK prefill kernel (and the query rotation it reads) on a CubeCL backend, with
 //! query tiles balanced across uneven heads.
 
-use burn::tensor::{f16, DType, Int, Tensor, TensorData, TensorPrimitive};
+use burn::tensor::{f16, DType, Tensor, TensorPrimitive};
 use burn_cubecl::{cubecl::prelude::*, BoolElement, CubeRuntime};
 use burn_kvcompress::{
     cache::AttendOptions,
-    kernels::{dense_output, float_arg, int_arg, CubeF32},
+    kernels::{dense_output, float_arg, CubeF32},
 };
 
 use super::{
-    launch::{decode_geometry, step_metadata, UNITS},
+    decode_step::{step_metadata, upload_metadata},
     prefill_kernel::{prefill_kernel, PrefillGeometry, ROWS},
-    rotate::{rotate_queries_kernel, ROTATE_COLUMNS},
+    rotate_launch::rotate_queries,
 };
-use crate::cache::HeadLayout;
+use crate::layout::HeadLayout;
 
 /// Shared memory a cube may use on every backend: 32 KiB on Mesa's software Vulkan.
 const SHARED_BYTES: u32 = 32 * 1024;
@@ -24,10 +24,10 @@ const ROTATE_ROWS: usize = 65535;
 
 /// The prefill kernel's geometry for `group` query heads per KV head of `head_dim` channels, or
 /// None where it does not apply (more than `ROWS` heads per KV head, a cube over 256 units, or
-/// shared memory over 32 KiB even with the shortest blocks); the rotation's constraints are the
-/// decode kernel's.
+/// shared memory over 32 KiB even with the shortest blocks). The query rotation it reads also
+/// needs what [`supports`](super::select::supports) checks.
 pub fn prefill_geometry(group: usize, head_dim: usize) -> Option<PrefillGeometry> {
-    if group == 0 || group > ROWS as usize || !super::supports(group, head_dim) {
+    if group == 0 || group > ROWS as usize {
         return None;
     }
     BLOCKS
@@ -64,7 +64,7 @@ pub fn prefill_tasks(layout: &HeadLayout, q_len: usize, max_queries: usize) -> V
 /// [batch, len, Σ k_qk]` and `values: [batch, len, Σ k_vo]` (both f32 or both f16), shapes
 /// already checked, `geo` from [`prefill_geometry`], every head's ranks at least 1; returns
 /// `[batch, heads, q_len, head_dim]`, zero past each head's value rank.
-#[allow(unsafe_code)] // Unchecked kernel launches; each states why it is in bounds.
+#[allow(unsafe_code)] // An unchecked kernel launch; it states why it is in bounds.
 pub fn prefill_launch<R: CubeRuntime, BT: BoolElement>(
     q: Tensor<CubeF32<R, BT>, 4>,
     basis: Tensor<CubeF32<R, BT>, 2>,
@@ -82,39 +82,19 @@ pub fn prefill_launch<R: CubeRuntime, BT: BoolElement>(
     let mut meta = step_metadata(layout, options);
     let tasks_at = meta.len();
     meta.extend(tasks.iter().flatten().map(|&x| x as i32));
-    let words = meta.len();
-    let meta = int_arg(&Tensor::<CubeF32<R, BT>, 1, Int>::from_data(TensorData::new(meta, [words]), &device));
+    let meta = upload_metadata::<R, BT>(meta, &device);
 
     // The reduced queries, `[batch, q_len, heads, key_width]`: the decode step's rotation with
     // every (sequence, slot) as a sequence, in launches of at most `ROTATE_ROWS` of them.
     let rows = q.swap_dims(1, 2).reshape([batch * q_len, heads, d]);
-    let rotate = decode_geometry(heads / kv_heads, d);
-    let widest_rank = (0..kv_heads).map(|h| layout.key_columns(h).len()).max().unwrap_or(0).max(1) as u32;
     let basis = float_arg(&basis);
+    let group = (heads / kv_heads) as u32;
     let reduced: Vec<Tensor<CubeF32<R, BT>, 1>> = (0..batch * q_len)
         .step_by(ROTATE_ROWS)
         .map(|first| {
             let n = ROTATE_ROWS.min(batch * q_len - first);
             let chunk = float_arg(&rows.clone().narrow(0, first, n));
-            let out = dense_output::<R, f32>(&chunk, n * heads * layout.key_width());
-            // SAFETY: as in `decode_launch`: one cube per (KV head, query row, column tile); it
-            // reads the row's `heads · head_dim` channels of `chunk` (`n` rows) and the head's key
-            // columns of `basis`, and writes those of `out`, sized `n · heads · key_width`.
-            unsafe {
-                rotate_queries_kernel::launch_unchecked(
-                    &chunk.client,
-                    CubeCount::Static(kv_heads as u32, n as u32, widest_rank.div_ceil(ROTATE_COLUMNS)),
-                    CubeDim::new_1d(UNITS),
-                    chunk.clone().into_array_arg(),
-                    basis.clone().into_array_arg(),
-                    meta.clone().into_array_arg(),
-                    out.clone().into_array_arg(),
-                    options.scale,
-                    rotate.group,
-                    rotate.head_dim,
-                    UNITS,
-                )
-            };
+            let out = rotate_queries(chunk, basis.clone(), &meta, layout, (n, heads), (group, d as u32), options.scale);
             Tensor::from_primitive(TensorPrimitive::Float(out))
         })
         .collect();

@@ -7,7 +7,7 @@ use burn_kvcompress::{
     error::CacheError,
 };
 
-use crate::cache::HeadLayout;
+use crate::layout::HeadLayout;
 
 /// ZACK attention of full post-RoPE queries over reduced keys and values.
 ///
@@ -15,8 +15,8 @@ use crate::cache::HeadLayout;
 /// - `basis`: `[head_dim, Σ k_qk]`, each KV head's truncated query/key rotation `R̃_g` in its
 ///   key columns;
 /// - `keys`: `[batch, slots, Σ k_qk]`, `k R̃_g` per head; `values`: `[batch, slots, Σ k_vo]`,
-///   the leading `k_vo` coordinates of the (already rotated) values per head; either dtype of
-///   [`ReducedStorage`](crate::cache::ReducedStorage) (attention computes in f32);
+///   the leading `k_vo` coordinates of the (already rotated) values per head; f32 or f16, as
+///   the cache stores them (attention computes in f32);
 /// - returns `[batch, heads, q_len, head_dim]`: per head `softmax(q̃ k̃ᵀ · scale) ṽ` in its
 ///   first `k_vo` coordinates, zeros after (the folded `W_O` ignores them).
 ///

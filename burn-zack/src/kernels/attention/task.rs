@@ -1,5 +1,5 @@
 //! What one cube of a ZACK decode kernel works on: its task of the step's
-//! [`DecodeSchedule`](crate::kernels::DecodeSchedule) (the scalar kernel), its split's chunk of
+//! [`DecodeSchedule`](crate::kernels::DecodeSchedule) (the portable kernel), its split's chunk of
 //! slots (the `wmma` kernel) or its split's interleaved rounds (the TMA kernel), with what it
 //! reads of the step's metadata upload.
 

@@ -2,7 +2,7 @@
 //! products read straight from the landed rows: the kernel a decode step runs on CUDA devices
 //! with TMA and f16 `m16n8k16` warp products (Hopper) when the reduced cache is held as f16
 //! ([`TmaGeometry`]); other CUDA devices run [`mma_decode_kernel`](super::mma_kernel), other
-//! backends the scalar kernel.
+//! backends the portable kernel.
 //!
 //! A cube works as the [`mma_decode_kernel`](super::mma_kernel)'s does (one split of one
 //! sequence for a group of KV heads whose columns lie side by side, one warp per KV head, rounds

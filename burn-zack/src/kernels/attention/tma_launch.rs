@@ -1,7 +1,7 @@
-//! The host side of the TMA decode kernel ([`tma_decode_kernel`](super::tma_kernel)): whether it
-//! applies, its compile-time shapes, and the caches as TMA maps.
+//! The host side of the TMA decode kernel ([`tma_decode_kernel`]): whether it applies, its
+//! compile-time shapes, the caches as TMA maps, and its launch.
 
-use burn::tensor::{f16, DType};
+use burn::tensor::{f16, DType, Tensor};
 use burn_cubecl::{
     cubecl::{
         features::{MmaConfig, Tma},
@@ -9,15 +9,21 @@ use burn_cubecl::{
         prelude::*,
     },
     tensor::CubeTensor,
-    CubeRuntime,
+    BoolElement, CubeRuntime,
 };
-use burn_kvcompress::kernels::warp_mma::{MMA_HEADS, WARP};
+use burn_kvcompress::kernels::{
+    float_arg,
+    warp_mma::{MMA_HEADS, WARP},
+    CubeF32,
+};
 
 use super::{
+    decode_step::{merge_splits, step_metadata, DecodeInputs, DecodeStep},
     mma_launch::{MAX_CUBE_HEADS, MAX_HEAD_DIM},
-    tma_kernel::{TmaGeometry, BLOCK_COLUMNS},
+    row_splits::RowSplits,
+    tma_kernel::{tma_decode_kernel, TmaGeometry, BLOCK_COLUMNS},
 };
-use crate::cache::HeadLayout;
+use crate::layout::HeadLayout;
 
 /// Elements of a 16-byte piece: every head's columns and the rows' widths are multiples of it.
 const PIECE: usize = 8;
@@ -78,4 +84,52 @@ pub fn landed_rows<R: CubeRuntime>(cache: CubeTensor<R>) -> TensorMapArg<R, Tile
     let tile = TiledArgs { tile_size: [WARP as usize, BLOCK_COLUMNS as usize].into() };
     TensorMapArg::new(tile, cache.into_tensor_arg(), f16::as_type_native_unchecked())
         .with_swizzle(TensorMapSwizzle::B128)
+}
+
+/// ZACK decode attention of the dense queries `q: [batch, heads, 1, head_dim]` over `inputs`
+/// (f16 caches) by the TMA kernel with compile-time shapes `geo` (from [`tma_geometry`]) in the
+/// step's splits `rows`, whose rounds it interleaves; returns `[batch, heads, 1, head_dim]`, zero
+/// past each head's value rank.
+#[allow(unsafe_code)] // An unchecked kernel launch; it states why it is in bounds.
+pub fn tma_launch<R: CubeRuntime, BT: BoolElement>(
+    q: CubeTensor<R>,
+    inputs: &DecodeInputs<'_, R, BT>,
+    geo: TmaGeometry,
+    rows: RowSplits,
+) -> Tensor<CubeF32<R, BT>, 4> {
+    let ([batch, _, _], layout, len) = (inputs.dims, inputs.layout, inputs.slots());
+    // The metadata upload: the head layout and each row's first real slot (no table: the kernel
+    // takes its split's rounds from its cube's position).
+    let meta = step_metadata(layout, inputs.options);
+    let cubes = rows.cubes(layout.kv_heads(), geo.heads, batch);
+    let step = DecodeStep::begin(q, inputs, meta, rows.splits);
+    let (key_width, value_width) = (layout.key_width(), layout.value_width());
+    let landed = |cache: &Tensor<CubeF32<R, BT>, 3>, width: usize| {
+        landed_rows(float_arg(&cache.clone().reshape([batch * len, width])))
+    };
+    // SAFETY: every split has a round (`RowSplits`: at most `⌈len / 32⌉` splits), whose slots past
+    // `len` are masked; the TMA lands whole boxes (rows past the caches and columns past their
+    // widths as zeros) into the two stages, and the products read within the stages and the
+    // guard block after them (`TmaGeometry`); the partials hold `heads · splits` entries. Bounds
+    // validated on CUDA: `burn_kvcompress::kernels`.
+    unsafe {
+        tma_decode_kernel::launch_unchecked::<f16, R>(
+            &step.reduced_q.client.clone(),
+            cubes,
+            CubeDim::new_1d(geo.units()),
+            step.reduced_q.into_array_arg(),
+            landed(&inputs.keys, key_width),
+            landed(&inputs.values, value_width),
+            step.meta.into_array_arg(),
+            step.partials.output.clone().into_array_arg(),
+            step.partials.max.clone().into_array_arg(),
+            step.partials.sum.clone().into_array_arg(),
+            layout.kv_heads() as u32,
+            len as u32,
+            inputs.options.window.unwrap_or(0) as u32,
+            key_width as u32,
+            geo,
+        )
+    };
+    merge_splits(step.partials, inputs.dims)
 }

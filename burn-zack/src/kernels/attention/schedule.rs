@@ -1,7 +1,7 @@
-//! Load balancing of the scalar decode kernel across uneven heads (the paper's §5.3, adapted).
-//! The tensor-core kernel balances another way: each of its cubes takes every KV head (or an
-//! equal group of them) of a range of slots, so all its cubes do the same work
-//! (`attention::RowSplits`).
+//! Load balancing of the portable decode kernel across uneven heads (the paper's §5.3, adapted).
+//! The tensor-core kernels (`wmma`, TMA) balance another way: each of their cubes takes every KV
+//! head (or an equal group of them) of a range of slots, so all their cubes do the same work
+//! (`RowSplits`).
 //!
 //! The work of one slot of KV head `g` is proportional to `c_g = k_qk + k_vo + 1` (the score's
 //! dot product, the softmax, the `P·V` row). Each head's slots are cut into splits of
@@ -14,7 +14,7 @@
 //! 0.5 and head dim 128). Listed by cost instead, the cubes running at once read one or two
 //! heads' shares of every row along the whole sequence: the same bytes, in more DRAM pages.
 
-use crate::cache::HeadLayout;
+use crate::layout::HeadLayout;
 
 /// One cube's work: `count` slots of KV head `kv_head` from slot `first`, written as split
 /// `split` of that head.

@@ -11,7 +11,7 @@
 //! must lie in one plane, so each plane takes `plane / blocks` rows ([`RowUnits`]):
 //! 1. scores, in rounds of `rows · lanes` slots: each unit holds its block of the reduced queries
 //!    `q̃_g = scale · q_g R̃` (computed once per step by
-//!    [`rotate_queries_kernel`](super::rotate::rotate_queries_kernel)) in registers and computes
+//!    [`rotate_queries_kernel`](super::rotate_kernel::rotate_queries_kernel)) in registers and computes
 //!    the block's partial dot products `q̃_g · k̃` for every head; the row's units add them up by
 //!    plane shuffles where the backend has them (CUDA), or through shared memory, one unit per
 //!    (slot, head) summing the blocks' partials (wgpu). Masked slots (padding, sliding window)
