@@ -12,7 +12,7 @@ use burn_kvcompress::{
     tokenizer::Tokenizer,
 };
 use burn_kvtransfer::ModelFingerprint;
-use examples::backend_choice::KernelBackend;
+use kvcompress_cli::backend_choice::KernelBackend;
 
 use crate::ModelSource;
 

@@ -51,7 +51,7 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use base::BaseModel;
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use examples::{
+use kvcompress_cli::{
     backend_choice::{BackendChoice, KernelBackend},
     e2e_report::{
         describe_arrivals, group_means, load_table, markdown_table, series, within_tbt_table, ArrivalProcess, Axis,

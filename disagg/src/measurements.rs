@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use burn_kvtransfer::decode::Arrivals;
-use examples::e2e_report::{describe_arrivals, p99, RequestRecord};
+use kvcompress_cli::e2e_report::{describe_arrivals, p99, RequestRecord};
 
 use crate::worker::Job;
 

@@ -18,7 +18,7 @@ use burn_kvtransfer::{
     wire::ModelShape,
     ModelFingerprint, SchemeDescriptor,
 };
-use examples::backend_choice::KernelBackend;
+use kvcompress_cli::backend_choice::KernelBackend;
 
 use crate::{runtime, BaseModel, ServeArgs};
 

@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-use examples::e2e_report::RequestRecord;
+use kvcompress_cli::e2e_report::RequestRecord;
 
 const QUESTIONS: [&str; 16] = [
     "What is the capital of France?",

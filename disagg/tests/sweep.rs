@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use examples::e2e_report::{ArrivalProcess, RequestRecord};
+use kvcompress_cli::e2e_report::{ArrivalProcess, RequestRecord};
 
 /// Runs `disagg sweep` of the tiny random model with dense and HACK storage at 10 Gbit/s, 4 new
 /// tokens a request, and `args`, into a fresh directory named after `name`: the directory and the

@@ -20,7 +20,7 @@ pub struct EvalArgs {
     #[arg(long)]
     out: Option<String>,
     /// Backend: flex (the fast CPU backend), ndarray, wgpu or cuda (the latter two build the
-    /// examples with their feature).
+    /// command-line programs with their feature).
     #[arg(long, default_value = "flex")]
     backend: String,
     /// Add HACK's grid after the `--kv` schemes: the paper's axes and the channel axes at 2 and 4
@@ -114,7 +114,7 @@ const ZACK_PQ_WINDOW: usize = 64;
 
 /// `cargo run` of an example binary on the chosen backend, up to and including `--backend`.
 fn example(bin: &str, backend: &str) -> Vec<String> {
-    let mut cmd: Vec<String> = ["run", "--release", "-p", "examples", "--bin", bin].map(String::from).to_vec();
+    let mut cmd: Vec<String> = ["run", "--release", "-p", "kvcompress-cli", "--bin", bin].map(String::from).to_vec();
     if matches!(backend, "wgpu" | "cuda") {
         cmd.extend(["--features".to_string(), backend.to_string()]);
     }

@@ -16,7 +16,7 @@ use burn_kvcompress::cache::{AttendOptions, CacheGeometry, KvCache, KvScheme, Tr
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
 /// The kernels' backend: CUDA when built with the `cuda` feature (on a GPU machine, where
-/// `examples/bench/validate_bounds.sh` runs these tests), wgpu otherwise (lavapipe in CI).
+/// `cli/bench/validate_bounds.sh` runs these tests), wgpu otherwise (lavapipe in CI).
 #[cfg(feature = "cuda")]
 type Gpu = burn::backend::Cuda<f32, i32>;
 #[cfg(not(feature = "cuda"))]

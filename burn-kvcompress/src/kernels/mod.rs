@@ -23,7 +23,7 @@
 //! ```
 //!
 //! in the working directory, CubeCL compiles unchecked launches with bounds checks that print
-//! `[VALIDATION <kernel>]: Encountered OOB ...` on the device. `examples/bench/validate_bounds.sh`
+//! `[VALIDATION <kernel>]: Encountered OOB ...` on the device. `cli/bench/validate_bounds.sh`
 //! runs the kernel tests built for CUDA that way and fails on any such line. (wgpu clamps out
 //! of bounds accesses itself and cannot print, so CI on lavapipe checks the results, not the
 //! bounds.)

@@ -6,7 +6,7 @@
 //! matrix product always runs cubek's simplest tensor-core variant (`SimpleCyclicCmma`). On an
 //! H200, for a Llama-3-8B layer's products at 8192 rows, that reaches 104–120 TFLOP/s; the
 //! double-buffered TMA variant 219–245 and the double-buffered cyclic one 150–173, where cuBLAS
-//! (PyTorch) reaches 734–769 (`prompt_bench` beside `examples/bench/prompt_anchor.py`,
+//! (PyTorch) reaches 734–769 (`prompt_bench` beside `cli/bench/prompt_anchor.py`,
 //! `results/prompt-h200.md`). [`prompt_product`] tries those two in that order (the TMA one needs
 //! a device with TMA and operands whose rows are 16-byte aligned; the cyclic one warp matrix
 //! instructions) and falls back to Burn's matrix product where neither launches (wgpu, awkward

@@ -74,7 +74,7 @@ pub fn top_k(logits: &[f32], k: usize) -> Vec<u32> {
 }
 
 /// The kernels' backend: CUDA when built with the `cuda` feature (on a GPU machine, where
-/// `examples/bench/validate_bounds.sh` runs the kernel tests), wgpu otherwise (lavapipe in CI).
+/// `cli/bench/validate_bounds.sh` runs the kernel tests), wgpu otherwise (lavapipe in CI).
 #[cfg(feature = "cuda")]
 pub type Gpu = burn::backend::Cuda<f32, i32>;
 #[cfg(all(feature = "wgpu", not(feature = "cuda")))]

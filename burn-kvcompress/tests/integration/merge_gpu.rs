@@ -69,12 +69,12 @@ fn merge_equals_a_plain_log_sum_exp_merge() {
     }
 }
 
-/// The negative control of `examples/bench/validate_bounds.sh`: partials that claim more splits
+/// The negative control of `cli/bench/validate_bounds.sh`: partials that claim more splits
 /// than their buffers hold make the merge read past them, which bounds validation must report.
 /// Ignored (reading out of bounds is undefined behaviour in an unchecked launch); it refuses to
 /// run unless the working directory's `cubecl.toml` turns validation on.
 #[test]
-#[ignore = "run by examples/bench/validate_bounds.sh under check_mode = \"validate\""]
+#[ignore = "run by cli/bench/validate_bounds.sh under check_mode = \"validate\""]
 fn bounds_validation_reports_a_merge_reading_past_its_buffers() {
     let config = std::fs::read_to_string("cubecl.toml").unwrap_or_default();
     assert!(config.contains("check_mode = \"validate\""), "needs a cubecl.toml with check_mode = \"validate\"");

@@ -14,7 +14,7 @@ use rand::{rngs::StdRng, Rng, SeedableRng};
 pub type Cpu = burn_kvcompress::backend::NdArray;
 
 /// The kernels' backend: CUDA when built with the `cuda` feature (on a GPU machine, where
-/// `examples/bench/validate_bounds.sh` runs the GPU tests), wgpu otherwise (lavapipe in CI).
+/// `cli/bench/validate_bounds.sh` runs the GPU tests), wgpu otherwise (lavapipe in CI).
 #[cfg(feature = "cuda")]
 pub type Gpu = burn::backend::Cuda<f32, i32>;
 #[cfg(all(feature = "wgpu", not(feature = "cuda")))]

@@ -26,7 +26,7 @@ use burn_kvtransfer::{
     wire::Mode,
     ModelFingerprint, SchemeDescriptor,
 };
-use examples::{
+use kvcompress_cli::{
     backend_choice::KernelBackend,
     e2e_report::{ArrivalProcess, RequestRecord},
     random_model::random_prompt,

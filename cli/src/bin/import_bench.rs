@@ -12,10 +12,10 @@
 //! batched write a layer on CUDA, then each tensor read at its width: the bytes and the
 //! per-tensor work, no cache logic); and the same bytes uploaded as one tensor by Burn's
 //! `Tensor::from_data` (its upload path with no per-tensor work). The PyTorch anchor,
-//! run in the same call: `examples/bench/upload_anchor.py` (pageable and pinned host-to-device
+//! run in the same call: `cli/bench/upload_anchor.py` (pageable and pinned host-to-device
 //! copies of the same sizes).
 //!
-//! `cargo run --release -p examples --features cuda --bin import_bench -- --backend cuda`
+//! `cargo run --release -p kvcompress-cli --features cuda --bin import_bench -- --backend cuda`
 
 use std::time::Instant;
 
@@ -33,7 +33,7 @@ use burn_kvtransfer::{
     state_codec::{decode_state, encode_state},
 };
 use clap::{Parser, ValueEnum};
-use examples::{
+use kvcompress_cli::{
     backend_choice::{BackendChoice, KernelBackend},
     bench::median,
     with_backend,

@@ -3,7 +3,7 @@
 use anyhow::Context;
 use burn_kvcompress::model::ModelConfig;
 use burn_kvschemes::compose::{train_reduced_codebooks, ReducedPqConfig, ReducedSamples};
-use examples::{report::create_parent, with_backend};
+use kvcompress_cli::{report::create_parent, with_backend};
 
 use crate::pq::{finish, kmeans_bar, kmeans_settings, record_all, Trained};
 use crate::record::{describe, read_texts};

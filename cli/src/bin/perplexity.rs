@@ -20,7 +20,7 @@ use burn_kvcompress::{
     paths::default_model_path,
 };
 use clap::Parser;
-use examples::{
+use kvcompress_cli::{
     backend_choice::{BackendChoice, KernelBackend},
     reference::{default_texts, llamacpp_bits_per_element, llamacpp_reference_file, load_reference_ppl, ReferencePpl},
     report::create_parent,
@@ -300,7 +300,7 @@ fn write_reports(out: &Path, rows: &[Row]) -> anyhow::Result<()> {
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     if let Some(path) = &args.plot {
-        examples::plot::PlotFormat::of_path(path)?;
+        kvcompress_cli::plot::PlotFormat::of_path(path)?;
     }
     let reference = reference_rows(&args)?;
     let (rows, produced) = match &args.replot {

@@ -44,7 +44,7 @@ use std::path::PathBuf;
 use anyhow::bail;
 use burn_million_pq::KmeansConfig;
 use clap::{Parser, ValueEnum};
-use examples::{backend_choice::BackendChoice, plot::PlotFormat};
+use kvcompress_cli::{backend_choice::BackendChoice, plot::PlotFormat};
 use serde::Serialize;
 
 /// Calibrate a KV-cache compression scheme on text (PQ codebooks for `--kv pq:codebooks=FILE`,

@@ -19,7 +19,7 @@ use burn_kvcompress::{
     paths::default_model_path,
 };
 use clap::Parser;
-use examples::{backend_choice::BackendChoice, with_backend};
+use kvcompress_cli::{backend_choice::BackendChoice, with_backend};
 
 /// Compare a backend with the ndarray reference and time it.
 #[derive(Parser, Debug)]
@@ -129,7 +129,7 @@ fn run<B: Backend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
         all_identical &= same;
         println!("| {:?} | {diff:.3e} | {same} |", prompt.chars().take(40).collect::<String>());
     }
-    let text_path = args.text.clone().unwrap_or_else(|| examples::reference::repo_file("data/tempest.txt"));
+    let text_path = args.text.clone().unwrap_or_else(|| kvcompress_cli::reference::repo_file("data/tempest.txt"));
     let text = std::fs::read_to_string(&text_path).with_context(|| format!("reading {}", text_path.display()))?;
     let tokens = tokenizer.encode(&text, false)?;
     ensure!(tokens.len() > args.prefill_tokens, "the text is shorter than --prefill-tokens");

@@ -7,7 +7,7 @@ use burn_million_pq::{
     codebook::{train_codebooks, CalibrationSamples, TrainingReport},
     KmeansConfig, PqConfig,
 };
-use examples::{
+use kvcompress_cli::{
     plot::{plot_curves, Curve, PlotFormat, PlotSpec, CURVE_COLOURS},
     report::{create_parent, write_json_beside},
     with_backend,

@@ -3,7 +3,7 @@
 //! loads) and each of cubek's variants (checked against Burn's), the attention reference (scores
 //! materialized), `kernels::flash_attention` (the dense f16 cache's path) and cubek's
 //! flash-attention variants (checked against the reference). Medians of device-synchronized runs,
-//! with TFLOP/s. The PyTorch anchor, run in the same call: `examples/bench/prompt_anchor.py`.
+//! with TFLOP/s. The PyTorch anchor, run in the same call: `cli/bench/prompt_anchor.py`.
 
 use burn::tensor::{ops::AttentionModuleOptions, DType, Distribution, Tensor, TensorPrimitive};
 use burn_cubecl::kernel::{attention::flash_attention as cubek_flash_attention, into_contiguous};
@@ -22,7 +22,7 @@ use cubek::{
     },
     matmul::launch::Strategy,
 };
-use examples::bench::{diffs, time};
+use kvcompress_cli::bench::{diffs, time};
 
 /// Time a prompt's products and attention variants (CUDA).
 #[derive(Parser, Debug)]

@@ -4,7 +4,7 @@
 //! the evaluation texts (a prefix of `--prefix-tokens`, so that the compressed blocks are
 //! attended).
 //!
-//! `cargo run --release -p examples --bin continuations -- --kv hack2 --kv hack4 --out results/hack-continuations`
+//! `cargo run --release -p kvcompress-cli --bin continuations -- --kv hack2 --kv hack4 --out results/hack-continuations`
 
 use burn_kvschemes::{with_scheme, SchemeSpec};
 use std::{fmt::Write as _, path::PathBuf};
@@ -17,7 +17,7 @@ use burn_kvcompress::{
     tokenizer::{chatml_prompt, ChatMessage, Role},
 };
 use clap::Parser;
-use examples::{
+use kvcompress_cli::{
     backend_choice::{BackendChoice, KernelBackend},
     reference::{default_texts, llamacpp_reference_file, load_reference_prompts},
     report::create_parent,
@@ -156,7 +156,7 @@ fn main() -> anyhow::Result<()> {
         create_parent(out)?;
         let header = format!(
             "Greedy continuations of {} tokens under each KV cache beside dense's (backend {:?}; SmolLM2-135M-Instruct \
-             unless `--model` says otherwise). Produced by `cargo run --release -p examples --bin continuations -- {}`.\n",
+             unless `--model` says otherwise). Produced by `cargo run --release -p kvcompress-cli --bin continuations -- {}`.\n",
             args.tokens,
             args.backend,
             args.kv.iter().map(|kv| format!("--kv {kv}")).collect::<Vec<_>>().join(" ")

@@ -1,7 +1,7 @@
 //! Generate text with a Llama/Mistral model through a (compressed) KV cache, streaming tokens to
 //! stdout as they come.
 //!
-//! `cargo run --release -p examples --bin generate -- --chat "What is the capital of France?"`
+//! `cargo run --release -p kvcompress-cli --bin generate -- --chat "What is the capital of France?"`
 
 use burn_kvschemes::{with_scheme, SchemeSpec};
 use std::io::Write;
@@ -16,7 +16,7 @@ use burn_kvcompress::{
     tokenizer::{chatml_prompt, ChatMessage, Role},
 };
 use clap::Parser;
-use examples::{
+use kvcompress_cli::{
     backend_choice::{BackendChoice, KernelBackend},
     with_backend,
 };

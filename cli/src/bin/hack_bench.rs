@@ -1,7 +1,7 @@
 //! HACK attention on a GPU: checks the kernels against their references on this backend, then
 //! times decode attention (and prefill attention) on random K/V over a grid of contexts and batch
 //! sizes, with device-synchronized timing; prints medians, the bytes the kernel reads and the
-//! achieved bandwidth. The PyTorch SDPA fp16 anchor is `examples/bench/sdpa_anchor.py`, run in the
+//! achieved bandwidth. The PyTorch SDPA fp16 anchor is `cli/bench/sdpa_anchor.py`, run in the
 //! same session (see `results/hack-bench-*.md`).
 
 use anyhow::ensure;
@@ -16,7 +16,7 @@ use burn_kvcompress::{
     cache::{AttendOptions, CacheGeometry, KvCache, KvScheme, TransferableCache, TransferableScheme},
 };
 use clap::Parser;
-use examples::{
+use kvcompress_cli::{
     backend_choice::BackendChoice,
     bench::{self, decode_cells, diffs_from_cpu, time, AttentionGrid, DECODE_COLUMNS},
     with_backend,

@@ -7,7 +7,7 @@
 # 2. ours: `backend_check` (a 512-token prefill and 64 decode steps at batch 1) on flex and ndarray,
 #    after checking flex's logits against ndarray's.
 #
-#   examples/bench/cpu_vs_llamacpp.sh [WORK_DIR]      (default: target/llamacpp; THREADS=2)
+#   cli/bench/cpu_vs_llamacpp.sh [WORK_DIR]      (default: target/llamacpp; THREADS=2)
 #
 # Needs the model (`cargo xtask fetch-model`), a C++ compiler, curl and pip (for cmake).
 set -euo pipefail
@@ -43,5 +43,5 @@ done
 
 echo "## ours: backend_check --prefill-tokens 512 --decode-steps 64 (batch 1)"
 cd "$root"
-cargo build -q --release -p examples --bin backend_check
+cargo build -q --release -p kvcompress-cli --bin backend_check
 ./target/release/backend_check --backend flex --prefill-tokens 512 --decode-steps 64

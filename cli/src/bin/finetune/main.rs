@@ -42,7 +42,7 @@ use burn_kvcompress::{
 use burn_million_pq::finetune::finetune_codebooks;
 use burn_zack::finetune::finetune_rotations;
 use clap::{Parser, ValueEnum};
-use examples::{
+use kvcompress_cli::{
     backend_choice::BackendChoice,
     memory::peak_resident_bytes,
     plot::{plot_curves, Curve, PlotFormat, PlotSpec},

@@ -3,7 +3,7 @@
 //! link rates, pull and push, the link's sustained utilization with requests kept in flight, and
 //! many concurrent requests through one prefill server with every byte checked.
 //!
-//! `cargo run --release -p examples --bin disagg_bench`
+//! `cargo run --release -p kvcompress-cli --bin disagg_bench`
 
 use std::time::{Duration, Instant};
 
@@ -20,7 +20,7 @@ use burn_kvtransfer::{
     ModelFingerprint, SchemeDescriptor,
 };
 use clap::Parser;
-use examples::bench::median;
+use kvcompress_cli::bench::median;
 use sha2::{Digest, Sha256};
 
 /// Loopback transfer benchmark.

@@ -12,7 +12,7 @@ about a hundred lines of plain PyTorch, timed at a prompt of `--context` tokens 
 
 Medians of CUDA-event timed runs after warm-ups. Prints a markdown table.
 
-    python3 examples/bench/model_anchor.py [--layers 32] [--context 8192] [--batches 1,8]
+    python3 cli/bench/model_anchor.py [--layers 32] [--context 8192] [--batches 1,8]
 """
 
 import argparse

@@ -1,4 +1,4 @@
-//! Shared plumbing of the example command-line programs: backend selection, llama.cpp's reference
+//! Shared plumbing of the command-line programs (package `kvcompress-cli`): backend selection, llama.cpp's reference
 //! numbers, benchmark helpers, disaggregated runs' records and plots.
 
 pub mod backend_choice;

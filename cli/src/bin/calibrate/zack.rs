@@ -15,7 +15,7 @@ use burn_zack::{
     rotation::{calibrate_rotations, GramAccumulator, Pair, RotationConfig, Rotations},
     search_removal_rate, RankRule, Ranks, SearchPoint,
 };
-use examples::{
+use kvcompress_cli::{
     plot::{plot_curves, Curve, PlotFormat, PlotSpec, CURVE_COLOURS},
     report::{create_parent, write_json_beside},
     with_backend,

@@ -4,7 +4,7 @@
 //! are random orthogonal matrices: speed does not depend on their values. Ranks are uneven across
 //! KV heads (spread linearly from half to one and a half times the mean, as adaptive ranks are),
 //! which the kernel's schedule balances. The PyTorch SDPA fp16 anchor is
-//! `examples/bench/sdpa_anchor.py`, run in the same session.
+//! `cli/bench/sdpa_anchor.py`, run in the same session.
 
 use std::sync::Arc;
 
@@ -22,7 +22,7 @@ use burn_zack::{
     symmetric_eigen, Ranks,
 };
 use clap::Parser;
-use examples::{
+use kvcompress_cli::{
     backend_choice::BackendChoice,
     bench::{decode_cells, diffs_from_cpu, filled_cache, time, AttentionGrid, DECODE_COLUMNS},
     with_backend,

@@ -2,7 +2,7 @@
 products `[batch · context, k] · [k, n]` (cuBLAS) and its causal attention (SDPA, GQA) in fp16,
 Llama-3-8B shapes. Medians of CUDA-event timed runs, ms and TFLOP/s, as markdown tables.
 
-    python3 examples/bench/prompt_anchor.py [--context 8192] [--batch 1]
+    python3 cli/bench/prompt_anchor.py [--context 8192] [--batch 1]
 """
 
 import argparse

@@ -2,7 +2,7 @@
 //! decode attention on random K/V over a grid of contexts and batch sizes, with
 //! device-synchronized timing; prints medians, the bytes the kernel must read and the achieved
 //! bandwidth. The codebooks are random N(0, 1) centroids: speed does not depend on their values.
-//! The PyTorch SDPA fp16 anchor is `examples/bench/sdpa_anchor.py`, run in the same session.
+//! The PyTorch SDPA fp16 anchor is `cli/bench/sdpa_anchor.py`, run in the same session.
 
 use std::sync::Arc;
 
@@ -20,7 +20,7 @@ use burn_million_pq::{
     PqConfig,
 };
 use clap::Parser;
-use examples::{
+use kvcompress_cli::{
     backend_choice::BackendChoice,
     bench::{decode_cells, diffs, diffs_from_cpu, filled_cache, time, AttentionGrid, DECODE_COLUMNS},
     with_backend,

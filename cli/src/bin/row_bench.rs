@@ -7,7 +7,7 @@
 //! over the batch's sequences each prefilled alone and decoded as a ragged batch (what a
 //! continuously batching worker runs: each row's cache attended and appended on its own). The
 //! PyTorch anchors, run in the same call:
-//! `examples/bench/gemv_anchor.py` for the products, `examples/bench/model_anchor.py` for TTFT and
+//! `cli/bench/gemv_anchor.py` for the products, `cli/bench/model_anchor.py` for TTFT and
 //! the steps.
 use burn_kvschemes::{with_scheme, SchemeSpec};
 use std::time::Instant;
@@ -24,7 +24,7 @@ use burn_kvcompress::{
     model::{CausalLm, Logits, ModelConfig, ModelOps},
 };
 use clap::Parser;
-use examples::{
+use kvcompress_cli::{
     backend_choice::{BackendChoice, KernelBackend},
     bench::{time, Timing},
     weights_arg::WeightsArg,

@@ -1,7 +1,7 @@
 //! Criterion benches of SmolLM2-135M-Instruct on the CPU (burn-flex, f32): the batch-1 decode step
 //! after a 512-token prompt with the dense cache and HACK's presets, the 512-token prefill, and
 //! the step's hot operations (the largest weight product, attention over 1024 cached slots dense
-//! and on HACK's channel layout). `cargo bench -p examples --bench cpu_decode`; the model comes
+//! and on HACK's channel layout). `cargo bench -p kvcompress-cli --bench cpu_decode`; the model comes
 //! from `cargo xtask fetch-model` (without it the model benches are skipped, with a message).
 
 use burn::tensor::{Distribution, Tensor};
