@@ -117,6 +117,6 @@ pub fn mma_decode_launch<R: CubeRuntime, BT: BoolElement>(
             geo,
         )
     };
-    let heads = streams * shape.group as usize;
+    let heads = kv_heads * shape.group as usize;
     output_tensor(merge_partials(partials), [batch, heads, shape.pq.head_dim as usize])
 }
