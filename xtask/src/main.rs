@@ -32,7 +32,8 @@ enum Command {
 }
 
 /// The features that compile the CubeCL kernels (on wgpu) in every crate that has them.
-const GPU_FEATURES: &str = "burn-hack-attn/wgpu,burn-million-pq/wgpu,burn-zack/wgpu,burn-kvschemes/wgpu,kvcompress-cli/wgpu";
+const GPU_FEATURES: &str =
+    "burn-hack-attn/wgpu,burn-million-pq/wgpu,burn-zack/wgpu,burn-kvschemes/wgpu,kvcompress-cli/wgpu";
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {

@@ -20,6 +20,7 @@ use burn_kvcompress::{
     paths::default_model_path,
 };
 use clap::Parser;
+use indicatif::{ProgressBar, ProgressStyle};
 use kvcompress_cli::{
     backend_choice::{BackendChoice, KernelBackend},
     reference::{default_texts, llamacpp_bits_per_element, llamacpp_reference_file, load_reference_ppl, ReferencePpl},
@@ -27,7 +28,6 @@ use kvcompress_cli::{
     tradeoff::{plot_tradeoff, scheme_family, TradeoffPoint},
     with_backend,
 };
-use indicatif::{ProgressBar, ProgressStyle};
 
 /// Decode-perplexity of KV cache schemes, beside llama.cpp's figures.
 #[derive(Parser, Debug)]

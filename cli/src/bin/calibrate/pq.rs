@@ -7,12 +7,12 @@ use burn_million_pq::{
     codebook::{train_codebooks, CalibrationSamples, TrainingReport},
     KmeansConfig, PqConfig,
 };
+use indicatif::{ProgressBar, ProgressStyle};
 use kvcompress_cli::{
     plot::{plot_curves, Curve, PlotFormat, PlotSpec, CURVE_COLOURS},
     report::{create_parent, write_json_beside},
     with_backend,
 };
-use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 use crate::record::{describe, read_texts, record, Recorded};

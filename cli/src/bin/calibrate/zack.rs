@@ -15,12 +15,12 @@ use burn_zack::{
     rotation::{calibrate_rotations, GramAccumulator, Pair, RotationConfig, Rotations},
     search_removal_rate, RankRule, Ranks, SearchPoint,
 };
+use indicatif::{ProgressBar, ProgressStyle};
 use kvcompress_cli::{
     plot::{plot_curves, Curve, PlotFormat, PlotSpec, CURVE_COLOURS},
     report::{create_parent, write_json_beside},
     with_backend,
 };
-use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 use crate::record::{describe, read_texts, record, Recorded};

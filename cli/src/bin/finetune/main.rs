@@ -42,6 +42,7 @@ use burn_kvcompress::{
 use burn_million_pq::finetune::finetune_codebooks;
 use burn_zack::finetune::finetune_rotations;
 use clap::{Parser, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
 use kvcompress_cli::{
     backend_choice::BackendChoice,
     memory::peak_resident_bytes,
@@ -49,7 +50,6 @@ use kvcompress_cli::{
     report::{beside, create_parent, write_json_beside},
     with_backend,
 };
-use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 use record::{record_samples, split_windows};
