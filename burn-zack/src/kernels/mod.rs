@@ -61,7 +61,7 @@ where
 {
     const HALF_STORAGE: bool = true;
 
-    /// The kernel [`zack_attention_select`](attention::zack_attention_select) picks.
+    /// The kernel [`attention_select`](attention::attention_select) picks.
     fn zack_attention(
         q: Tensor<Self, 4>,
         basis: Tensor<Self, 2>,
@@ -70,6 +70,6 @@ where
         layout: &HeadLayout,
         options: &AttendOptions,
     ) -> Result<Tensor<Self, 4>, CacheError> {
-        attention::zack_attention_select(q, basis, keys, values, layout, options)
+        attention::attention_select(q, basis, keys, values, layout, options)
     }
 }

@@ -1,5 +1,5 @@
 //! ZACK attention on reduced, uneven head dimensions: the plain-tensor reference (every query
-//! length, every backend) and, on CubeCL backends, the kernels [`zack_attention_select`] picks among: the
+//! length, every backend) and, on CubeCL backends, the kernels [`attention_select`] picks among: the
 //! prefill kernel (many query slots, tiles balanced across heads) and three decode kernels (one
 //! query slot: portable, `wmma` tensor cores, Hopper TMA), all reading queries rotated once by
 //! the rotation kernel. One op folder, since the reference serves every query length and one
@@ -61,7 +61,7 @@ pub use reference::zack_attention_reference;
 pub use row_splits::RowSplits;
 pub use schedule::{split_length, DecodeSchedule, DecodeTask};
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-pub use select::{supports, zack_attention_select};
+pub use select::{attention_select, supports};
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub use tma_kernel::TmaGeometry;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]

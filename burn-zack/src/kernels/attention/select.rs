@@ -67,7 +67,7 @@ pub fn supports(group: usize, head_dim: usize) -> bool {
 /// packed query/key `basis: [head_dim, Σ k_qk]`; returns `[batch, heads, q_len, head_dim]`. The
 /// decode kernels for one query slot and the prefill kernel for several, in the shapes they
 /// [`supports`] with no head of rank 0; other shapes run [`zack_attention_reference`].
-pub fn zack_attention_select<R: CubeRuntime, BT: BoolElement>(
+pub fn attention_select<R: CubeRuntime, BT: BoolElement>(
     q: Tensor<CubeF32<R, BT>, 4>,
     basis: Tensor<CubeF32<R, BT>, 2>,
     keys: Tensor<CubeF32<R, BT>, 3>,
