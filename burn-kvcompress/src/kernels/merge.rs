@@ -5,10 +5,11 @@
 //! its mass `l_s = Σ_j e^(s_j - m_s)`. The merged output is
 //! `o = Σ_s o_s e^(m_s - M) / Σ_s l_s e^(m_s - M)` with `M = max_s m_s`.
 
-use burn_cubecl::{tensor::CubeTensor, CubeRuntime};
+use burn::tensor::{Tensor, TensorPrimitive};
+use burn_cubecl::{tensor::CubeTensor, BoolElement, CubeRuntime};
 use cubecl::prelude::*;
 
-use super::{dense_output, dense_outputs};
+use super::{dense_output, dense_outputs, CubeF32};
 
 /// The score of a masked slot: finite, so that `exp(masked - m)` is 0 without NaNs.
 pub const MASKED_SCORE: f32 = -3.0e38;
@@ -188,6 +189,18 @@ impl<R: CubeRuntime> SplitPartials<R> {
             dense_outputs::<R, f32, 3>(like, [heads * splits * head_dim, heads * splits, heads * splits]);
         Self { output, max, sum, heads, splits, head_dim }
     }
+}
+
+/// A decode step's attention output `[batch, heads, 1, head_dim]` from the partials of its
+/// split kernel, whose rows are every batch row's query heads (`partials.heads = batch · heads`):
+/// the merge and the shape every split decode launch ends with.
+pub fn merge_decode_output<R: CubeRuntime, BT: BoolElement>(
+    partials: SplitPartials<R>,
+    batch: usize,
+) -> Tensor<CubeF32<R, BT>, 4> {
+    let (heads, head_dim) = (partials.heads / batch, partials.head_dim);
+    let out = merge_partials(partials);
+    Tensor::<CubeF32<R, BT>, 1>::from_primitive(TensorPrimitive::Float(out)).reshape([batch, heads, 1, head_dim])
 }
 
 /// Merges `partials` with `merge_kernel`; returns the flat `[heads, head_dim]` output.

@@ -90,7 +90,7 @@ pub use cuda_upload::{cuda_write, cuda_write_all, WriteRefused};
 pub use flash_attention::{flash_attention, flash_geometry, FlashGeometry, MAX_HEAD_DIM};
 pub use key_start::key_start_arg;
 pub use mask::{decode_slot_visible, first_visible_slot, slot_visible};
-pub use merge::{masked_score, merge_partials, SplitOut, SplitPartials, MASKED_SCORE, SM_UNITS};
+pub use merge::{masked_score, merge_decode_output, merge_partials, SplitOut, SplitPartials, MASKED_SCORE, SM_UNITS};
 pub use prompt_product::{product_by, prompt_product};
 pub use rms_norm::{add_rms_norm, rms_norm};
 pub use rotary::{rotary_applies, rotary_qk, rotate_heads_kernel};

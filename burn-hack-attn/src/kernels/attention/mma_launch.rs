@@ -1,7 +1,7 @@
 //! The host side of the tensor-core decode kernel ([`mma_decode_kernel`]): whether it applies, its
 //! compile-time shapes and its launch (the query quantization, the kernel, the merge).
 
-use burn::tensor::{Tensor, TensorPrimitive};
+use burn::tensor::Tensor;
 use burn_cubecl::{
     cubecl::{
         features::{MmaConfig, Plane},
@@ -13,7 +13,7 @@ use burn_cubecl::{
 use burn_kvcompress::{
     cache::AttendOptions,
     kernels::{
-        float_arg as float, key_start_arg, merge_partials, warp_mma::WARP, CubeF32 as Backend, SplitPartials,
+        float_arg as float, key_start_arg, merge_decode_output, warp_mma::WARP, CubeF32 as Backend, SplitPartials,
         WarpSplits, SM_REGISTERS,
     },
 };
@@ -171,8 +171,7 @@ pub fn mma_decode_launch<R: CubeRuntime, BT: BoolElement>(
             geo,
         )
     };
-    let out = merge_partials(partials);
-    Tensor::<Backend<R, BT>, 1>::from_primitive(TensorPrimitive::Float(out)).reshape([batch, heads, 1, d])
+    merge_decode_output(partials, batch)
 }
 
 #[cfg(test)]

@@ -1,10 +1,12 @@
 //! Launching the query quantization, the fused decode kernel and its merge on a CubeCL backend.
 
-use burn::tensor::{backend::Backend as BurnBackend, Tensor, TensorPrimitive};
+use burn::tensor::{backend::Backend as BurnBackend, Tensor};
 use burn_cubecl::{cubecl::prelude::*, tensor::CubeTensor, BoolElement, CubeRuntime};
 use burn_kvcompress::{
     cache::AttendOptions,
-    kernels::{dense_output, float_arg as float, key_start_arg, merge_partials, CubeF32 as Backend, SplitPartials},
+    kernels::{
+        dense_output, float_arg as float, key_start_arg, merge_decode_output, CubeF32 as Backend, SplitPartials,
+    },
 };
 
 use super::{
@@ -91,8 +93,7 @@ pub fn decode_launch<R: CubeRuntime, BT: BoolElement>(
             geo,
         )
     };
-    let out = merge_partials(partials);
-    Tensor::<Backend<R, BT>, 1>::from_primitive(TensorPrimitive::Float(out)).reshape([batch, heads, 1, d])
+    merge_decode_output(partials, batch)
 }
 
 /// The 8-bit codes of a decode step's queries and their runs' metadata, in the layout of

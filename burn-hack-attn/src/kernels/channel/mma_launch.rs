@@ -2,7 +2,7 @@
 //! whether it applies, its shapes, and its launch (closed blocks and float slots in one kernel,
 //! then the split merge).
 
-use burn::tensor::{Tensor, TensorPrimitive};
+use burn::tensor::Tensor;
 use burn_cubecl::{
     cubecl::{
         features::{MmaConfig, Plane},
@@ -14,7 +14,7 @@ use burn_cubecl::{
 use burn_kvcompress::{
     cache::AttendOptions,
     kernels::{
-        float_arg as float, int_arg as int, key_start_arg, merge_partials, warp_mma::WARP, CubeF32 as Backend,
+        float_arg as float, int_arg as int, key_start_arg, merge_decode_output, warp_mma::WARP, CubeF32 as Backend,
         SplitPartials, WarpSplits, SM_REGISTERS,
     },
 };
@@ -170,6 +170,5 @@ pub fn channel_mma_decode_launch<R: CubeRuntime, BT: BoolElement>(
             floats.dtype.into(),
         )
     };
-    let out = merge_partials(partials);
-    Tensor::<Backend<R, BT>, 1>::from_primitive(TensorPrimitive::Float(out)).reshape([batch, heads, 1, d])
+    merge_decode_output(partials, batch)
 }

@@ -1,10 +1,12 @@
 //! Launching the channel layout's decode kernel and its merge on a CubeCL backend.
 
-use burn::tensor::{backend::Backend as BurnBackend, Tensor, TensorPrimitive};
+use burn::tensor::{backend::Backend as BurnBackend, Tensor};
 use burn_cubecl::{cubecl::prelude::*, BoolElement, CubeRuntime};
 use burn_kvcompress::{
     cache::AttendOptions,
-    kernels::{float_arg as float, int_arg as int, key_start_arg, merge_partials, CubeF32 as Backend, SplitPartials},
+    kernels::{
+        float_arg as float, int_arg as int, key_start_arg, merge_decode_output, CubeF32 as Backend, SplitPartials,
+    },
 };
 
 use super::{
@@ -116,8 +118,7 @@ pub fn channel_decode_launch<R: CubeRuntime, BT: BoolElement>(
             floats.dtype.into(),
         )
     };
-    let out = merge_partials(partials);
-    Tensor::<Backend<R, BT>, 1>::from_primitive(TensorPrimitive::Float(out)).reshape([batch, heads, 1, d])
+    merge_decode_output(partials, batch)
 }
 
 #[cfg(test)]

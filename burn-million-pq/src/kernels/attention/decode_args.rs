@@ -1,7 +1,6 @@
-//! What both decode variants read, prepared once per step ([`DecodeArgs`]), and the tensor their
-//! merged output becomes ([`output_tensor`]).
+//! What both decode variants read, prepared once per step ([`DecodeArgs`]).
 
-use burn::tensor::{Int, Tensor, TensorPrimitive};
+use burn::tensor::{Int, Tensor};
 use burn_cubecl::{tensor::CubeTensor, BoolElement, CubeRuntime};
 use burn_kvcompress::{
     cache::AttendOptions,
@@ -45,13 +44,4 @@ impl<R: CubeRuntime> DecodeArgs<R> {
         let key_start = key_start_arg::<R, BT>(&options.key_start, &q);
         Self { q, codes, recent, key_start }
     }
-}
-
-/// The merged output `out` (`[batch · heads · head_dim]`) as a `[batch, heads, 1, head_dim]`
-/// tensor.
-pub fn output_tensor<R: CubeRuntime, BT: BoolElement>(
-    out: CubeTensor<R>,
-    [batch, heads, d]: [usize; 3],
-) -> Tensor<CubeF32<R, BT>, 4> {
-    Tensor::<CubeF32<R, BT>, 1>::from_primitive(TensorPrimitive::Float(out)).reshape([batch, heads, 1, d])
 }

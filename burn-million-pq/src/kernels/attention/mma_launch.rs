@@ -5,11 +5,11 @@ use burn::tensor::{f16, Tensor};
 use burn_cubecl::{cubecl::prelude::*, BoolElement, CubeRuntime};
 use burn_kvcompress::{
     cache::AttendOptions,
-    kernels::{dense_output, float_arg, merge_partials, warp_mma::WARP, CubeF32, SplitPartials, WarpSplits},
+    kernels::{dense_output, float_arg, merge_decode_output, warp_mma::WARP, CubeF32, SplitPartials, WarpSplits},
 };
 
 use super::{
-    decode_args::{output_tensor, DecodeArgs},
+    decode_args::DecodeArgs,
     half_table::{half_books_kernel, half_table_kernel},
     mma_geometry::{MmaGeometry, WORD_ELEMENTS},
     mma_kernel::mma_decode_kernel,
@@ -117,6 +117,5 @@ pub fn mma_decode_launch<R: CubeRuntime, BT: BoolElement>(
             geo,
         )
     };
-    let heads = kv_heads * shape.group as usize;
-    output_tensor(merge_partials(partials), [batch, heads, shape.pq.head_dim as usize])
+    merge_decode_output(partials, batch)
 }

@@ -5,11 +5,11 @@ use burn::tensor::Tensor;
 use burn_cubecl::{cubecl::prelude::*, BoolElement, CubeRuntime};
 use burn_kvcompress::{
     cache::AttendOptions,
-    kernels::{dense_output, float_arg, merge_partials, CubeF32, SplitPartials},
+    kernels::{dense_output, float_arg, merge_decode_output, CubeF32, SplitPartials},
 };
 
 use super::{
-    decode_args::{output_tensor, DecodeArgs},
+    decode_args::DecodeArgs,
     portable_geometry::{portable_geometry, split_chunk, UNITS},
     portable_kernel::portable_decode_kernel,
     table::{table_kernel, DecodeShape},
@@ -89,5 +89,5 @@ pub fn portable_decode_launch<R: CubeRuntime, BT: BoolElement>(
             geo,
         )
     };
-    output_tensor(merge_partials(partials), [batch, heads, d])
+    merge_decode_output(partials, batch)
 }

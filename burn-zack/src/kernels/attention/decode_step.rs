@@ -1,11 +1,11 @@
 //! The launch steps every decode variant shares around its own kernel: the step's metadata
 //! upload, the reduced queries, the per-split partial results and their merge.
 
-use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive};
+use burn::tensor::{Int, Tensor, TensorData};
 use burn_cubecl::{tensor::CubeTensor, BoolElement, CubeRuntime};
 use burn_kvcompress::{
     cache::AttendOptions,
-    kernels::{float_arg, int_arg, merge_partials, CubeF32, SplitPartials},
+    kernels::{float_arg, int_arg, CubeF32, SplitPartials},
 };
 
 use super::rotate_launch::rotate_queries;
@@ -91,16 +91,6 @@ impl<R: CubeRuntime> DecodeStep<R> {
         let partials = SplitPartials::allocate(&reduced_q, batch * heads, splits, d);
         Self { meta, reduced_q, partials }
     }
-}
-
-/// The attention output `[batch, heads, 1, head_dim]` of a step's `partials` (log-sum-exp merge of
-/// the splits).
-pub fn merge_splits<R: CubeRuntime, BT: BoolElement>(
-    partials: SplitPartials<R>,
-    [batch, heads, d]: [usize; 3],
-) -> Tensor<CubeF32<R, BT>, 4> {
-    let out = merge_partials(partials);
-    Tensor::<CubeF32<R, BT>, 1>::from_primitive(TensorPrimitive::Float(out)).reshape([batch, heads, 1, d])
 }
 
 /// Launches the portable or the `wmma` decode kernel (`$kernel`, its `launch_unchecked` for an

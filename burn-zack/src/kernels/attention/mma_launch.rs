@@ -12,13 +12,13 @@ use burn_cubecl::{
     BoolElement, CubeRuntime,
 };
 use burn_kvcompress::kernels::{
-    float_arg,
+    float_arg, merge_decode_output,
     warp_mma::{CHANNEL_BLOCK, MMA_DEPTH, MMA_HEADS, WARP},
     CubeF32,
 };
 
 use super::{
-    decode_step::{launch_split_kernel, merge_splits, step_metadata, DecodeInputs, DecodeStep},
+    decode_step::{launch_split_kernel, step_metadata, DecodeInputs, DecodeStep},
     mma_kernel::{mma_decode_kernel, MmaGeometry, CELL_BUFFER_VECTORS, CELL_ROW_VECTORS, TILE_WORDS},
     row_splits::RowSplits,
 };
@@ -162,7 +162,7 @@ pub fn mma_launch<R: CubeRuntime, BT: BoolElement>(
     // tiles of a cube within a buffer (`StagedTiles`); the partials hold `heads · splits`
     // entries. Bounds validated on CUDA: `burn_kvcompress::kernels`.
     unsafe { launch_split_kernel!(mma_decode_kernel::launch_unchecked::<f16, R>, inputs, step, shape, geo) };
-    merge_splits(step.partials, inputs.dims)
+    merge_decode_output(step.partials, inputs.dims[0])
 }
 
 #[cfg(test)]

@@ -4,10 +4,10 @@
 
 use burn::tensor::{f16, DType, Tensor};
 use burn_cubecl::{cubecl::prelude::*, tensor::CubeTensor, BoolElement, CubeRuntime};
-use burn_kvcompress::kernels::{float_arg, CubeF32};
+use burn_kvcompress::kernels::{float_arg, merge_decode_output, CubeF32};
 
 use super::{
-    decode_step::{launch_split_kernel, merge_splits, step_metadata, DecodeInputs, DecodeStep},
+    decode_step::{launch_split_kernel, step_metadata, DecodeInputs, DecodeStep},
     portable_kernel::{decode_kernel, DecodeGeometry},
     schedule::DecodeSchedule,
 };
@@ -118,7 +118,7 @@ pub fn portable_launch<R: CubeRuntime, BT: BoolElement>(
             _ => launch_split_kernel!(decode_kernel::launch_unchecked::<f32, R>, inputs, step, shape, geo),
         }
     };
-    merge_splits(step.partials, inputs.dims)
+    merge_decode_output(step.partials, inputs.dims[0])
 }
 
 #[cfg(test)]

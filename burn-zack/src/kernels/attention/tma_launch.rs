@@ -12,13 +12,13 @@ use burn_cubecl::{
     BoolElement, CubeRuntime,
 };
 use burn_kvcompress::kernels::{
-    float_arg,
+    float_arg, merge_decode_output,
     warp_mma::{MMA_HEADS, WARP},
     CubeF32,
 };
 
 use super::{
-    decode_step::{merge_splits, step_metadata, DecodeInputs, DecodeStep},
+    decode_step::{step_metadata, DecodeInputs, DecodeStep},
     mma_launch::{MAX_CUBE_HEADS, MAX_HEAD_DIM},
     row_splits::RowSplits,
     tma_kernel::{tma_decode_kernel, TmaGeometry, BLOCK_COLUMNS},
@@ -131,5 +131,5 @@ pub fn tma_launch<R: CubeRuntime, BT: BoolElement>(
             geo,
         )
     };
-    merge_splits(step.partials, inputs.dims)
+    merge_decode_output(step.partials, inputs.dims[0])
 }
