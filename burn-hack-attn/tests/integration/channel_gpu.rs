@@ -1,6 +1,6 @@
 //! The channel layout's kernels against the reference on wgpu (lavapipe in CI) or CUDA: the
 //! quantized state bit-exact where the keys are not rotated (the quantize kernel, clipped or not;
-//! `kernels_gpu` tests it alone), decode attention within float noise of the host reference on
+//! `quantize_gpu` tests it alone), decode attention within float noise of the host reference on
 //! the same state; a prefill's attention (every slot in float) equal to the dense f16 cache's.
 #![cfg(any(feature = "wgpu", feature = "cuda"))]
 

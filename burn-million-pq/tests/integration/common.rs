@@ -1,4 +1,5 @@
-//! Shared helpers: random codebooks and K/V, and the host-side decoding the tests compare against.
+//! Shared helpers: random codebooks and K/V, the host-side decoding the tests compare against, and
+//! the GPU backend the kernel tests run on.
 
 #![allow(dead_code)]
 
@@ -13,6 +14,13 @@ use burn_million_pq::{
     CodebookScope, PqConfig,
 };
 use rand::{rngs::StdRng, Rng, SeedableRng};
+
+/// The kernels' backend: CUDA when built with the `cuda` feature (on a GPU machine, where
+/// `cli/bench/validate_bounds.sh` runs the GPU tests), wgpu otherwise (lavapipe in CI).
+#[cfg(feature = "cuda")]
+pub type Gpu = burn::backend::Cuda<f32, i32>;
+#[cfg(all(feature = "wgpu", not(feature = "cuda")))]
+pub type Gpu = burn::backend::Wgpu<f32, i32>;
 
 /// Normal-ish values (sum of uniforms) from a seed.
 pub fn random_values(n: usize, seed: u64) -> Vec<f32> {

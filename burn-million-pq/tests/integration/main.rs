@@ -6,6 +6,7 @@
 
 mod common;
 
+mod attention_gpu;
 mod cache;
+mod encode_gpu;
 mod finetune;
-mod kernels_gpu;

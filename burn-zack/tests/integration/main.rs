@@ -6,9 +6,9 @@
 
 mod common;
 
+mod attention_gpu;
 mod cache;
 mod finetune;
 mod fold_half;
-mod kernels_gpu;
 mod rotations;
 mod storage_gpu;

@@ -75,7 +75,7 @@ pub(super) fn block_softmax(
         let step = f32::max(scale8(lo, numerator(top, top)), MIN_P_STEP);
         // A multiply by the reciprocal instead of `code8`'s division: one more rounding of a
         // code's argument (an ulp), of the order of the scores' own float noise, which the decode
-        // test's bound measures (`tests/integration/kernels_gpu.rs`, `reference_sensitivity`).
+        // test's bound measures (`tests/integration/attention_gpu.rs`, `reference_sensitivity`).
         // `(p − lo) · per_step + ROUNDER` in one multiply-add rounds `(p − lo) / step`, in `[0,
         // 255.25]` for `lo ≤ p ≤ 1 + 2⁻²²`, to the nearest integer, the code, which then lies
         // in the result's low byte (see [`ROUNDER`]). (Folding `lo` into the addend instead would

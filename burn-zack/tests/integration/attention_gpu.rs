@@ -1,6 +1,6 @@
-//! The ZACK decode and prefill kernels against the plain-tensor reference on wgpu (lavapipe in CI)
-//! or CUDA, with uneven per-head ranks, GQA, batch, padding and sliding windows, across the decode
-//! schedule's splits and the prefill's balanced tiles.
+//! The ZACK attention kernels, decode and prefill, against the plain-tensor reference on wgpu
+//! (lavapipe in CI) or CUDA, with uneven per-head ranks, GQA, batch, padding and sliding windows,
+//! across the decode schedule's splits and the prefill's balanced tiles.
 #![cfg(any(feature = "wgpu", feature = "cuda"))]
 
 use crate::common::{host, uniform, Cpu, Gpu};
