@@ -16,9 +16,9 @@ use burn_kvcompress::{
     error::CacheError,
 };
 
-use super::{paper::spec, PARAMS_BYTES};
+use super::PARAMS_BYTES;
 use crate::{
-    kernels::{value_group, ChannelView, FloatSlots, HackBackend, PackedRows, RowLayout},
+    kernels::{value_group, ChannelView, FloatSlots, HackBackend, PackedRows, QuantizeSpec, RowLayout},
     HackConfig,
 };
 
@@ -149,8 +149,12 @@ impl<B: HackBackend> ChannelStore<B> {
         let first_slot = self.sinks_len() + self.blocks(d) * pi;
         // The quantizer takes f32 (f16 values, exactly).
         let [closing_k, closing_v] = tail.narrow(0, full * pi).map(|x| x.cast(DType::F32));
-        let key_spec = spec(config, layer, geometry, pi, 0, RowLayout::ValueBlocks { first_slot });
-        let value_spec = spec(config, layer, geometry, value_group(d, pi), 1, RowLayout::Keys { first_slot });
+        // Key codes draw their stochastic rounding from stream `2 · layer`, value codes from the next.
+        let stream = 2 * layer as u32;
+        let (key_layout, value_layout) = (RowLayout::ValueBlocks { first_slot }, RowLayout::Keys { first_slot });
+        let key_spec = QuantizeSpec::of_config(config, config.key_bits, pi, d, stream, key_layout);
+        let value_spec =
+            QuantizeSpec::of_config(config, config.value_bits, value_group(d, pi), d, stream + 1, value_layout);
         let quantize = |x, spec| B::hack_quantize_blocks(x, spec).map_err(|e| CacheError::Request(e.to_string()));
         let keys = quantize(closing_k, &key_spec)?;
         let values = quantize(closing_v, &value_spec)?;

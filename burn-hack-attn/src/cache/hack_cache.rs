@@ -47,7 +47,7 @@ impl<B: HackBackend> HackCache<B> {
         device: &B::Device,
     ) -> Self {
         let store = match config.axes {
-            Axes::Paper => Store::Paper(PaperStore::new()),
+            Axes::Paper => Store::Paper(PaperStore::new(geometry.head_dim)),
             Axes::Channel => Store::Channel(ChannelStore::new(device)),
         };
         Self { config, layer, geometry, rotation, store }
@@ -90,7 +90,7 @@ impl<B: HackBackend> HackCache<B> {
     /// Closed (quantized) blocks.
     pub fn blocks(&self) -> usize {
         match &self.store {
-            Store::Paper(s) => s.blocks(self.geometry.head_dim),
+            Store::Paper(s) => s.blocks(),
             Store::Channel(s) => s.blocks(self.geometry.head_dim),
         }
     }
@@ -99,7 +99,7 @@ impl<B: HackBackend> HackCache<B> {
     /// channel axes).
     pub fn tail_len(&self) -> usize {
         match &self.store {
-            Store::Paper(s) => s.len - self.blocks() * self.config.partition,
+            Store::Paper(s) => s.len() - self.blocks() * self.config.partition,
             Store::Channel(s) => s.tail_len(),
         }
     }
@@ -142,7 +142,7 @@ impl<B: HackBackend> HackCache<B> {
     fn store_checked(&mut self, k: Tensor<B, 4>, v: Tensor<B, 4>) -> Result<(), CacheError> {
         let (config, layer, geometry) = (&self.config, self.layer, self.geometry);
         match &mut self.store {
-            Store::Paper(s) => s.append(config, layer, geometry, k, v),
+            Store::Paper(s) => s.append(config, layer, k, v),
             Store::Channel(s) => s.append(config, layer, geometry, k, v),
         }
     }
@@ -188,7 +188,7 @@ impl<B: HackBackend> KvCache<B> for HackCache<B> {
 
     fn len(&self) -> usize {
         match &self.store {
-            Store::Paper(s) => s.len,
+            Store::Paper(s) => s.len(),
             Store::Channel(s) => s.len,
         }
     }

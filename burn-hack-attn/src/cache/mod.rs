@@ -6,6 +6,8 @@ mod bytes;
 mod channel;
 mod hack_cache;
 mod paper;
+mod paper_keys;
+mod paper_values;
 mod rotation_memo;
 mod scheme;
 mod state;
@@ -16,8 +18,11 @@ pub use bytes::{
 };
 pub use channel::{channel_bytes, ChannelStore};
 // The data the kernels produce and read, part of the cache's API.
-pub use crate::kernels::{append_codes, key_group, value_group, Codes, FloatSlots, PackedRows};
+use crate::kernels::append_codes;
+pub use crate::kernels::{key_group, value_group, Codes, FloatSlots, PackedRows};
 pub use hack_cache::{HackCache, Store};
 pub use paper::PaperStore;
+pub use paper_keys::PaperKeys;
+pub use paper_values::PaperValues;
 pub use scheme::{HackScheme, HackSchemeError};
-pub use state::{export_codes, import_codes};
+use state::{export_codes, import_codes};

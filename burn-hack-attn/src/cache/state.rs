@@ -40,7 +40,7 @@ fn channel_words_name(x: &str) -> &'static str {
 
 /// Appends `codes` of `bits`-bit codes to `out` as `{prefix}_words`, `{prefix}_params` and
 /// `{prefix}_sums` (at the width [`sum_bytes`] gives their partitions).
-pub fn export_codes<B: HackBackend>(prefix: &str, codes: &Codes<B>, bits: u8, out: &mut Vec<StateTensor>) {
+pub(super) fn export_codes<B: HackBackend>(prefix: &str, codes: &Codes<B>, bits: u8, out: &mut Vec<StateTensor>) {
     let (words, parts) = (codes.words.dims()[3], codes.sums.dims()[3]);
     let group = words * 32 / (bits as usize * parts);
     let sums = match sum_bytes(bits, group) {
@@ -57,7 +57,7 @@ pub fn export_codes<B: HackBackend>(prefix: &str, codes: &Codes<B>, bits: u8, ou
 
 /// Reads the codes [`export_codes`] wrote under `prefix`, checking that they hold `rows` rows of
 /// `words` packed words and `parts` partitions for `geometry`'s batch and KV heads.
-pub fn import_codes<B: HackBackend>(
+pub(super) fn import_codes<B: HackBackend>(
     prefix: &str,
     state: &DeviceState<B>,
     rows: usize,
@@ -87,18 +87,7 @@ impl<B: HackBackend> TransferableCache<B> for HackCache<B> {
     fn export_state(&self) -> LayerState {
         let mut tensors = Vec::new();
         match &self.store {
-            Store::Paper(s) => {
-                let bits = self.config.key_bits;
-                if let Some(keys) = &s.keys {
-                    export_codes("k", keys, bits, &mut tensors);
-                }
-                if let Some(values) = &s.values {
-                    export_codes("v", values, bits, &mut tensors);
-                }
-                if let Some(tail) = &s.tail {
-                    tensors.push(StateTensor::from_float("v_tail", tail));
-                }
-            }
+            Store::Paper(s) => s.export(&self.config, &mut tensors),
             Store::Channel(s) => {
                 let mut sealed = s.clone();
                 let s = match sealed.close_blocks(&self.config, self.layer, self.geometry) {
@@ -137,40 +126,11 @@ impl<B: HackBackend> TransferableScheme<B> for HackScheme {
         cache.check_supported()?;
         let (config, state) = (self.config(), state.upload::<B>(device));
         match &mut cache.store {
-            Store::Paper(s) => import_paper(s, config, geometry, &state)?,
+            Store::Paper(s) => *s = PaperStore::import(config, geometry, &state)?,
             Store::Channel(s) => import_channel(s, config, geometry, &state)?,
         }
         Ok(cache)
     }
-}
-
-fn import_paper<B: HackBackend>(
-    s: &mut PaperStore<B>,
-    config: &HackConfig,
-    geometry: CacheGeometry,
-    state: &DeviceState<B>,
-) -> Result<(), CacheError> {
-    let len = state.state().tokens;
-    if len == 0 {
-        return Ok(());
-    }
-    let (d, bits, pi) = (geometry.head_dim, config.key_bits as usize, config.partition);
-    let group = super::key_group(d, pi);
-    s.keys = Some(import_codes("k", state, len, d * bits / 32, d / group, geometry)?);
-    let blocks = len / pi;
-    if blocks > 0 {
-        s.values = Some(import_codes("v", state, blocks * d, pi * bits / 32, 1, geometry)?);
-    }
-    let tail_len = len - blocks * pi;
-    if tail_len > 0 {
-        let tail = state.to_float::<4>("v_tail")?;
-        if tail.dims() != [geometry.batch, geometry.kv_heads, tail_len, d] {
-            return Err(CacheError::State(format!("`v_tail` has shape {:?}", tail.dims())));
-        }
-        s.tail = Some(tail);
-    }
-    s.len = len;
-    Ok(())
 }
 
 /// Reads the channel layout's tensors: their shapes must add up to `state.tokens` slots.

@@ -116,7 +116,7 @@ where
 }
 
 /// Appends `more` to an optional `codes`.
-pub fn append_codes<B: Backend>(codes: Option<Codes<B>>, more: Codes<B>) -> Codes<B> {
+pub(crate) fn append_codes<B: Backend>(codes: Option<Codes<B>>, more: Codes<B>) -> Codes<B> {
     match codes {
         Some(codes) => codes.append(more),
         None => more,

@@ -43,7 +43,8 @@ use burn_kvcompress::{cache::AttendOptions, error::CacheError};
 
 pub use attention::{attention_reference, attention_reference_in_steps, CacheView};
 pub use channel::{channel_attention_reference, ChannelView, FloatSlots};
-pub use codes::{append_codes, Codes, PackedRows};
+pub(crate) use codes::append_codes;
+pub use codes::{Codes, PackedRows};
 pub use quantize::{pack_words, quantize_blocks_reference, quantize_reference, unpack_words};
 pub use spec::{key_group, value_group, QuantizeSpec, RowLayout};
 

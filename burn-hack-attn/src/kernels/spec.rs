@@ -1,7 +1,7 @@
 //! What a quantize call covers, how each element finds its stochastic-rounding index, and the
 //! partition sizes of keys and values.
 
-use crate::quant::Rounder;
+use crate::{quant::Rounder, HackConfig};
 
 /// How the rows of a quantize call map to cache slots and channels. The rounding index of an
 /// element depends only on its (slot, batch row, KV head, channel), never on the call that
@@ -43,6 +43,28 @@ pub struct QuantizeSpec {
 }
 
 impl QuantizeSpec {
+    /// `config`'s quantize call: `bits`-bit codes in partitions of `group`, rows of caches of
+    /// `head_dim` channels placed by `layout`, stochastic rounding drawn from `stream` (each store
+    /// of a model its own).
+    pub fn of_config(
+        config: &HackConfig,
+        bits: u8,
+        group: usize,
+        head_dim: usize,
+        stream: u32,
+        layout: RowLayout,
+    ) -> Self {
+        Self {
+            bits,
+            group,
+            head_dim,
+            partition: config.partition,
+            rounder: Rounder::new(config.rounding, stream),
+            clip: config.clip,
+            layout,
+        }
+    }
+
     /// 32-bit words per partition.
     pub fn words_per_group(&self) -> usize {
         self.group * self.bits as usize / 32

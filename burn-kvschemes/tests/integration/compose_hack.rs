@@ -175,10 +175,19 @@ fn state_round_trips_the_format_is_counted_and_bad_compositions_are_refused() {
     assert!(wrong.append(small.clone(), small).is_err());
 }
 
+/// `values` on the grid of `2^-10` steps: numbers in `[-1, 1]` with at most 11 significant bits,
+/// which TF32 holds exactly. Burn's f32 matmul runs in TF32 on CUDA's tensor cores, so the reduced
+/// keys and values equal the host's only when the products of the identity basis are exact there.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn tf32_exact(values: Vec<f32>) -> Vec<f32> {
+    values.into_iter().map(|x| (x * 1024.0).round() / 1024.0).collect()
+}
+
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 #[test]
 fn on_the_gpu_the_codes_equal_the_hosts_and_attention_follows() {
     let to_gpu = |t: Tensor<Cpu, 4>| Tensor::<Gpu, 4>::from_data(t.into_data(), &Default::default());
+    let uniform = |n, seed| tf32_exact(uniform(n, seed));
     for (config, len) in [("bits=2,pi=64,seed=5", 150), ("bits=4,pi=16,round=nearest", 37)] {
         let composed = ZackHackScheme::new(zack_scheme([16, 48]), config.parse().unwrap()).unwrap();
         let mut host_cache = KvScheme::<Cpu>::new_cache(&composed, 0, GEOMETRY, &Default::default());
