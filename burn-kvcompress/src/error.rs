@@ -36,6 +36,17 @@ pub enum LoadError {
     /// The configuration is inconsistent or unsupported.
     #[error("invalid model configuration: {0}")]
     InvalidConfig(String),
+    /// The configuration implies a tensor larger than the loader accepts (a corrupt or hostile
+    /// file): refused before anything is allocated.
+    #[error("{what} would hold {elements} elements, more than the limit of {limit}")]
+    TooLarge {
+        /// Which tensor, and the fields that size it.
+        what: &'static str,
+        /// The elements the configuration implies.
+        elements: u128,
+        /// The most accepted.
+        limit: u128,
+    },
     /// A weight the architecture needs is absent from the file.
     #[error("missing weight `{0}`")]
     MissingWeight(String),

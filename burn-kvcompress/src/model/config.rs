@@ -14,6 +14,15 @@ pub enum Architecture {
     Mistral,
 }
 
+/// The most elements the RoPE tables may hold (`max_position × head_dim`, cos and sin together):
+/// 4 GiB of f32, 8M positions at 128 channels. The tables are the one allocation the
+/// configuration sizes without the file paying for it in weight bytes, so a file declaring a
+/// larger context is refused ([`LoadError::TooLarge`]) rather than allowed to exhaust memory.
+pub const MAX_ROPE_ELEMENTS: u128 = 1 << 30;
+
+/// The most elements one weight may have: what an f32 buffer can index (`isize::MAX` bytes).
+const MAX_WEIGHT_ELEMENTS: u128 = isize::MAX as u128 / 4;
+
 /// Hyper-parameters of a [`CausalLm`](super::CausalLm). Serializes to JSON.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelConfig {
@@ -79,6 +88,30 @@ impl ModelConfig {
         }
         if self.sliding_window == Some(0) {
             return fail("sliding_window must be positive".into());
+        }
+        self.check_sizes()
+    }
+
+    /// Checks, in arithmetic that cannot overflow, that every weight the configuration implies
+    /// fits in memory and that the RoPE tables stay within [`MAX_ROPE_ELEMENTS`], before anything
+    /// is allocated from them.
+    fn check_sizes(&self) -> Result<(), LoadError> {
+        let n = |x: usize| x as u128;
+        let (hidden, q_dim, kv_dim) =
+            (n(self.hidden_size), n(self.num_heads) * n(self.head_dim), n(self.num_kv_heads) * n(self.head_dim));
+        let weights = [
+            ("the embedding (vocab_size × hidden_size)", n(self.vocab_size) * hidden),
+            ("W_Q (num_heads × head_dim × hidden_size)", q_dim * hidden),
+            ("W_K (num_kv_heads × head_dim × hidden_size)", kv_dim * hidden),
+            ("the feed-forward weights (intermediate_size × hidden_size)", n(self.intermediate_size) * hidden),
+        ];
+        let too_large = |what: &'static str, elements: u128, limit: u128| LoadError::TooLarge { what, elements, limit };
+        if let Some(&(what, elements)) = weights.iter().find(|(_, elements)| *elements > MAX_WEIGHT_ELEMENTS) {
+            return Err(too_large(what, elements, MAX_WEIGHT_ELEMENTS));
+        }
+        let rope = n(self.max_position) * n(self.head_dim);
+        if rope > MAX_ROPE_ELEMENTS {
+            return Err(too_large("the RoPE tables (max_position × head_dim)", rope, MAX_ROPE_ELEMENTS));
         }
         Ok(())
     }

@@ -10,7 +10,7 @@ mod residual;
 mod rope;
 
 pub use causal_lm::{logits_to_host, CausalLm, Logits};
-pub use config::{Architecture, ModelConfig};
+pub use config::{Architecture, ModelConfig, MAX_ROPE_ELEMENTS};
 pub use fold::fold_value_rotation;
 pub use layer::{DecoderLayer, FeedForward, SelfAttention};
 pub use ops::{AddRmsNormOp, ModelOps, ModelOpsBackend, RmsNormOp, RotaryQkOp, RowProducts, SwigluOp};

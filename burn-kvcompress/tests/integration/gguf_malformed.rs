@@ -394,3 +394,22 @@ fn other_header_errors() {
     let b = Builder::new().tensor("t", &[1 << 32, 1 << 32], GgmlType::F32.id(), 0);
     assert!(matches!(open(b.build()), Err(GgufError::SizeOverflow { .. })));
 }
+
+#[test]
+fn a_declared_context_beyond_the_rope_limit_is_refused_before_allocating() {
+    use burn_kvcompress::{error::LoadError, loading::gguf_model_config};
+    // A tiny model's metadata with the largest context a u32 holds: 2^32 positions of RoPE tables.
+    let b = Builder::new()
+        .kv_str("general.architecture", "llama")
+        .kv_u32("llama.embedding_length", 32)
+        .kv_u32("llama.attention.head_count", 2)
+        .kv_u32("llama.feed_forward_length", 32)
+        .kv_u32("llama.block_count", 1)
+        .kv_u32("llama.context_length", u32::MAX)
+        .kv_raw("llama.attention.layer_norm_rms_epsilon", T_F32, &1e-5f32.to_le_bytes())
+        .tensor("token_embd.weight", &[32, 4], GgmlType::F32.id(), 0)
+        .data(&[0; 512]);
+    let config = gguf_model_config(&open(b.build()).unwrap()).unwrap();
+    assert_eq!(config.max_position, u32::MAX as usize);
+    assert!(matches!(config.validate(), Err(LoadError::TooLarge { what, .. }) if what.contains("RoPE")));
+}

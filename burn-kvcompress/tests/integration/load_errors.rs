@@ -8,6 +8,7 @@ use burn_kvcompress::{
     loading::{
         build_model, load_gguf_model, load_hf_model, parse_hf_config, HostTensor, SafetensorsWeights, WeightSource,
     },
+    model::{ModelConfig, MAX_ROPE_ELEMENTS},
 };
 
 fn tiny_config_json() -> serde_json::Value {
@@ -102,4 +103,40 @@ fn truncated_or_absent_files_fail_cleanly() {
     let result = load_gguf_model::<Cpu>(&junk, &Default::default());
     std::fs::remove_file(&junk).unwrap();
     assert!(matches!(result, Err(LoadError::Gguf(_))));
+}
+
+#[test]
+fn a_config_implying_huge_tensors_is_refused_before_allocating() {
+    let config = parse(&tiny_config_json()).unwrap();
+    let bytes = std::fs::read(hf_tiny_dir("tiny-llama").join("model.safetensors")).unwrap();
+    let weights = SafetensorsWeights::from_bytes(&bytes).unwrap();
+    let build = |config| build_model::<Cpu, _>(config, &weights, &Default::default());
+    // Every weight is there and of its shape; only the RoPE tables would be huge (2^40 positions).
+    for max_position in [1 << 40, usize::MAX] {
+        let huge = ModelConfig { max_position, ..config.clone() };
+        match build(huge) {
+            Err(LoadError::TooLarge { what, elements, limit }) => {
+                assert!(what.contains("RoPE"), "{what}");
+                assert_eq!((elements, limit), (max_position as u128 * config.head_dim as u128, MAX_ROPE_ELEMENTS));
+            }
+            other => panic!("max_position {max_position}: {other:?}"),
+        }
+    }
+    // Products past usize are refused, not wrapped around.
+    let huge = ModelConfig { vocab_size: usize::MAX, ..config.clone() };
+    assert!(matches!(build(huge), Err(LoadError::TooLarge { what, .. }) if what.contains("embedding")));
+    let huge = ModelConfig { num_heads: 1 << 40, num_kv_heads: 1 << 40, head_dim: 1 << 30, ..config };
+    assert!(matches!(build(huge), Err(LoadError::TooLarge { what, .. }) if what.contains("W_Q")));
+}
+
+#[test]
+fn safetensors_lengths_past_the_file_are_refused() {
+    // A header length of 2^40 in an 8-byte file.
+    let header_too_long = (1u64 << 40).to_le_bytes().to_vec();
+    // A header declaring a tensor of 2^40 elements over 8 bytes of data.
+    let json = r#"{"t":{"dtype":"F32","shape":[1048576,1048576],"data_offsets":[0,8]}}"#;
+    let huge_tensor = [&(json.len() as u64).to_le_bytes()[..], json.as_bytes(), &[0; 8]].concat();
+    for bytes in [header_too_long, huge_tensor] {
+        assert!(matches!(SafetensorsWeights::from_bytes(&bytes), Err(LoadError::Safetensors(_))));
+    }
 }
