@@ -1,8 +1,9 @@
-//! Fuzzing support shared by the `cargo fuzz` target (`fuzz/`), the stable-Rust driver
-//! (`examples/fuzz_frames.rs`) and the smoke test: [`decode_any`] runs every decoder of peer
-//! input on arbitrary bytes and checks their round-trip properties; [`Mutator`] makes inputs that
-//! get past the checksums (mutated payloads re-wrapped in valid frames), so the message and state
-//! parsers see them.
+//! Fuzzing support shared by the `cargo fuzz` target (`frame_decoder` in the workspace's `fuzz/`),
+//! the stable-Rust driver (`examples/fuzz_frames.rs`) and the smoke test: [`decode_any`] runs
+//! every decoder of peer input on arbitrary bytes and checks their round-trip properties;
+//! [`Mutator`] makes inputs that get past the checksums (mutated payloads re-wrapped in valid
+//! frames), so the message and state parsers see them; its byte mutations also serve the
+//! workspace's other fuzz targets, over their own corpora.
 
 use burn_kvcompress::cache::{Bytes, LayerState, StateDType, StateTensor};
 
@@ -60,9 +61,15 @@ pub struct Mutator {
 }
 
 impl Mutator {
-    /// A mutator seeded with `seed`.
+    /// A mutator seeded with `seed`, over [`seed_corpus`].
     pub fn new(seed: u64) -> Self {
-        Self { rng: seed | 1, corpus: seed_corpus() }
+        Self::with_corpus(seed, seed_corpus())
+    }
+
+    /// A mutator seeded with `seed` over `corpus` (which must not be empty).
+    pub fn with_corpus(seed: u64, corpus: Vec<Vec<u8>>) -> Self {
+        assert!(!corpus.is_empty(), "a mutator needs a corpus");
+        Self { rng: seed | 1, corpus }
     }
 
     fn next_u64(&mut self) -> u64 {
@@ -82,7 +89,10 @@ impl Mutator {
         self.corpus[i].clone()
     }
 
-    fn mutate_bytes(&mut self, bytes: &mut Vec<u8>) {
+    /// Applies one to four random mutations to `bytes`: a bit flipped, a byte or a 4-byte field
+    /// set to an extreme value, a cut, random bytes inserted, or the tail replaced by the tail of
+    /// another corpus entry.
+    pub fn mutate(&mut self, bytes: &mut Vec<u8>) {
         for _ in 0..1 + self.below(4) {
             match self.below(6) {
                 0 if !bytes.is_empty() => {
@@ -121,11 +131,11 @@ impl Mutator {
     pub fn next_input(&mut self) -> Vec<u8> {
         let mut input = self.pick();
         if self.below(3) == 0 || input.len() < HEADER_LEN + TRAILER_LEN || input[..4] != MAGIC {
-            self.mutate_bytes(&mut input);
+            self.mutate(&mut input);
             return input;
         }
         let mut payload = input[HEADER_LEN..input.len() - TRAILER_LEN].to_vec();
-        self.mutate_bytes(&mut payload);
+        self.mutate(&mut payload);
         let kind = match self.below(8) {
             0 => 1 + self.below(9) as u8,
             _ => input[6],
@@ -147,7 +157,7 @@ impl Mutator {
 }
 
 /// Valid encodings of every message kind and of a few layer states.
-fn seed_corpus() -> Vec<Vec<u8>> {
+pub fn seed_corpus() -> Vec<Vec<u8>> {
     let codec = FrameCodec::new(FUZZ_MAX_PAYLOAD);
     let descriptor = SchemeDescriptor { scheme: "hack:bits=2,pi=64".into(), model: ModelFingerprint::of_bytes(b"m") };
     let shape = ModelShape { num_layers: 30, kv_heads: 3, heads: 9, head_dim: 64, vocab: 49152 };

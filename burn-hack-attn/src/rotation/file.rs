@@ -87,7 +87,9 @@ impl RotationFile {
         Self::from_bytes(&bytes).map_err(|reason| RotationFileError::Format { path: path.to_path_buf(), reason })
     }
 
-    fn from_bytes(bytes: &[u8]) -> Result<Self, String> {
+    /// Parses a rotation file's bytes (what [`load`](Self::load) reads), checking every field,
+    /// shape and orthogonality; why they are refused, as text (`load` adds the path).
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, String> {
         let file = TaggedFile::parse(bytes, FORMAT, VERSION)?;
         let model =
             ModelFingerprint::from_hex(file.get("model_sha256")?).ok_or("metadata `model_sha256` is malformed")?;

@@ -70,7 +70,9 @@ impl ReducedCodebooks {
         Self::from_bytes(&bytes).map_err(|reason| ComposeError::Format { path: path.to_path_buf(), reason })
     }
 
-    fn from_bytes(bytes: &[u8]) -> Result<Self, String> {
+    /// Parses a reduced codebook file's bytes (what [`load`](Self::load) reads), checking every
+    /// field and shape; why they are refused, as text (`load` adds the path).
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, String> {
         let file = TaggedFile::parse(bytes, FORMAT, VERSION)?;
         let digest = |key: &str| {
             ModelFingerprint::from_hex(file.get(key)?).ok_or_else(|| format!("metadata `{key}` is malformed"))

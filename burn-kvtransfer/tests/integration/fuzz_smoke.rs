@@ -1,6 +1,6 @@
 //! A short run of the fuzz driver in CI: mutated inputs reach every parser and break no
-//! round-trip property (`examples/fuzz_frames.rs` runs a million; `fuzz/` is the cargo-fuzz
-//! target).
+//! round-trip property (`examples/fuzz_frames.rs` runs a million; the workspace's `fuzz/` has the
+//! cargo-fuzz target).
 
 use burn_kvtransfer::fuzzing::{decode_any, Mutator};
 

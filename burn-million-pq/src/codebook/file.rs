@@ -54,8 +54,9 @@ impl Codebooks {
         Self::from_bytes(&bytes).map_err(|reason| PqError::Format { path: path.to_path_buf(), reason })
     }
 
-    /// Parses a codebook file's bytes.
-    fn from_bytes(bytes: &[u8]) -> Result<Self, String> {
+    /// Parses a codebook file's bytes (what [`load`](Self::load) reads), checking every field
+    /// and shape; why they are refused, as text (`load` adds the path).
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, String> {
         let file = TaggedFile::parse(bytes, FORMAT, VERSION)?;
         let model =
             ModelFingerprint::from_hex(file.get("model_sha256")?).ok_or("metadata `model_sha256` is malformed")?;

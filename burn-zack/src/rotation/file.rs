@@ -64,7 +64,9 @@ impl Rotations {
         read_file(path, Self::from_bytes)
     }
 
-    fn from_bytes(bytes: &[u8]) -> Result<Self, String> {
+    /// Parses a rotation file's bytes (what [`load`](Self::load) reads), checking every field
+    /// and shape; why they are refused, as text (`load` adds the path).
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, String> {
         let file = TaggedFile::parse(bytes, FORMAT, VERSION)?;
         let model =
             ModelFingerprint::from_hex(file.get("model_sha256")?).ok_or("metadata `model_sha256` is malformed")?;
