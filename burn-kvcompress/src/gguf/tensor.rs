@@ -39,17 +39,22 @@ impl TensorInfo {
         self.ggml_type.byte_size(self.n_elements()).unwrap_or(u64::MAX)
     }
 
-    /// Checks the element count and byte size computations for overflow, and that the first
-    /// dimension is a whole number of blocks; returns the byte size.
+    /// Checks the element count and byte size computations for overflow (the product of the
+    /// nonzero dimensions must fit in an `i64`), and that the first dimension is a whole number of
+    /// blocks; returns the byte size.
     pub(crate) fn checked_byte_size(&self) -> Result<u64, GgufError> {
         let overflow = || GgufError::SizeOverflow { what: format!("size of tensor {:?}", self.name) };
-        let mut n: u64 = 1;
-        for &d in &self.dims {
-            n = n.checked_mul(d).ok_or_else(overflow)?;
+        // The product of the nonzero dimensions must fit: a zero dimension makes the tensor empty,
+        // but a product taken in another order (or a loop over the other dimensions) would still
+        // overflow or run for 2^64 steps.
+        let mut nonzero: u64 = 1;
+        for &d in self.dims.iter().filter(|&&d| d != 0) {
+            nonzero = nonzero.checked_mul(d).ok_or_else(overflow)?;
         }
-        if n > i64::MAX as u64 || usize::try_from(n).is_err() {
+        if nonzero > i64::MAX as u64 || usize::try_from(nonzero).is_err() {
             return Err(overflow());
         }
+        let n = self.n_elements();
         let block = self.ggml_type.block_size() as u64;
         let ne0 = self.dims.first().copied().unwrap_or(1);
         if !ne0.is_multiple_of(block) {

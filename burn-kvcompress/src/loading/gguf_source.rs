@@ -101,8 +101,12 @@ fn gguf_name(hf: &str, num_heads: usize, num_kv_heads: usize) -> Option<(String,
 }
 
 /// Undoes llama.cpp's per-head row interleaving of a `[heads * head_dim, in]` weight: GGUF row
-/// `h*d + 2i + j` is Hugging Face row `h*d + j*d/2 + i`.
+/// `h*d + 2i + j` is Hugging Face row `h*d + j*d/2 + i`. An empty weight is returned as it is: its
+/// rows (as many as a hostile file declares) hold nothing to move.
 fn unpermute_rows(t: HostTensor, heads: usize) -> HostTensor {
+    if t.values.is_empty() {
+        return t;
+    }
     let (rows, cols) = (t.shape[0], t.shape[1]);
     let head_dim = rows / heads;
     let half = head_dim / 2;
@@ -164,6 +168,13 @@ mod tests {
         }
         let back = unpermute_rows(HostTensor { values: gguf, shape: vec![rows, cols] }, heads);
         assert_eq!(back.values, hf);
+    }
+
+    #[test]
+    fn an_empty_weight_of_many_rows_is_not_walked() {
+        // 2^62 rows of no columns: walking the rows would take 2^61 steps.
+        let empty = HostTensor { values: Vec::new(), shape: vec![1 << 62, 0] };
+        assert_eq!(unpermute_rows(empty.clone(), 2), empty);
     }
 
     #[test]

@@ -396,6 +396,19 @@ fn other_header_errors() {
 }
 
 #[test]
+fn an_empty_tensor_of_huge_dimensions_is_refused() {
+    // No bytes, but the other dimensions multiply past i64 (found by fuzz target gguf_tables):
+    // a product taken in another order, or a loop over the rows, would overflow or never end.
+    for dims in [[0, 1 << 62, 1 << 62], [1 << 40, 1 << 40, 0]] {
+        let b = Builder::new().tensor("t", &dims, GgmlType::F32.id(), 0);
+        assert!(matches!(open(b.build()), Err(GgufError::SizeOverflow { .. })), "{dims:?}");
+    }
+    // Empty tensors whose other dimensions fit are read, as empty.
+    let f = open(Builder::new().tensor("t", &[0, 1 << 40], GgmlType::F32.id(), 0).build()).unwrap();
+    assert_eq!(f.tensor_f32("t").unwrap(), (vec![], vec![1 << 40, 0]));
+}
+
+#[test]
 fn a_declared_context_beyond_the_rope_limit_is_refused_before_allocating() {
     use burn_kvcompress::{error::LoadError, loading::gguf_model_config};
     // A tiny model's metadata with the largest context a u32 holds: 2^32 positions of RoPE tables.
