@@ -25,7 +25,9 @@ pub fn selector(index: usize, batch: usize) -> u8 {
 }
 
 /// Decodes the bytes after the first as a state and imports it into the scheme the first byte
-/// names (see [`import`] for what an accepted state must satisfy). Accepted: the state imported.
+/// names: an accepted state must make a cache of its token count, which attends to a query
+/// without panicking and exports a state that imports again and exports the same. Accepted: the
+/// state imported.
 pub fn layer_state(data: &[u8]) -> bool {
     let Some((&selector, bytes)) = data.split_first() else {
         return false;
