@@ -94,7 +94,7 @@ pub use merge::{masked_score, merge_decode_output, merge_partials, SplitOut, Spl
 pub use prompt_product::{product_by, prompt_product};
 pub use rms_norm::{add_rms_norm, rms_norm};
 pub use rotary::{rotary_applies, rotary_qk, rotate_heads_kernel};
-pub use row_mma::{row_mma_applies, MMA_MIN_ROWS};
+pub use row_mma::{row_mma_applies, MMA_MAX_ROWS, MMA_MIN_ROWS};
 pub use row_product::{row_product, row_products, MAX_ROWS, MAX_WEIGHTS};
 pub use runs::{min_max_runs, sum_runs};
 pub use slot_write::write_slots;

@@ -1,5 +1,6 @@
 //! Products of a few activation rows with a weight matrix, `[rows, k] · [k, n]` for `rows ≤`
-//! [`MAX_ROWS`]: a decode step's projections, bound by reading the weights once.
+//! [`MAX_ROWS`] (up to [`MMA_MAX_ROWS`](super::MMA_MAX_ROWS) on tensor cores): a decode step's
+//! projections, bound by reading the weights once.
 //!
 //! Burn's matrix product tiles for many rows and reads an 8B model's f16 weights at a fraction
 //! of the bandwidth when a decode step brings one. Here a cube owns 32 vectors of `N` adjacent
@@ -14,7 +15,7 @@
 //!
 //! With 8 rows this kernel reads a Llama-3-8B layer's gate and up weights at 1.3 TB/s, against
 //! 4.1 with one (H200): each weight takes 8 products in f32. Where the device has f16 or bf16
-//! warp products, 2 to 8 rows run on tensor cores instead ([`row_mma`](super::row_mma)), at
+//! warp products, 2 to 32 rows run on tensor cores instead ([`row_mma`](super::row_mma)), at
 //! 2.8–3.6 TB/s for the layer's products at 8 rows, into the same partial sums.
 //!
 //! Error: the products and sums are f32's, in a different order than a matrix product's, so the
@@ -32,7 +33,8 @@ use super::{
     widest_vector, CubeF32,
 };
 
-/// Most activation rows the kernel takes; more go through the matrix product.
+/// Most activation rows the CUDA-core kernel takes; more go through the tensor-core kernel where
+/// it applies (up to [`MMA_MAX_ROWS`](super::MMA_MAX_ROWS)), else through the matrix product.
 pub const MAX_ROWS: usize = 8;
 
 /// Warps per cube, each taking every `WARPS`-th weight row of the cube's split.
@@ -144,9 +146,10 @@ fn splits_for(column_cubes: u32, k: u32, sms: Option<u32>) -> u32 {
     target.div_ceil(column_cubes).clamp(1, k.div_ceil(WARPS).max(1))
 }
 
-/// `x` `[rows, k]` times `w` `[k, n]` in their float type (the same for both): this kernel for
-/// `rows ≤ MAX_ROWS`, [`prompt_product`](super::prompt_product) for more rows, Burn's matrix
-/// product for operands of different types.
+/// `x` `[rows, k]` times `w` `[k, n]` in their float type (the same for both): the tensor-core
+/// kernel where [`row_mma_applies`], else this module's for `rows ≤ MAX_ROWS`,
+/// [`prompt_product`](super::prompt_product) for more rows, Burn's matrix product for operands of
+/// different types.
 pub fn row_product<R: CubeRuntime, BT: BoolElement>(
     x: Tensor<CubeF32<R, BT>, 2>,
     w: Tensor<CubeF32<R, BT>, 2>,
@@ -157,10 +160,10 @@ pub fn row_product<R: CubeRuntime, BT: BoolElement>(
 
 /// `x` `[rows, k]` times each weight `[k, n_i]` of `weights` (up to [`MAX_WEIGHTS`], all of
 /// `x`'s float type), in that type: one launch for all of them (and one for the splits' sums)
-/// where `rows ≤ MAX_ROWS`, on tensor cores where [`row_mma_applies`] (else this module's
-/// kernel), a decode step's projections sharing their input (a
-/// layer's query, key and value projections; its gate and up projections); otherwise each
-/// product as [`row_product`] computes it alone.
+/// on tensor cores where [`row_mma_applies`], else on CUDA cores where `rows ≤ MAX_ROWS`: a
+/// decode step's projections sharing their input (a layer's query, key and value projections;
+/// its gate and up projections). Otherwise each product goes to
+/// [`prompt_product`](super::prompt_product) (more rows) or Burn's matrix product (mixed types).
 ///
 /// # Panics
 /// If more than [`MAX_WEIGHTS`] weights are given or a weight has other than `k` rows.
@@ -174,18 +177,22 @@ pub fn row_products<R: CubeRuntime, BT: BoolElement, const W: usize>(
         assert_eq!(w.dims()[0], k, "row_products: x is [{rows}, {k}], a weight {:?}", w.dims());
     }
     let dtype = weights[0].dtype();
-    let kernel_takes =
-        rows > 0 && rows <= MAX_ROWS && kernel_float(dtype) && weights.iter().all(|w| w.dtype() == dtype);
-    if !kernel_takes || x.dtype() != dtype {
+    let widths = weights.each_ref().map(|w| w.dims()[1]);
+    let one_type = x.dtype() == dtype && weights.iter().all(|w| w.dtype() == dtype);
+    let on_tensor_cores = one_type && {
+        let client = x.clone().into_primitive().tensor().client;
+        row_mma_applies(rows, k, &widths, dtype, client.properties())
+    };
+    let on_cuda_cores = one_type && rows > 0 && rows <= MAX_ROWS && kernel_float(dtype);
+    if !on_tensor_cores && !on_cuda_cores {
         return weights.map(|w| match rows > MAX_ROWS {
             true => super::prompt_product(x.clone(), w),
             false => x.clone().matmul(w),
         });
     }
-    let widths = weights.each_ref().map(|w| w.dims()[1]);
     let x_arg = dense_arg(x.into_primitive().tensor());
     let w_args = weights.map(|w| dense_arg(w.into_primitive().tensor()));
-    let (partial, splits) = match row_mma_applies(rows, k, &widths, dtype, x_arg.client.properties()) {
+    let (partial, splits) = match on_tensor_cores {
         true => row_products_mma(x_arg, &w_args, rows, k, &widths),
         false => core_partials(x_arg, &w_args, rows, k, &widths),
     };

@@ -2,15 +2,15 @@
 //! (lavapipe in CI) or CUDA, in f32 and f16, for awkward shapes: widths that are and are not
 //! multiples of the vector and of a cube's columns, short and long `k`, 1 to 8 rows, one to three
 //! weights of different widths in one launch; the tensor-core kernel (which CUDA's test devices
-//! must take) in f16 and bf16; above 8 rows,
-//! the prompt product (cubek's variants, else Burn's matrix product), whose f16 tiles may sum in
-//! f16 and so get a bound in the operands' unit roundoff.
+//! must take) in f16 and bf16 for 2 to 32 rows (one to four row groups, the last one partial);
+//! past what both take, the prompt product (cubek's variants, else Burn's matrix product), whose
+//! f16 tiles may sum in f16 and so get a bound in the operands' unit roundoff.
 #![cfg(any(feature = "wgpu", feature = "cuda"))]
 
 use crate::common::{lcg_uniform, to_vec as host, Gpu};
 use burn::tensor::{DType, FloatDType, Tensor, TensorData};
 use burn_cubecl::cubecl::ir::{ElemType, FloatKind, StorageType};
-use burn_kvcompress::kernels::{row_mma_applies, row_product, row_products, MAX_ROWS, MMA_MIN_ROWS};
+use burn_kvcompress::kernels::{row_mma_applies, row_product, row_products, MAX_ROWS, MMA_MAX_ROWS, MMA_MIN_ROWS};
 
 /// f32's unit roundoff.
 const U_F32: f64 = 1.0 / (1u64 << 24) as f64;
@@ -84,20 +84,27 @@ fn row_product_equals_a_plain_product_in_f16() {
 
 #[test]
 fn tensor_core_products_equal_plain_products() {
-    // Shapes the tensor-core kernel takes (k and widths multiples of 8): one step, blocks of 128
+    // Shapes the tensor-core kernel takes (k a multiple of 16, widths of 8): one step, blocks of 128
     // columns cut by the width, splits whose steps do not divide k, steps fewer than the warps'
-    // unrolled rounds, 2 to 8 rows, one to three weights; bf16 where the device has it. On
-    // lavapipe (no warp products, no bf16) the CUDA-core kernel runs the f16 cases.
+    // unrolled rounds, 2 to 32 rows (full and partial row groups, each group count's unrolling),
+    // one to three weights; bf16 where the device has it. On lavapipe (no warp products, no bf16)
+    // the CUDA-core kernel runs the f16 cases up to 8 rows, the prompt product the rest.
     let device = Default::default();
     let properties = Tensor::<Gpu, 1>::zeros([1], &device).into_primitive().tensor().client.properties().clone();
     let cases = [
-        (2, 8, vec![8]),
+        (2, 16, vec![8]),
         (2, 64, vec![256]),
-        (3, 136, vec![40, 8, 296]),
+        (3, 144, vec![40, 8, 296]),
         (8, 1024, vec![1000, 1000]),
-        (5, 2056, vec![128]),
+        (5, 2064, vec![128]),
         (7, 4096, vec![24, 136, 520]),
         (4, 14336, vec![64]),
+        (9, 64, vec![256]),
+        (16, 1024, vec![1000, 1000]),
+        (17, 144, vec![40, 8, 296]),
+        (24, 2064, vec![128]),
+        (31, 4096, vec![24, 136, 520]),
+        (32, 14336, vec![64]),
     ];
     let bf16: StorageType = ElemType::Float(FloatKind::BF16).into();
     let dtypes = match properties.supports_type(bf16) {
@@ -108,7 +115,13 @@ fn tensor_core_products_equal_plain_products() {
         for &dtype in &dtypes {
             let applies = row_mma_applies(rows, k, &widths, DType::from(dtype), &properties);
             assert!(applies || !cfg!(feature = "cuda"), "{rows}x{k}x{widths:?} {dtype:?}: CUDA must take it");
-            check_all(rows, k, &widths, dtype, U_F32);
+            // Past the CUDA-core kernel's rows, a device without warp products takes the prompt
+            // product, whose f16 tiles may sum in f16.
+            let u_sum = match applies || rows <= MAX_ROWS {
+                true => U_F32,
+                false => 2f64.powi(-11),
+            };
+            check_all(rows, k, &widths, dtype, u_sum);
         }
     }
 }
@@ -120,19 +133,21 @@ fn the_tensor_core_kernel_declines_what_it_does_not_take() {
     let takes = |rows, k, widths: &[usize], dtype| row_mma_applies(rows, k, widths, dtype, &properties);
     assert!(!takes(1, 64, &[256], DType::F32), "f32 operands");
     assert!(!takes(MMA_MIN_ROWS - 1, 64, &[256], DType::F16), "fewer rows than it takes");
-    assert!(!takes(MAX_ROWS + 1, 64, &[256], DType::F16), "more rows than the products' n");
-    assert!(!takes(1, 60, &[256], DType::F16), "k not a multiple of a step's 8 rows");
+    assert!(!takes(MMA_MAX_ROWS + 1, 64, &[256], DType::F16), "more rows than its row groups");
+    assert!(!takes(2, 56, &[256], DType::F16), "k not a multiple of a step's 16 rows");
     assert!(!takes(1, 64, &[256, 12], DType::F16), "a width not a multiple of a 16-byte piece");
     assert!(!takes(1, 64, &[8, 8, 8, 8], DType::F16), "more weights than one launch takes");
 }
 
 #[test]
 fn more_rows_than_the_kernel_takes_go_through_the_prompt_product() {
-    // Awkward widths (no TMA: rows not 16-byte aligned) and aligned ones that the tensor-core
-    // variants take on CUDA; on lavapipe every case falls back to Burn's matrix product.
+    // Rows past the CUDA-core kernel's with k not a multiple of 8 (the tensor-core row kernel
+    // declines), or past the tensor-core kernel's; awkward widths (no TMA: rows not 16-byte
+    // aligned) and aligned ones that the tensor-core variants take on CUDA; on lavapipe every
+    // case falls back to Burn's matrix product.
     // f32 operands take Burn's product, whose tensor-core tiles on CUDA round them to TF32 (10
     // bits of mantissa, the unit roundoff of f16): the f32 cases get f16's bound.
-    for (rows, k, n) in [(MAX_ROWS + 1, 33, 48), (20, 16, 8), (130, 256, 192), (64, 1024, 64)] {
+    for (rows, k, n) in [(MAX_ROWS + 1, 33, 48), (20, 15, 8), (130, 256, 192), (MMA_MAX_ROWS + 1, 1024, 64)] {
         check(rows, k, n, FloatDType::F32, 2f64.powi(-11));
         check(rows, k, n, FloatDType::F16, 2f64.powi(-11));
     }
