@@ -2,6 +2,9 @@
 //! block, computed in one pass (blocks hashed in parallel) when the layer is stored. Frame checksums and the layer's
 //! announced checksum are then combined from block checksums without reading the bytes again.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
 use rayon::prelude::*;
 
 use super::blocks::span;
@@ -9,12 +12,36 @@ use crate::state_codec::EncodedState;
 use crate::transport::Slices;
 use crate::wire::crc_concat;
 
+/// Bytes of serialized layers alive, wherever they are referenced: a prefill server counts its
+/// layers here from the moment they are stored until the last reference goes (the store's, or a
+/// queued or half-written frame's), so that what a stalled connection pins is counted too.
+/// Cloning shares the count.
+#[derive(Debug, Default, Clone)]
+pub struct LiveBytes(Arc<AtomicUsize>);
+
+impl LiveBytes {
+    /// The bytes alive now.
+    pub fn get(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
 /// A serialized layer cut into `block_size`-byte blocks, with each block's CRC-32.
 #[derive(Debug)]
 pub struct HeldLayer {
     state: EncodedState,
     block_size: u32,
     block_crcs: Vec<u32>,
+    /// Where its bytes are counted while it lives, if anywhere.
+    live: Option<LiveBytes>,
+}
+
+impl Drop for HeldLayer {
+    fn drop(&mut self) {
+        if let Some(live) = &self.live {
+            live.0.fetch_sub(self.state.len(), Ordering::Relaxed);
+        }
+    }
 }
 
 impl HeldLayer {
@@ -31,7 +58,16 @@ impl HeldLayer {
                 crc.finalize()
             })
             .collect();
-        Self { state, block_size, block_crcs }
+        Self { state, block_size, block_crcs, live: None }
+    }
+
+    /// The same layer, its bytes counted in `live` until it is dropped.
+    pub fn counted_in(mut self, live: &LiveBytes) -> Self {
+        if let Some(old) = self.live.replace(live.clone()) {
+            old.0.fetch_sub(self.state.len(), Ordering::Relaxed);
+        }
+        live.0.fetch_add(self.state.len(), Ordering::Relaxed);
+        self
     }
 
     /// Length of the serialization, bytes (never 0: it holds at least the token and tensor counts).

@@ -15,7 +15,7 @@ mod store;
 
 pub use buffers::BufferPool;
 pub use client::{ClientConfig, PrefillClient, RequestEvent, RequestHandle};
-pub use held::HeldLayer;
+pub use held::{HeldLayer, LiveBytes};
 pub use pool::PrefillPool;
 pub use server::{PrefillServer, ServerConfig, ServerStats};
 pub use store::StoreStats;

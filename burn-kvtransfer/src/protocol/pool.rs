@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::client::{PrefillClient, RequestHandle};
 use crate::error::TransferError;
+use crate::wire::ErrorCode;
 
 /// Connections to several prefill servers.
 #[derive(Debug)]
@@ -46,9 +47,21 @@ impl PrefillPool {
 }
 
 impl TransferError {
-    /// Whether another server may succeed where this failure happened (the transport or the
-    /// peer failed, not the request itself).
+    /// Whether another server may succeed where this failure happened: the transport or the
+    /// peer failed, not the request itself. A link that corrupts bytes is such a failure, whether
+    /// it hit a control frame (which ends the connection), kept hitting a request's blocks past
+    /// its re-pulls, or made the peer refuse a frame of ours as malformed.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Self::Io(_) | Self::Closed | Self::Truncated(_) | Self::Timeout(_) | Self::Wire(_))
+        matches!(
+            self,
+            Self::Io(_)
+                | Self::Closed
+                | Self::Truncated(_)
+                | Self::Timeout(_)
+                | Self::Wire(_)
+                | Self::Corrupt(_)
+                | Self::TooManyRepulls { .. }
+                | Self::Remote { code: ErrorCode::Malformed, .. }
+        )
     }
 }

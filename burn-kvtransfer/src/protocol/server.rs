@@ -10,7 +10,7 @@ use burn_kvcompress::cache::LayerState;
 use tokio::sync::mpsc;
 
 use super::blocks::{blocks_per_frame, coalesce, span, split};
-use super::held::HeldLayer;
+use super::held::{HeldLayer, LiveBytes};
 use super::store::{Store, StoreStats};
 use crate::engine::PrefillEngine;
 use crate::error::TransferError;
@@ -63,6 +63,10 @@ pub struct ServerStats {
     pub bytes_sent: u64,
     /// Bytes read from all connections.
     pub bytes_received: u64,
+    /// Bytes of serialized layers still alive: those the store holds, and those that frames
+    /// queued for (or being written to) a connection still reference after the store let them go
+    /// (a stalled peer's, until the write times out). 0 when the server is idle.
+    pub live_bytes: usize,
 }
 
 /// What the engine thread tells a connection.
@@ -83,6 +87,8 @@ type DataStreams = Arc<Mutex<Vec<mpsc::Sender<Outgoing>>>>;
 
 struct Shared {
     store: Store,
+    /// Bytes of every layer this server stored that is still referenced.
+    live: LiveBytes,
     /// Open connections that may attach data streams, by the session id of their Hello.
     sessions: Mutex<HashMap<u64, DataStreams>>,
     descriptor: SchemeDescriptor,
@@ -108,6 +114,7 @@ impl PrefillServer {
         let layout = Layout { block_size: config.block_size, shape: engine.shape() };
         let shared = Arc::new(Shared {
             store: Store::new(config.lease),
+            live: LiveBytes::default(),
             sessions: Mutex::default(),
             descriptor: engine.descriptor(),
             layout,
@@ -136,6 +143,7 @@ impl PrefillServer {
             store: self.shared.store.stats(),
             bytes_sent: self.shared.sent.get(),
             bytes_received: self.shared.received.get(),
+            live_bytes: self.shared.live.get(),
         }
     }
 
@@ -188,7 +196,7 @@ fn run_engine<E: PrefillEngine>(mut engine: E, queue: std_mpsc::Receiver<Job>, s
                 }
             }
             drop(guard);
-            let blob = HeldLayer::new(EncodedState::new(state), shared.layout.block_size);
+            let blob = HeldLayer::new(EncodedState::new(state), shared.layout.block_size).counted_in(&shared.live);
             let (len, crc) = (blob.len() as u64, blob.crc());
             if shared.store.put(job.request, layer, blob) {
                 let event = Event::Ready { request: job.request, layer: layer as u32, bytes: len, crc };

@@ -308,8 +308,11 @@ async fn a_decode_worker_that_vanishes_mid_request_is_reaped_by_the_lease() {
     assert!(matches!(Message::decode(raw.0.next().await.unwrap()).unwrap(), Message::Ready { request: 9, .. }));
     drop(raw);
     assert_eq!(server.stats().store.requests, 1);
+    assert!(server.stats().live_bytes > 0);
     wait_until_freed(&server, SHORT * 10).await;
     assert_eq!(server.stats().store.expired, 1);
+    // Nothing references its layers any more.
+    assert_eq!(server.stats().live_bytes, 0);
 }
 
 /// A pool of two servers of which the first is cut mid-transfer (after 2000 bytes), and the
@@ -345,6 +348,50 @@ async fn a_killed_prefill_server_is_retried_on_another() {
     let device = Default::default();
     let received = fetch::<NdArray, _>(&pool, &tokens, &DenseScheme, &device, 2).await.unwrap();
     served_by_the_healthy_server(&pool, &received, &tokens);
+}
+
+#[tokio::test]
+async fn a_corrupt_control_frame_is_retried_on_another_server() {
+    // Byte 60 is in the payload of the first Ready frame (see the test above): the connection
+    // to the first server ends with that error, and the request goes to the second.
+    let config = || ServerConfig { block_size: 512, max_payload: 1600, ..ServerConfig::default() };
+    let (_corrupting, inner) = start(engine(), config());
+    let (_healthy, healthy) = start(engine(), config());
+    let client_config = ClientConfig { mode: Mode::Push, max_payload: 1600, ..ClientConfig::new(descriptor()) };
+    let corrupting = FaultyConnector { inner, fault: Fault::Corrupt(60) };
+    let pool = PrefillPool::new(vec![
+        PrefillClient::connect(&corrupting, client_config.clone()).await.unwrap(),
+        PrefillClient::connect(&healthy, client_config).await.unwrap(),
+    ]);
+    let tokens: Vec<u32> = (0..40).collect();
+    let received = fetch::<NdArray, _>(&pool, &tokens, &DenseScheme, &Default::default(), 2).await.unwrap();
+    assert_eq!((received.server, received.attempts), (1, 2));
+    assert_eq!(pool.clients()[0].failure(), Some(TransferError::Corrupt(FrameKind::Ready)));
+    for (l, cache) in received.caches.layers.iter().enumerate() {
+        assert_eq!(TransferableCache::<NdArray>::export_state(cache), expected_state(SHAPE, &tokens, l));
+    }
+}
+
+#[test]
+fn failures_of_the_link_are_retried_and_failures_of_the_request_are_not() {
+    let retried = [
+        TransferError::Io("reset".into()),
+        TransferError::Closed,
+        TransferError::Truncated(3),
+        TransferError::Timeout(SHORT),
+        TransferError::Wire(WireError::HeaderChecksum),
+        TransferError::Corrupt(FrameKind::Done),
+        TransferError::TooManyRepulls { request: 1, attempts: 3 },
+        TransferError::Remote { code: ErrorCode::Malformed, message: "bad frame".into() },
+    ];
+    assert!(retried.iter().all(TransferError::is_retryable));
+    let final_ = [
+        TransferError::Remote { code: ErrorCode::Prefill, message: "out of memory".into() },
+        TransferError::Remote { code: ErrorCode::Incompatible, message: "another model".into() },
+        TransferError::Protocol("layer 9 of a 2-layer model".into()),
+        TransferError::Import("layer 0: bad shape".into()),
+    ];
+    assert!(!final_.iter().any(TransferError::is_retryable));
 }
 
 #[tokio::test]
