@@ -42,6 +42,7 @@ mod base;
 mod measurements;
 mod serve;
 mod spawn;
+mod stats;
 mod worker;
 
 use burn_kvschemes::SchemeSpec;
@@ -182,8 +183,18 @@ struct ServeArgs {
     #[arg(long, default_value_t = 256)]
     block_kib: u32,
     /// Seconds a request's KV is held without pulls or completion before it is freed.
-    #[arg(long, default_value_t = 30.0)]
+    #[arg(long, default_value_t = 30.0, value_parser = parse_seconds)]
     lease_secs: f64,
+    /// Seconds a connection may take to send its Hello, or to accept a frame, before it is
+    /// given up (the frames queued for it, and the layers they reference, are then dropped).
+    #[arg(long, default_value_t = 30.0, value_parser = parse_seconds)]
+    io_timeout_secs: f64,
+    /// Also answer queries for the server's counters on this address (port 0: a free port),
+    /// printed as `stats on ADDR` after the pairs' addresses: each connection gets one line of
+    /// JSON (per pair: requests held under leases, their bytes, leases expired, bytes of layers
+    /// still referenced, bytes on the wire; the process's resident memory) and is closed.
+    #[arg(long)]
+    stats_listen: Option<String>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -243,6 +254,11 @@ struct RunArgs {
     /// Who starts block transfers.
     #[arg(long, value_enum, default_value_t = ModeArg::Pull)]
     mode: ModeArg,
+    /// Longest silence from a prefill server while a request is outstanding, seconds (also
+    /// bounds connecting): past it the connection fails with a timeout, and the request is
+    /// retried on another server if there is one.
+    #[arg(long, default_value_t = 30.0, value_parser = parse_seconds)]
+    io_timeout_secs: f64,
     /// Extra TCP streams per prefill server that carry pulled blocks, so several cores receive
     /// them (0: everything on one stream).
     #[arg(long, default_value_t = 0)]
@@ -367,6 +383,11 @@ fn parse_rate(s: &str) -> Result<f64, String> {
 /// A `--kv-budget-gb`: a positive, finite number of GB.
 fn parse_budget(s: &str) -> Result<f64, String> {
     finite_from(s, false).ok_or_else(|| format!("`{s}` is not a positive number of GB"))
+}
+
+/// A number of seconds: positive and finite.
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    finite_from(s, false).ok_or_else(|| format!("`{s}` is not a positive number of seconds"))
 }
 
 /// An `--import-mb-per-step`: a finite number of MB, 0 or more.

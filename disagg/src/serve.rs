@@ -5,6 +5,8 @@ use std::cell::Cell;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
+
 use burn::tensor::backend::Backend;
 use burn_kvcompress::{
     cache::{LayerState, TransferableCache, TransferableScheme},
@@ -20,6 +22,7 @@ use burn_kvtransfer::{
 };
 use kvcompress_cli::backend_choice::KernelBackend;
 
+use crate::stats::{report_expiries, serve_stats, PairServer, STATS_ON};
 use crate::{runtime, BaseModel, ServeArgs};
 
 /// The line a server prints per pair once it listens: `listening on ADDR kv=KV link=RATE`.
@@ -49,6 +52,7 @@ where
             let config = ServerConfig {
                 block_size: args.block_kib * 1024,
                 lease: Duration::from_secs_f64(args.lease_secs),
+                io_timeout: Duration::from_secs_f64(args.io_timeout_secs),
                 link_gbps,
                 ..ServerConfig::default()
             };
@@ -62,16 +66,26 @@ where
     }
     runtime()?.block_on(async {
         let mut tasks = tokio::task::JoinSet::new();
+        let mut pairs = Vec::new();
         for (index, (server, kv, link_gbps)) in servers.into_iter().enumerate() {
             let listener = TcpServer::bind(&pair_address(&args.listen, index)?).await?;
             let link = link_gbps.map_or("unpaced".into(), |g| g.to_string());
             println!("{LISTENING}{} kv={kv} link={link}", listener.local_addr()?);
+            pairs.push(PairServer { kv, link_gbps, server: server.clone() });
             tasks.spawn(async move { server.serve(listener).await });
         }
+        if let Some(addr) = &args.stats_listen {
+            let listener =
+                tokio::net::TcpListener::bind(addr).await.with_context(|| format!("--stats-listen {addr}"))?;
+            println!("{STATS_ON}{}", listener.local_addr()?);
+            tasks.spawn(serve_stats(listener, pairs.clone()));
+        }
         std::io::stdout().flush()?;
+        let reporting = tokio::spawn(report_expiries(pairs, Duration::from_millis(100)));
         while let Some(done) = tasks.join_next().await {
             done??;
         }
+        reporting.abort();
         anyhow::Ok(())
     })
 }

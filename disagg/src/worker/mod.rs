@@ -133,7 +133,8 @@ where
     /// imported on this thread as its layers arrive.
     fn fetch(&self, tokens: &[u32]) -> anyhow::Result<Received<S::Cache>> {
         let Puller { rt, pool } = self.puller;
-        Ok(rt.block_on(fetch::<B, S>(pool, tokens, self.scheme, self.device, pool.clients().len()))?)
+        let fetched = rt.block_on(fetch::<B, S>(pool, tokens, self.scheme, self.device, pool.clients().len()));
+        fetched.with_context(|| self.puller.failed_fetch(tokens))
     }
 }
 
@@ -142,7 +143,14 @@ impl Puller<'_> {
     /// that the thread that decodes imports them: CubeCL backends run each thread's work on a
     /// stream of its own).
     fn fetch_states(&self, tokens: &[u32]) -> anyhow::Result<ReceivedStates> {
-        Ok(self.rt.block_on(fetch_states(self.pool, tokens, self.pool.clients().len()))?)
+        let fetched = self.rt.block_on(fetch_states(self.pool, tokens, self.pool.clients().len()));
+        fetched.with_context(|| self.failed_fetch(tokens))
+    }
+
+    /// What failed when fetching `tokens`' KV cache failed (the transfer error is its cause).
+    fn failed_fetch(&self, tokens: &[u32]) -> String {
+        let servers = self.pool.clients().len();
+        format!("fetching the KV cache of a {}-token prompt from {servers} prefill server(s)", tokens.len())
     }
 
     /// `fetch` (of caches or of states) of the request `tokens` that arrived at `arrived`, timed.
@@ -188,6 +196,7 @@ where
     };
     config.link_gbps = job.link_gbps;
     config.data_streams = job.run.data_streams;
+    config.io_timeout = Duration::from_secs_f64(job.run.io_timeout_secs);
     if !job.run.pageable_receive {
         config.receive_allocator = match (device_host_allocator::<B>(device), job.run.kv_budget_bytes()) {
             (Some(locked), Some(budget)) => Some(Arc::new(LimitedAllocator::new(locked, budget))),
@@ -207,12 +216,44 @@ where
         }
         anyhow::Ok(PrefillPool::new(clients))
     })?;
+    let result = decode_with_pool(&scheme, job, model, tokenizer, device, (&rt, &pool));
+    report_connections(&pool);
+    result
+}
+
+/// Says on stderr which of `pool`'s connections failed and which received corrupt frames (whose
+/// blocks were pulled again): what a run survived, or why it failed.
+fn report_connections(pool: &PrefillPool) {
+    for (i, client) in pool.clients().iter().enumerate() {
+        if let Some(failure) = client.failure() {
+            eprintln!("[prefill server {i} at {}: connection failed: {failure}]", client.peer());
+        }
+        let corrupt = client.corrupt_frames();
+        if corrupt > 0 {
+            eprintln!("[prefill server {i} at {}: {corrupt} corrupt Block frame(s) detected]", client.peer());
+        }
+    }
+}
+
+/// [`decode_scheme`]'s requests, run against a connected pool (and the runtime it runs on).
+fn decode_with_pool<B: Backend, S>(
+    scheme: &S,
+    job: &Job,
+    model: &CausalLm<B>,
+    tokenizer: Option<&Tokenizer>,
+    device: &B::Device,
+    (rt, pool): (&tokio::runtime::Runtime, &PrefillPool),
+) -> anyhow::Result<Vec<RequestRecord>>
+where
+    S: TransferableScheme<B>,
+    S::Cache: TransferableCache<B>,
+{
     let options = GenerateOptions {
         max_new_tokens: job.run.max_new_tokens,
         stop_tokens: tokenizer.and_then(|t| t.eos_id()).into_iter().collect(),
         sampling: SamplingConfig { temperature: job.run.temperature, top_p: 0.9, seed: job.run.seed },
     };
-    let fetcher = Fetcher { puller: Puller { rt: &rt, pool: &pool }, scheme: &scheme, device };
+    let fetcher = Fetcher { puller: Puller { rt, pool }, scheme, device };
     let context = JobContext { fetcher, model, options };
     let requests = requests(job.run, tokenizer, model.config().vocab_size)?;
     let mut one_per_length: Vec<&[u32]> = Vec::new();
