@@ -33,7 +33,8 @@
 //!
 //! Tested: byte-identical transfer (pull and push), layer-wise streaming, 32 concurrent requests,
 //! every fault of the issue (see `tests/`), and SmolLM2 end to end (tokens equal to a
-//! single-process run). `disagg/src/main.rs` runs the two processes over TCP,
+//! single-process run). `disagg/src/main.rs` runs the two processes over TCP (its
+//! `tests/chaos/` kills, stalls and corrupts them there),
 //! `disagg_bench.rs` measures throughput (`results/transfer-bench.md`).
 //!
 //! Byte costs: layer states are shared [`Bytes`](burn_kvcompress::cache::Bytes) end to end. The

@@ -1,0 +1,7 @@
+//! What the chaos tests share: real `disagg` processes with bounded waits, and a TCP proxy that
+//! breaks the link between them on cue.
+
+pub mod proxy;
+pub mod server;
+pub mod wait;
+pub mod worker;
