@@ -45,7 +45,7 @@ struct Case {
     window: Option<usize>,
 }
 
-const CASES: [Case; 8] = [
+const CASES: [Case; 9] = [
     // SmolLM2's heads: 3 query heads per KV head, 64 channels; the hack2-like format.
     Case { config: "hack2", batch: 2, kv_heads: 3, group: 3, head_dim: 64, len: 300, window: None },
     // Llama-3's heads: 4 per KV head, 128 channels (two value groups at Π = 64); a sliding
@@ -90,6 +90,17 @@ const CASES: [Case; 8] = [
         group: 2,
         head_dim: 64,
         len: 150,
+        window: None,
+    },
+    // 8 query heads per KV head fill the tensor-core products' columns (one block per product
+    // step there; up to 4 heads take two blocks side by side); five closed blocks.
+    Case {
+        config: "bits=2,pi=64,round=nearest,axes=channel,sinks=4,window=16",
+        batch: 2,
+        kv_heads: 1,
+        group: 8,
+        head_dim: 64,
+        len: 341,
         window: None,
     },
     // Exactly one closed block and nothing else in float but the newest slot.

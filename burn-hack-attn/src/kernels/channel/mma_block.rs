@@ -7,8 +7,8 @@ use cubecl::{cmma::MmaDefinition, prelude::*};
 use super::{
     mma_kernel::ChannelMmaGeometry,
     mma_operands::{
-        column_max, column_sum, heads_of_lane, lift, position, row_pair_operand, row_words, Codes, Dots, QueryCodes,
-        Words, HALF, PRODUCT_DEPTH, PRODUCT_ROWS,
+        column_max, column_operand, column_sum, heads_of_lane, lift, pair_operand, position, product_rows, Codes, Dots,
+        QueryCodes, Words, HALF, PRODUCT_ROWS,
     },
 };
 use crate::kernels::{
@@ -31,11 +31,11 @@ pub(super) struct BlockQuery {
     offset: Array<f32>,
 }
 
-/// Head `g`'s query `q ⊙ s_b` of block `closed` quantized to symmetric 8-bit codes over its
-/// channels (the lane's `head_dim / 4`, `own_q[4H + b]` at channel `16H +` [`position`]), the
-/// scale `σ = max |q′| / 127` and `q · m_b` reduced over the quad. The codes are `q′ · (1/σ)`
-/// rounded to the nearest, ties to even (the reference divides and rounds ties away from zero:
-/// the two differ by one code where a quotient falls within an ulp of a half).
+/// The lane's column head's query `q ⊙ s_b` of block `closed` quantized to symmetric 8-bit codes
+/// over its channels (the lane's `head_dim / 4`, `own_q[4H + b]` at channel `16H +`
+/// [`position`]), the scale `σ = max |q′| / 127` and `q · m_b` reduced over the quad. The codes
+/// are `q′ · (1/σ)` rounded to the nearest, ties to even (the reference divides and rounds ties
+/// away from zero: the two differ by one code where a quotient falls within an ulp of a half).
 #[cube]
 pub(super) fn block_query(
     own_q: &Array<f32>,
@@ -85,44 +85,89 @@ pub(super) fn block_query(
     }
 }
 
-/// The scores of block `closed` (its slots at positions from `first_slot`) for the lane's slots
-/// and heads, scaled: `s[(2i + r) · 2 + e]` for slot `16i + g + 8r`, head `2t + e`;
-/// [`masked_score`] at positions before `visible_from`.
+/// The closed blocks one product step of a warp takes: one, or (where the query heads fill at
+/// most half the products' columns, [`ChannelMmaGeometry::paired`]) two side by side, columns
+/// `4s .. 4s + 4` serving block `s` of the pair. Closed-block indices are of the stream's
+/// buffers; a pair's second block past the warp's run is its first again, with its columns
+/// masked (`live`).
+#[derive(CubeType)]
+pub(super) struct BlockPair {
+    /// The pair's first block.
+    pub first: u32,
+    /// The pair's second block (the first where there is none, or not paired).
+    pub second: u32,
+    /// The block of the lane's operand column `g`, whose query and weights the lane quantizes.
+    pub own: u32,
+    /// The position of the first slot of the block whose scores and outputs the lane holds
+    /// (columns `2t`, `2t + 1`).
+    pub first_slot: u32,
+    /// Whether the block of the lane's result columns exists.
+    pub live: bool,
+}
+
+/// The pair of closed blocks from block `block` of a run ending at `end` (blocks of the stream,
+/// whose first closed block is `base`, after `sinks` float slots): for lane `4g + t`, its operand
+/// column's block is the pair's `side`-th and its result columns' the `result_side`-th.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+pub(super) fn block_pair(
+    base: u32,
+    block: u32,
+    end: u32,
+    sinks: u32,
+    side: u32,
+    result_side: u32,
+    #[comptime] geo: ChannelMmaGeometry,
+) -> BlockPair {
+    let second = select(block + 1u32 < end, block + 1u32, block);
+    let second = select(comptime!(geo.paired()), second, block);
+    BlockPair {
+        first: base + block,
+        second: base + second,
+        own: base + select(side == 0u32, block, second),
+        first_slot: sinks + (block + result_side) * geo.partition,
+        live: block + result_side < end,
+    }
+}
+
+/// The scores of `pair`'s blocks for the lane's slots and columns, scaled: `s[(2i + r) · 2 + e]`
+/// for slot `16i + g + 8r` of its result block, column `2t + e`; [`masked_score`] at positions
+/// before `visible_from` and where the block is not `live`.
 #[allow(clippy::too_many_arguments)]
 #[cube]
 pub(super) fn block_scores(
     k_words: &Array<Words>,
     query: &BlockQuery,
-    closed: u32,
-    first_slot: u32,
+    pair: &BlockPair,
     visible_from: u32,
+    side: u32,
     g: u32,
     t: u32,
     #[comptime] geo: ChannelMmaGeometry,
 ) -> Array<f32> {
-    let (pi, kv) = comptime!((geo.partition, geo.key_vectors()));
+    let (pi, kv, paired) = comptime!((geo.partition, geo.key_vectors(), geo.paired()));
     let tiles = comptime!(pi / PRODUCT_ROWS);
-    let steps = comptime!(geo.head_dim / PRODUCT_DEPTH);
+    let steps = comptime!(geo.head_dim / geo.step_depth());
     let product = MmaDefinition::<u8, i8, i32>::new(16usize, 8usize, 32usize);
     let mut s = Array::<f32>::new(comptime!((4 * tiles) as usize));
     #[unroll]
     for i in 0..tiles {
-        let upper = row_words(k_words, closed * pi + PRODUCT_ROWS * i + g, kv);
-        let lower = row_words(k_words, closed * pi + PRODUCT_ROWS * i + g + 8, kv);
+        let rows = product_rows(k_words, pair.first * pi, pair.second * pi, PRODUCT_ROWS * i + g, kv, paired);
         let mut dots = Array::<Dots>::new(2usize);
         dots[0] = Dots::new(0i32);
         dots[1] = Dots::new(0i32);
         #[unroll]
         for step in 0..steps {
-            let a = row_pair_operand(&upper, &lower, step, t, geo.key_bits);
+            let a = pair_operand(&rows, step, t, kv, geo.key_bits, paired);
+            let codes = column_operand(&query.codes, 0u32, step, side, paired);
             let mut b = Array::<QueryCodes>::new(2usize);
-            b[0] = QueryCodes::reinterpret(query.codes[comptime!(2 * step) as usize]);
-            b[1] = QueryCodes::reinterpret(query.codes[comptime!(2 * step + 1) as usize]);
+            b[0] = QueryCodes::reinterpret(codes[0]);
+            b[1] = QueryCodes::reinterpret(codes[1]);
             product.execute_inplace(&a, &b, &mut dots);
         }
         #[unroll]
         for r in 0..2u32 {
-            let seen = first_slot + PRODUCT_ROWS * i + g + 8 * r >= visible_from;
+            let seen = pair.live && pair.first_slot + PRODUCT_ROWS * i + g + 8 * r >= visible_from;
             #[unroll]
             for e in 0..2u32 {
                 let dot = f32::cast_from(dots[r as usize][e as usize]);
@@ -243,36 +288,38 @@ pub(super) fn block_weights(
     weights
 }
 
-/// Adds block `closed`'s outputs to the lane's running ones (already rescaled): `acc[4c + 2r +
-/// e]` for channel `16c + g + 8r`, head `2t + e`.
+/// Adds `pair`'s outputs to the lane's running ones (already rescaled): `acc[4c + 2r + e]` for
+/// channel `16c + g + 8r`, column `2t + e`.
+#[allow(clippy::too_many_arguments)]
 #[cube]
 pub(super) fn block_outputs(
     v_words: &Array<Words>,
     weights: &BlockWeights,
     acc: &mut Array<f32>,
-    closed: u32,
+    pair: &BlockPair,
+    side: u32,
     g: u32,
     t: u32,
     #[comptime] geo: ChannelMmaGeometry,
 ) {
-    let (d, vv) = comptime!((geo.head_dim, geo.value_vectors()));
-    let steps = comptime!(geo.partition / PRODUCT_DEPTH);
+    let (d, vv, paired) = comptime!((geo.head_dim, geo.value_vectors(), geo.paired()));
+    let steps = comptime!(geo.partition / geo.step_depth());
     let halves = comptime!(geo.partition / HALF);
     let product = MmaDefinition::<u8, u8, i32>::new(16usize, 8usize, 32usize);
     #[unroll]
     for c in 0..comptime!(d / PRODUCT_ROWS) {
         let vg = comptime!(PRODUCT_ROWS * c / geo.value_group);
-        let upper = row_words(v_words, closed * d + PRODUCT_ROWS * c + g, vv);
-        let lower = row_words(v_words, closed * d + PRODUCT_ROWS * c + g + 8, vv);
+        let rows = product_rows(v_words, pair.first * d, pair.second * d, PRODUCT_ROWS * c + g, vv, paired);
         let mut dots = Array::<Dots>::new(2usize);
         dots[0] = Dots::new(0i32);
         dots[1] = Dots::new(0i32);
         #[unroll]
         for step in 0..steps {
-            let a = row_pair_operand(&upper, &lower, step, t, geo.value_bits);
+            let a = pair_operand(&rows, step, t, vv, geo.value_bits, paired);
+            let codes = column_operand(&weights.codes, comptime!(vg * halves), step, side, paired);
             let mut b = Array::<Codes>::new(2usize);
-            b[0] = Codes::reinterpret(weights.codes[comptime!((vg * halves + 2 * step) as usize)]);
-            b[1] = Codes::reinterpret(weights.codes[comptime!((vg * halves + 2 * step + 1) as usize)]);
+            b[0] = Codes::reinterpret(codes[0]);
+            b[1] = Codes::reinterpret(codes[1]);
             product.execute_inplace(&a, &b, &mut dots);
         }
         #[unroll]

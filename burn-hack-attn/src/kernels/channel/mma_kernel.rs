@@ -35,6 +35,18 @@
 //! lane-local. The second operands are per head `g` (the lane's column), so the lane quantizes
 //! head `g`'s query over its channels and head `g`'s weights over its slots; the numerators reach
 //! it through the warp's shared tile (`[8 heads × Π]`), and the heads' scales through shuffles.
+//!
+//! **Two blocks a product** where a KV head has at most 4 query heads
+//! ([`ChannelMmaGeometry::paired`]; Llama's and SmolLM2's GQA): with one block a product, half the
+//! columns are padding, and so are half the lanes' query and weight quantizations and half their
+//! scores' softmax. Instead a warp takes its blocks two at a time, side by side in the depth: a
+//! 32-deep product holds 16 channels (scores) or 16 slots (outputs) of each, and columns `4s ..
+//! 4s + 4` are block `s`'s heads, their second operand zero in the other block's half, so each
+//! column sums over its own block only. Quad `g` quantizes head `g mod 4` of block `g / 4`;
+//! lanes `t < 2` hold the pair's first block's scores and running outputs, lanes `t ≥ 2` the
+//! second's, so the even and odd blocks of a warp's run keep separate running softmaxes, joined
+//! over the lanes `t`, `t ± 2` at the end. The products and their operand loads are the same per
+//! block; the work outside them halves.
 
 use burn_kvcompress::kernels::{first_visible_slot, masked_score, warp_mma::WARP, SplitOut};
 use cubecl::prelude::*;
@@ -44,8 +56,8 @@ use crate::kernels::warp_codes::VISIBLE_FLOOR;
 use super::{
     float_slots::FloatSlotRows,
     float_warp::float_warp,
-    mma_block::{block_outputs, block_query, block_scores, block_softmax, block_weights},
-    mma_operands::{position, Words, HALF, PRODUCT_COLUMNS, PRODUCT_ROWS},
+    mma_block::{block_outputs, block_pair, block_query, block_scores, block_softmax, block_weights},
+    mma_operands::{position, Words, HALF, PRODUCT_COLUMNS, PRODUCT_DEPTH, PRODUCT_ROWS},
 };
 
 /// Shapes fixed at compile time.
@@ -71,6 +83,29 @@ impl ChannelMmaGeometry {
     /// Units per cube.
     pub fn units(&self) -> u32 {
         self.warps * WARP
+    }
+
+    /// Whether a product step takes two blocks side by side: where the query heads fill at most
+    /// half the products' columns, columns `4s .. 4s + 4` serve block `s` of a pair and each
+    /// 32-deep product takes 16 channels (or slots) of each block. Every lane then quantizes and
+    /// scores for a real head instead of half of them for padding, which halves a block's
+    /// per-lane work outside the products.
+    pub fn paired(&self) -> bool {
+        self.group <= PRODUCT_COLUMNS / 2
+    }
+
+    /// Blocks a warp takes per step of its run (2 where [`Self::paired`]).
+    pub fn blocks_per_step(&self) -> u32 {
+        if self.paired() {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// Channels (or slots) of one block in a product's depth.
+    pub fn step_depth(&self) -> u32 {
+        PRODUCT_DEPTH / self.blocks_per_step()
     }
 
     /// Load vectors (four words) of a slot's key row.
@@ -197,6 +232,8 @@ struct BlockRun {
 }
 
 /// Attention of the calling warp over its run of closed blocks; writes its split of `target`.
+/// Paired ([`ChannelMmaGeometry::paired`]), lanes `t < 2` hold the run's even blocks' running
+/// outputs and lanes `t ≥ 2` its odd blocks', for the same heads, joined at the end.
 #[allow(clippy::too_many_arguments)]
 #[cube]
 fn block_warp(
@@ -213,22 +250,26 @@ fn block_warp(
     out_sum: &mut Array<f32>,
     #[comptime] geo: ChannelMmaGeometry,
 ) {
-    let (group, d, pi) = comptime!((geo.group, geo.head_dim, geo.partition));
+    let (group, d, pi, per) = comptime!((geo.group, geo.head_dim, geo.partition, geo.blocks_per_step()));
     let lane = UNIT_POS % WARP;
     let (g, t) = (lane / 4, lane % 4);
+    // The pair's block of the lane's operand column and its head; the block of its result columns.
+    let side = g / comptime!(PRODUCT_COLUMNS / per);
+    let column_head = g % comptime!(PRODUCT_COLUMNS / per);
+    let result_side = t / comptime!(4 / per);
     let stream = CUBE_POS_Y;
     let tile_base = (UNIT_POS / WARP) * comptime!(PRODUCT_COLUMNS * pi);
 
-    // Head g's query at the lane's channels (zero for the padding columns).
+    // The query of the lane's column head at the lane's channels (zero for the padding columns).
     let mut own_q = Array::<f32>::new(comptime!((d / 4) as usize));
-    let head = u32::min(g, comptime!(group - 1));
+    let head = u32::min(column_head, comptime!(group - 1));
     #[unroll]
     for h in 0..comptime!(d / HALF) {
         #[unroll]
         for b in 0..4u32 {
             let channel = HALF * h + position(t, b, geo.key_bits);
             let x = q[((stream * group + head) * d + channel) as usize];
-            own_q[comptime!((4 * h + b) as usize)] = select(g < group, x, 0.0);
+            own_q[comptime!((4 * h + b) as usize)] = select(column_head < group, x, 0.0);
         }
     }
     let mut acc = Array::<f32>::new(comptime!((d / 4) as usize));
@@ -244,11 +285,12 @@ fn block_warp(
         mass[e as usize] = 0.0;
     }
 
-    for block in run.first..run.end {
-        let closed = stream * run.blocks + block;
-        let query = block_query(&own_q, k_params, closed, run.scale, t, geo);
-        let first_slot = run.sinks + block * pi;
-        let mut s = block_scores(k_words, &query, closed, first_slot, run.visible_from, g, t, geo);
+    let steps = (run.end - run.first).div_ceil(per);
+    for step in 0..steps {
+        let block = run.first + per * step;
+        let pair = block_pair(stream * run.blocks, block, run.end, run.sinks, side, result_side, geo);
+        let query = block_query(&own_q, k_params, pair.own, run.scale, t, geo);
+        let mut s = block_scores(k_words, &query, &pair, run.visible_from, side, g, t, geo);
         let numerators = block_softmax(&mut s, geo);
         // Join the block under the larger max: `keep` rescales the running outputs and mass,
         // `join` weighs the block's (folded into its weight factors).
@@ -269,7 +311,7 @@ fn block_warp(
                 }
             }
         }
-        // The numerators to head g's lanes through the warp's tile.
+        // The numerators to column g's lanes through the warp's tile.
         #[unroll]
         for i in 0..comptime!(pi / PRODUCT_ROWS) {
             #[unroll]
@@ -289,12 +331,15 @@ fn block_warp(
             for b in 0..4u32 {
                 let slot = HALF * h + position(t, b, geo.value_bits);
                 let p = tile[(tile_base + g * pi + slot) as usize];
-                own_p[comptime!((4 * h + b) as usize)] = select(g < group, p, 0.0);
+                own_p[comptime!((4 * h + b) as usize)] = select(column_head < group, p, 0.0);
             }
         }
         sync_plane();
-        let weights = block_weights(&own_p, v_params, closed, &join, t, geo);
-        block_outputs(v_words, &weights, &mut acc, closed, g, t, geo);
+        let weights = block_weights(&own_p, v_params, pair.own, &join, t, geo);
+        block_outputs(v_words, &weights, &mut acc, &pair, side, g, t, geo);
+    }
+    if comptime!(geo.paired()) {
+        join_sides(&mut acc, &mut top, &mut mass, geo);
     }
 
     #[unroll]
@@ -303,6 +348,7 @@ fn block_warp(
         for r in 0..2u32 {
             #[unroll]
             for e in 0..2u32 {
+                // Paired, heads `2t + e` of lanes `t ≥ 2` are at least 4, past the group.
                 let head = 2 * t + e;
                 if head < group {
                     let channel = PRODUCT_ROWS * c + g + 8 * r;
@@ -317,6 +363,30 @@ fn block_warp(
             let head = 2 * t + e;
             if head < group {
                 target.write_stats(out_max, out_sum, head, top[e as usize], mass[e as usize]);
+            }
+        }
+    }
+}
+
+/// Paired, joins the running outputs, max and mass of lanes `t` and `t ± 2` (the even and odd
+/// blocks' of the same heads) under their larger max, in both lanes.
+#[cube]
+fn join_sides(acc: &mut Array<f32>, top: &mut Array<f32>, mass: &mut Array<f32>, #[comptime] geo: ChannelMmaGeometry) {
+    #[unroll]
+    for e in 0..2u32 {
+        let other_top = plane_shuffle_xor(top[e as usize], 2);
+        let other_mass = plane_shuffle_xor(mass[e as usize], 2);
+        let m = f32::max(top[e as usize], other_top);
+        let own = select(top[e as usize] > VISIBLE_FLOOR, f32::exp(top[e as usize] - m), 0.0);
+        let other = select(other_top > VISIBLE_FLOOR, f32::exp(other_top - m), 0.0);
+        mass[e as usize] = mass[e as usize] * own + other_mass * other;
+        top[e as usize] = m;
+        #[unroll]
+        for c in 0..comptime!(geo.head_dim / PRODUCT_ROWS) {
+            #[unroll]
+            for r in 0..2u32 {
+                let at = comptime!((4 * c + 2 * r + e) as usize);
+                acc[at] = acc[at] * own + plane_shuffle_xor(acc[at], 2) * other;
             }
         }
     }

@@ -33,7 +33,10 @@ use super::{
 /// [`UNBOUNDED_LANE_REGISTERS`], so an SM holds 8 of its warps at any count up to 8. At 32K batch
 /// 8 on an H200 (`results/hack-decode-channel-h200.md`): 4 warps, kernel 191 µs and merge 13 µs
 /// (5 times the splits); 8 warps, 213 and 5; 16 warps (bound 128 registers, spills), 214 and 7:
-/// steps within the spread between calls. 8 keeps every register with few splits to merge.
+/// steps within the spread between calls. 8 keeps every register with few splits to merge. With
+/// two blocks a product step (`ChannelMmaGeometry::paired`), a build that read the queries from
+/// shared memory: pipelined steps of 180, 196 and 187 µs at 8, 12 and 16 warps
+/// (`results/hack-decode-channel-h200.md`).
 const WARPS: u32 = 8;
 /// Registers a lane of the kernel takes without a launch bound (246 at hack2's shapes on CUDA).
 const UNBOUNDED_LANE_REGISTERS: u32 = 246;
@@ -114,7 +117,8 @@ pub fn channel_mma_decode_launch<R: CubeRuntime, BT: BoolElement>(
         geo.warps,
         geo.shared_bytes(),
         Some(registers),
-        1,
+        // Paired, a warp's run is whole pairs (but for a stream's last).
+        geo.blocks_per_step() as usize,
         (streams, blocks),
         client.properties(),
     );
@@ -130,7 +134,7 @@ pub fn channel_mma_decode_launch<R: CubeRuntime, BT: BoolElement>(
     // (`slot < Π`) of `key_vectors` 16-byte vectors, `[streams · blocks · Π, head_dim · key_bits /
     // 32]` words; key metadata `(stream · blocks + b) · d + j`; value rows `(stream · blocks + b) ·
     // d + j` of `value_vectors` vectors; value metadata `((stream · blocks + b) · Π + slot) ·
-    // groups + vg` (the tensors' own shapes, contiguous); queries of head `min(g, group − 1)` of
+    // groups + vg` (the tensors' own shapes, contiguous); queries of head `min(h, group − 1)` (`h` the lane's column head) of
     // its stream; its own `[8 × Π]` part of the shared tile. The last cube's warps read float
     // slots `i < sinks + tail` of their stream, a sink's row only for `i < sinks` and a tail
     // row's otherwise (branches; row `stream · rows + i` of a buffer of `streams · rows` rows, `i`

@@ -45,16 +45,33 @@ pub(super) fn position(t: u32, #[comptime] b: u32, #[comptime] bits: u32) -> u32
     }
 }
 
-/// The row of `4 · vectors` packed words at vector `row · vectors` of `words`.
+/// The lane's rows of a product's first operand: rows `row` and `row + 8` of block `first`'s
+/// rows, then (`paired`) the same rows of block `second`'s, each `4 · vectors` packed words from
+/// vector `row · vectors` of `words` (`first` and `second` are the blocks' first rows).
 #[cube]
-pub(super) fn row_words(words: &Array<Words>, row: u32, #[comptime] vectors: u32) -> Array<u32> {
-    let mut out = Array::<u32>::new(comptime!((4 * vectors) as usize));
+pub(super) fn product_rows(
+    words: &Array<Words>,
+    first: u32,
+    second: u32,
+    row: u32,
+    #[comptime] vectors: u32,
+    #[comptime] paired: bool,
+) -> Array<u32> {
+    let blocks = comptime!(if paired { 2u32 } else { 1u32 });
+    let mut out = Array::<u32>::new(comptime!((blocks * 8 * vectors) as usize));
     #[unroll]
-    for v in 0..vectors {
-        let four = words[(row * vectors + v) as usize];
+    for block in 0..blocks {
+        let base = select(block == 0u32, first, second);
         #[unroll]
-        for w in 0..4u32 {
-            out[(4 * v + w) as usize] = four[w as usize];
+        for r in 0..2u32 {
+            #[unroll]
+            for v in 0..vectors {
+                let four = words[((base + row + 8 * r) * vectors + v) as usize];
+                #[unroll]
+                for w in 0..4u32 {
+                    out[comptime!((((2 * block + r) * vectors + v) * 4 + w) as usize)] = four[w as usize];
+                }
+            }
         }
     }
     out
@@ -97,21 +114,51 @@ pub(super) fn heads_of_lane(v: f32, t: u32) -> Array<f32> {
     out
 }
 
-/// Lane `4g + t`'s first operand of k-step `step` of a product whose rows `g` and `g + 8` are
-/// `upper` and `lower` (rows of packed `bits`-bit codes): registers `r` for row `g + 8 (r mod
-/// 2)`, depth half `r / 2`.
+/// Lane `4g + t`'s first operand of k-step `step` of a product over `rows` ([`product_rows`] of
+/// `vectors` vectors a row): registers `r` for row `g + 8 (r mod 2)`, depth half `r / 2`. A half
+/// is 16 codes of the rows: `paired`, half `h` is codes `16 · step ..` of block `h`'s rows (the
+/// two blocks side by side in the depth); otherwise codes `32 · step + 16h ..` of the one block's.
 #[cube]
-pub(super) fn row_pair_operand(
-    upper: &Array<u32>,
-    lower: &Array<u32>,
+pub(super) fn pair_operand(
+    rows: &Array<u32>,
     #[comptime] step: u32,
     t: u32,
+    #[comptime] vectors: u32,
     #[comptime] bits: u32,
+    #[comptime] paired: bool,
 ) -> Array<Codes> {
+    // 16-code chunks of a row.
+    let chunks = comptime!(8 * vectors / bits);
     let mut a = Array::<Codes>::new(4usize);
-    a[0] = lifted_half(upper, comptime!(2 * step), t, bits);
-    a[1] = lifted_half(lower, comptime!(2 * step), t, bits);
-    a[2] = lifted_half(upper, comptime!(2 * step + 1), t, bits);
-    a[3] = lifted_half(lower, comptime!(2 * step + 1), t, bits);
+    #[unroll]
+    for reg in 0..4u32 {
+        let row = comptime!(if paired { reg } else { reg % 2 });
+        let chunk = comptime!(if paired { step } else { 2 * step + reg / 2 });
+        a[reg as usize] = lifted_half(rows, comptime!(row * chunks + chunk), t, bits);
+    }
     a
+}
+
+/// Lane `4g + t`'s second operand of k-step `step` from its column's 16-code registers `codes`
+/// (from register `first`): `paired`, the register of chunk `step` in the half of the lane's block
+/// `side` and zeros in the other (the column sees only its own block's half of the depth);
+/// otherwise chunks `2 · step` and `2 · step + 1`.
+#[cube]
+pub(super) fn column_operand(
+    codes: &Array<u32>,
+    #[comptime] first: u32,
+    #[comptime] step: u32,
+    side: u32,
+    #[comptime] paired: bool,
+) -> Array<u32> {
+    let mut b = Array::<u32>::new(2usize);
+    if comptime!(paired) {
+        let own = codes[comptime!((first + step) as usize)];
+        b[0] = select(side == 0u32, own, 0u32);
+        b[1] = select(side == 1u32, own, 0u32);
+    } else {
+        b[0] = codes[comptime!((first + 2 * step) as usize)];
+        b[1] = codes[comptime!((first + 2 * step + 1) as usize)];
+    }
+    b
 }
