@@ -24,10 +24,11 @@
 //! Poisson process): then they are prefilled and transferred in arrival order while earlier ones
 //! decode, and decoded `--max-batch` at a time (continuous batching: a request joins the running
 //! batch once its cache is in and fits the `--kv-budget-gb`, and leaves when done; 1 by default),
-//! so a rate above what decoding sustains makes a queue. `--check` also verifies that the
-//! received KV hashes equal a local prefill's and that the tokens equal a single-process run with
-//! the same scheme and seed; `--json FILE` writes the requests' records, with when the first and
-//! the last layer and the logits arrived and every gap between tokens.
+//! so a rate above what decoding sustains makes a queue; `--concurrency N` keeps up to N of them
+//! at the servers at once. `--check` also verifies that each request's received KV hashes like a
+//! local prefill's and that its tokens equal a single-process run with the same scheme and seed;
+//! `--json FILE` writes the requests' records, with when the first and the last layer and the
+//! logits arrived and every gap between tokens.
 //!
 //! `sweep` runs the demo for each scheme at each link rate (and request rate) and writes the
 //! records, a table of means (the job completion time split into queueing, prefill and transfer
@@ -40,6 +41,7 @@
 
 mod base;
 mod measurements;
+mod memory;
 mod serve;
 mod spawn;
 mod stats;
@@ -230,6 +232,12 @@ struct RunArgs {
     /// step decodes each request of the batch at its own length). 1: one at a time.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     max_batch: u16,
+    /// With `--request-rate`: the most requests outstanding at the prefill servers at once
+    /// (arrived or waiting to, their caches not yet handed to decoding), each submitted once it
+    /// has arrived. 1: a request is submitted once the one before it is in. Above 1 their
+    /// transfers share the wire, so each request's wire bytes in the records are the run's mean.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    concurrency: u16,
     /// With `--request-rate`: the decode side's KV memory budget, GB (1e9 bytes). A request is
     /// sized at arrival (its cache at prompt plus new tokens, in its scheme's format) and joins
     /// the batch in arrival order once it fits in what the running requests leave (no
@@ -270,7 +278,9 @@ struct RunArgs {
     /// `--kv-budget-gb` of them at once (layers past that land in pageable memory).
     #[arg(long)]
     pageable_receive: bool,
-    /// Also check KV hashes against a local prefill and tokens against a single-process run.
+    /// Also check each request's KV hash (of the caches it was decoded from, as received) against
+    /// a local prefill's and its tokens against a single-process run; a difference fails the run.
+    /// The hashing is timed with the request's first token.
     #[arg(long)]
     check: bool,
     /// Stream each request's generated text to stdout as tokens are decoded.
@@ -461,7 +471,9 @@ fn decode<B: KernelBackend>(device: B::Device, args: &DecodeArgs) -> anyhow::Res
         };
         records.extend(run_job(&base, &prepared, &job, &device)?);
     }
-    args.run.json.as_deref().map_or(Ok(()), |path| write_records(path, &records))
+    args.run.json.as_deref().map_or(Ok(()), |path| write_records(path, &records))?;
+    memory::report_peak_rss();
+    Ok(())
 }
 
 /// Every pair of `args` against spawned servers (one model load in each process): the records,

@@ -42,6 +42,9 @@ pub struct Row {
     pub reserved_bytes: Option<usize>,
     /// The new tokens.
     pub tokens: Vec<u32>,
+    /// With `--check`: the SHA-256 of the caches it was decoded from, as received (each layer's
+    /// state exported and serialized).
+    pub kv_hash: Option<[u8; 32]>,
     /// With `--check`: whether its received KV hashed like a local prefill's, and whether its
     /// tokens equal a single-process run's.
     pub check: Option<(bool, bool)>,

@@ -10,6 +10,8 @@ use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
+use crate::memory::{peak_rss_bytes, rss_bytes};
+
 /// The line a server prints once its stats port listens: `stats on ADDR`.
 pub const STATS_ON: &str = "stats on ";
 
@@ -39,20 +41,12 @@ fn pair_json(pair: &PairServer) -> Value {
     })
 }
 
-/// A field of `/proc/self/status` in bytes (`VmRSS`, `VmHWM`), where there is one (Linux).
-fn proc_status_bytes(field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?;
-    let kib: u64 = line.trim().strip_suffix("kB")?.trim().parse().ok()?;
-    Some(kib * 1024)
-}
-
 /// Every pair's counters and the process's resident memory, as one line of JSON.
 pub fn stats_line(pairs: &[PairServer]) -> String {
     let value = json!({
         "pairs": pairs.iter().map(pair_json).collect::<Vec<_>>(),
-        "rss_bytes": proc_status_bytes("VmRSS"),
-        "peak_rss_bytes": proc_status_bytes("VmHWM"),
+        "rss_bytes": rss_bytes(),
+        "peak_rss_bytes": peak_rss_bytes(),
     });
     value.to_string()
 }

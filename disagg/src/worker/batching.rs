@@ -14,12 +14,14 @@ use burn_kvcompress::{
 };
 use burn_kvtransfer::decode::{Importing, ReceivedStates};
 
+use super::fetching::fetch_arrivals;
 use super::{host_logits, Decoding, Fetched, Fetcher, JobContext};
 use crate::{measurements::Row, RunArgs};
 
 /// Runs `requests`, request `i` arriving `arrivals[i]` after the first: a thread pulls their
-/// layer states into host memory in arrival order (each submitted once it has arrived and the
-/// one before it is in) while this one imports and decodes those that are in. Up to `max_batch`
+/// layer states into host memory in arrival order (each submitted once it has arrived and fewer
+/// than the policy's `in_flight` before it are still outstanding; [`fetch_arrivals`]) while this
+/// one imports and decodes those that are in. Up to `max_batch`
 /// decode together (continuous batching): a request joins the running batch when its states are
 /// in and there is room, in arrival order, and leaves when it has its tokens; each step decodes
 /// every request of the batch, each at its own length ([`RaggedBatch`]). With 1, one at a time
@@ -40,18 +42,8 @@ where
     std::thread::scope(|scope| {
         let (sender, receiver) = mpsc::channel();
         let start = Instant::now();
-        scope.spawn(move || {
-            for ((_, tokens), &offset) in requests.iter().zip(arrivals) {
-                let arrived = start + offset;
-                std::thread::sleep(arrived.saturating_duration_since(Instant::now()));
-                let fetched = puller.timed(tokens, arrived, |t| puller.fetch_states(t));
-                let failed = fetched.is_err();
-                // The decoding side hung up (it failed): stop fetching.
-                if sender.send(fetched).is_err() || failed {
-                    break;
-                }
-            }
-        });
+        let in_flight = policy.in_flight;
+        scope.spawn(move || fetch_arrivals(*puller, requests, arrivals, start, in_flight, sender));
         let Fetcher { scheme, device, .. } = cx.fetcher;
         let mut batch = RaggedBatch::new(cx.model.config().num_layers);
         // Requests whose states are in, waiting for admission in arrival order, each with the
@@ -135,6 +127,7 @@ pub(super) fn batch_policy(run: &RunArgs) -> BatchPolicy {
         max_batch: run.max_batch.into(),
         kv_budget: run.kv_budget_bytes(),
         import_per_step: run.import_bytes_per_step(),
+        in_flight: run.concurrency.into(),
     }
 }
 
@@ -147,6 +140,8 @@ pub(super) struct BatchPolicy {
     /// The most bytes of a joining request's states imported between two steps of the running
     /// batch (at least one layer a step).
     import_per_step: usize,
+    /// The most requests outstanding at the prefill servers at once.
+    pub(super) in_flight: usize,
 }
 
 /// A request joining the batch: its states being imported a few layers between steps (each

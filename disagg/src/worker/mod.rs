@@ -19,7 +19,7 @@ use burn_kvcompress::{
     tokenizer::{chatml_prompt, ChatMessage, Role, TokenStream, Tokenizer},
 };
 use burn_kvtransfer::{
-    decode::{fetch, fetch_states, Received, ReceivedStates},
+    decode::{fetch, Received},
     protocol::{ClientConfig, PrefillClient, PrefillPool},
     state_codec::encode_state,
     transport::tcp::TcpConnector,
@@ -34,6 +34,7 @@ use kvcompress_cli::{
 use sha2::{Digest, Sha256};
 
 mod batching;
+mod fetching;
 
 use crate::{
     measurements::{print_table, Row},
@@ -79,7 +80,9 @@ pub fn run_job<B: KernelBackend>(
 }
 
 /// The prefill servers of a job and the runtime their connections run on: what the fetching
-/// thread of a job at a request rate borrows (it does no work on the device).
+/// thread of a job at a request rate borrows (it receives layer states into host memory and does
+/// no work on the device, so that the thread that decodes imports them: CubeCL backends run each
+/// thread's work on a stream of its own).
 #[derive(Clone, Copy)]
 struct Puller<'a> {
     rt: &'a tokio::runtime::Runtime,
@@ -139,14 +142,6 @@ where
 }
 
 impl Puller<'_> {
-    /// `tokens`' layer states pulled from the pool, in host memory (no work on the device, so
-    /// that the thread that decodes imports them: CubeCL backends run each thread's work on a
-    /// stream of its own).
-    fn fetch_states(&self, tokens: &[u32]) -> anyhow::Result<ReceivedStates> {
-        let fetched = self.rt.block_on(fetch_states(self.pool, tokens, self.pool.clients().len()));
-        fetched.with_context(|| self.failed_fetch(tokens))
-    }
-
     /// What failed when fetching `tokens`' KV cache failed (the transfer error is its cause).
     fn failed_fetch(&self, tokens: &[u32]) -> String {
         let servers = self.pool.clients().len();
@@ -175,6 +170,8 @@ struct JobContext<'a, B: Backend, S> {
     fetcher: Fetcher<'a, B, S>,
     model: &'a CausalLm<B>,
     options: GenerateOptions,
+    /// Whether each request's received caches are hashed ([`kv_hash`]) for `--check`.
+    check: bool,
 }
 
 fn decode_scheme<B: Backend, S>(
@@ -254,7 +251,7 @@ where
         sampling: SamplingConfig { temperature: job.run.temperature, top_p: 0.9, seed: job.run.seed },
     };
     let fetcher = Fetcher { puller: Puller { rt, pool }, scheme, device };
-    let context = JobContext { fetcher, model, options };
+    let context = JobContext { fetcher, model, options, check: job.run.check };
     let requests = requests(job.run, tokenizer, model.config().vocab_size)?;
     let mut one_per_length: Vec<&[u32]> = Vec::new();
     for (_, tokens) in &requests {
@@ -283,17 +280,39 @@ where
         None => run_one_at_a_time(&context, &requests, tokenizer.filter(|_| job.run.show_text))?,
         Some(rate) => {
             let arrivals = job.arrivals.times(rate, requests.len());
-            run_at_rate(&context, &requests, &arrivals, &policy)?
+            let before = pool.wire_bytes();
+            let mut rows = run_at_rate(&context, &requests, &arrivals, &policy)?;
+            if policy.in_flight > 1 {
+                // Requests outstanding together share the wire: each gets the run's mean.
+                let after = pool.wire_bytes();
+                spread_wire_bytes(&mut rows, (after.0 - before.0) + (after.1 - before.1));
+            }
+            rows
         }
     };
     for (row, check) in rows.iter_mut().zip(checks) {
-        row.check = check.map(|(kv_ok, reference)| (kv_ok, reference == row.tokens));
+        row.check = check.map(|(local_hash, reference)| (row.kv_hash == Some(local_hash), reference == row.tokens));
     }
     print_table(&scheme.name(), job, &rows);
     if rows.iter().any(|r| r.check.is_some_and(|(kv, tokens)| !(kv && tokens))) {
         bail!("a disaggregated run differs from the single-process run");
     }
     Ok(rows.iter().map(|r| r.record(job)).collect())
+}
+
+/// Sets each of `rows`' wire bytes to its share of `total`, the bytes the run of them moved.
+fn spread_wire_bytes(rows: &mut [Row], total: u64) {
+    let n = rows.len();
+    for (row, share) in rows.iter_mut().zip(shares(total, n)) {
+        row.wire_bytes = share;
+    }
+}
+
+/// `total` split into `n` shares that differ by at most 1 and add up to it (the first take the
+/// remainder).
+fn shares(total: u64, n: usize) -> impl Iterator<Item = u64> {
+    let n = n.max(1) as u64;
+    (0..n).map(move |i| total / n + u64::from(i < total % n))
 }
 
 /// Runs `requests` one at a time, each arriving when the previous one has finished (printing
@@ -394,6 +413,7 @@ where
             peak_batch: 1,
             reserved_bytes: None,
             tokens: Vec::new(),
+            kv_hash: self.check.then(|| kv_hash(&received.caches)),
             check: None,
         };
         // The sampler a batch of one seeds (`generation::decode_batch`'s row 0).
@@ -450,21 +470,19 @@ fn requests(run: &RunArgs, tokenizer: Option<&Tokenizer>, vocab: usize) -> anyho
         .collect()
 }
 
-/// Fetches the request once more only to hash its KV, and runs it in this process: returns
-/// whether the received KV hashes equal a local prefill's, and the single-process tokens.
-fn check_request<B: Backend, S>(cx: &JobContext<B, S>, tokens: &[u32]) -> anyhow::Result<(bool, Vec<u32>)>
+/// Runs the request in this process: returns the KV hash of a local prefill ([`kv_hash`]), for
+/// the hash of the caches the run received, and the single-process tokens.
+fn check_request<B: Backend, S>(cx: &JobContext<B, S>, tokens: &[u32]) -> anyhow::Result<([u8; 32], Vec<u32>)>
 where
     S: TransferableScheme<B>,
     S::Cache: TransferableCache<B>,
 {
     let fetcher = &cx.fetcher;
-    let received = fetcher.fetch(tokens)?;
     let mut local = cx.model.new_cache(fetcher.scheme, 1, fetcher.device);
     cx.model.prefill_padded(&[tokens.to_vec()], &mut local, 0)?;
-    let kv_ok = kv_hash(&received.caches) == kv_hash(&local);
     let mut caches = cx.model.new_cache(fetcher.scheme, 1, fetcher.device);
     let reference = generate(cx.model, &mut caches, tokens, &cx.options, |_| {})?;
-    Ok((kv_ok, reference.tokens.into_iter().next().unwrap_or_default()))
+    Ok((kv_hash(&local), reference.tokens.into_iter().next().unwrap_or_default()))
 }
 
 /// SHA-256 over every layer's serialized state.
@@ -474,4 +492,17 @@ fn kv_hash<B: Backend, C: TransferableCache<B>>(caches: &LayerCaches<C>) -> [u8;
         hasher.update(encode_state(&layer.export_state()));
     }
     hasher.finalize().into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shares;
+
+    #[test]
+    fn shares_of_the_wire_add_up_and_differ_by_at_most_one() {
+        assert_eq!(shares(10, 4).collect::<Vec<_>>(), [3, 3, 2, 2]);
+        assert_eq!(shares(8, 4).collect::<Vec<_>>(), [2; 4]);
+        assert_eq!(shares(3, 5).collect::<Vec<_>>(), [1, 1, 1, 0, 0]);
+        assert_eq!(shares(7, 0).collect::<Vec<_>>(), [7]);
+    }
 }
