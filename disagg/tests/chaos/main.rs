@@ -5,6 +5,8 @@
 //! timeout ([`stalled_link`]); bytes are corrupted on the wire ([`corrupt_wire`]). Each case
 //! checks the exact error or the recovery, that no token is printed or recorded from a broken
 //! transfer, and that the server's held requests and the bytes of their layers return to idle.
+//! The same processes also carry a load ([`load`]): 256 requests outstanding together, every
+//! one's KV and tokens checked, each process's memory bounded.
 //!
 //! The link's faults come from a TCP proxy in this process ([`support::proxy`]) that reads the
 //! server's frame headers, so each fault hits the frame it names, not a byte offset that moves
@@ -15,4 +17,5 @@ mod support;
 mod corrupt_wire;
 mod killed_server;
 mod killed_worker;
+mod load;
 mod stalled_link;

@@ -30,6 +30,8 @@ pub struct Stats {
     pub live_bytes: u64,
     /// Bytes written to all connections.
     pub bytes_sent: u64,
+    /// The process's peak resident memory so far (its high-water mark).
+    pub peak_rss_bytes: u64,
 }
 
 impl Stats {
@@ -108,6 +110,7 @@ impl Server {
             expired: field("expired"),
             live_bytes: field("live_bytes"),
             bytes_sent: field("bytes_sent"),
+            peak_rss_bytes: value["peak_rss_bytes"].as_u64().unwrap_or_else(|| panic!("no peak RSS in {text}")),
         }
     }
 

@@ -47,6 +47,13 @@ impl Finished {
         after.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or_default()
     }
 
+    /// The peak resident memory the worker said on stderr when its run ended (`[peak RSS N
+    /// bytes]`).
+    pub fn peak_rss_bytes(&self) -> u64 {
+        let said = self.stderr.split("[peak RSS ").nth(1).and_then(|rest| rest.split(' ').next());
+        said.and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("no peak RSS on stderr:\n{}", self.stderr))
+    }
+
     /// The printed table's row of request `index`, split at spaces: request, prompt tokens,
     /// server, attempts, ..., tokens, KV check, token check.
     pub fn row(&self, index: usize) -> Vec<&str> {
@@ -92,6 +99,11 @@ impl Worker {
     /// What it printed on stderr so far.
     pub fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
+    }
+
+    /// Whether the process has ended (its output may still be coming).
+    pub fn exited(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_some()
     }
 
     /// SIGKILLs it and waits for it to exit.
