@@ -22,9 +22,9 @@ fn killed_at_first_block(server: &Server) -> Proxy {
 }
 
 /// The first server is killed mid-stream; the request is retried on the second. `--check`
-/// fetches the request first (the fetch that meets the kill) and checks that the retried KV
-/// hashes like a local prefill's, then that the request's tokens equal a single-process run's:
-/// the worker's table marks both `yes`.
+/// checks that the caches the request was decoded from (the retry's) hash like a local
+/// prefill's, and that its tokens equal a single-process run's: the worker's table marks both
+/// `yes`.
 #[test]
 fn a_server_killed_mid_stream_is_retried_on_another_and_decodes_the_right_tokens() {
     let (dying, healthy) = (Server::start(&[]), Server::start(&[]));
@@ -34,12 +34,12 @@ fn a_server_killed_mid_stream_is_retried_on_another_and_decodes_the_right_tokens
     assert!(dying.was_killed(), "the first server still runs: {:?}", dying.exited());
     let failed = format!("[prefill server 0 at tcp://{}: connection failed: {MID_FRAME}", proxy.addr);
     assert!(run.stderr.contains(&failed), "{}", run.stderr);
-    // Request 0: 160 prompt tokens, from server 1 at its first try (server 0 was out of the
-    // pool by then), 4 tokens, KV and tokens equal to the single-process run's.
+    // Request 0: 160 prompt tokens, from server 1 at its second try (the first met the kill on
+    // server 0), 4 tokens, KV and tokens equal to the single-process run's.
     let row = run.row(0);
-    assert_eq!((row[1], row[2], row[3], row[12], row[13], row[14]), ("160", "1", "1", "4", "yes", "yes"), "{row:?}");
+    assert_eq!((row[1], row[2], row[3], row[12], row[13], row[14]), ("160", "1", "2", "4", "yes", "yes"), "{row:?}");
     assert_eq!(run.records.as_ref().map(Vec::len), Some(1));
-    // The healthy server completed both fetches: nothing held, nothing expired.
+    // The healthy server completed the retried fetch: nothing held, nothing expired.
     let stats = healthy.wait_idle(std::time::Duration::from_secs(10));
     assert_eq!(stats.expired, 0, "{stats:?}");
 }
