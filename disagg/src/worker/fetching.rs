@@ -32,14 +32,10 @@ pub(super) fn fetch_arrivals(
         let arrived = start + offset;
         tokio::time::sleep_until(arrived.into()).await;
         let pool = puller.pool;
-        let before = pool.wire_bytes();
-        let submitted = Instant::now();
+        let start = puller.start_fetch();
         let received = fetch_states(pool, tokens, pool.clients().len()).await;
         let received = received.with_context(|| puller.failed_fetch(tokens))?;
-        let ready = Instant::now();
-        let after = pool.wire_bytes();
-        let wire_bytes = (after.0 - before.0) + (after.1 - before.1);
-        Ok(Fetched { received, prompt_tokens: tokens.len(), wire_bytes, arrived, submitted, ready })
+        Ok(puller.fetched(start, received, tokens, arrived))
     });
     puller.rt.block_on(async {
         let mut fetched = stream::iter(fetches).buffered(in_flight.max(1));

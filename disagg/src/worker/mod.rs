@@ -155,14 +155,34 @@ impl Puller<'_> {
         arrived: Instant,
         fetch: impl FnOnce(&[u32]) -> anyhow::Result<R>,
     ) -> anyhow::Result<Fetched<R>> {
-        let before = self.pool.wire_bytes();
-        let submitted = Instant::now();
+        let start = self.start_fetch();
         let received = fetch(tokens)?;
-        let ready = Instant::now();
-        let after = self.pool.wire_bytes();
-        let wire_bytes = (after.0 - before.0) + (after.1 - before.1);
-        Ok(Fetched { received, prompt_tokens: tokens.len(), wire_bytes, arrived, submitted, ready })
+        Ok(self.fetched(start, received, tokens, arrived))
     }
+
+    /// Bytes on the wire over all the pool's connections, both directions.
+    fn wire_bytes(&self) -> u64 {
+        let (sent, received) = self.pool.wire_bytes();
+        sent + received
+    }
+
+    /// A fetch submitted now.
+    fn start_fetch(&self) -> FetchStart {
+        FetchStart { wire_bytes: self.wire_bytes(), submitted: Instant::now() }
+    }
+
+    /// The request `tokens` (arrived at `arrived`, its fetch begun at `start`), `received` now.
+    fn fetched<R>(&self, start: FetchStart, received: R, tokens: &[u32], arrived: Instant) -> Fetched<R> {
+        let ready = Instant::now();
+        let wire_bytes = self.wire_bytes() - start.wire_bytes;
+        Fetched { received, prompt_tokens: tokens.len(), wire_bytes, arrived, submitted: start.submitted, ready }
+    }
+}
+
+/// Where a fetch began: the pool's wire bytes then, and when it was submitted.
+struct FetchStart {
+    wire_bytes: u64,
+    submitted: Instant,
 }
 
 /// What every request of a job shares.
@@ -280,12 +300,12 @@ where
         None => run_one_at_a_time(&context, &requests, tokenizer.filter(|_| job.run.show_text))?,
         Some(rate) => {
             let arrivals = job.arrivals.times(rate, requests.len());
-            let before = pool.wire_bytes();
+            let puller = context.fetcher.puller;
+            let before = puller.wire_bytes();
             let mut rows = run_at_rate(&context, &requests, &arrivals, &policy)?;
             if policy.in_flight > 1 {
                 // Requests outstanding together share the wire: each gets the run's mean.
-                let after = pool.wire_bytes();
-                spread_wire_bytes(&mut rows, (after.0 - before.0) + (after.1 - before.1));
+                spread_wire_bytes(&mut rows, puller.wire_bytes() - before);
             }
             rows
         }
