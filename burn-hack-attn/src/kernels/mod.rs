@@ -16,7 +16,7 @@
 //!
 //! Shared by them: the data the kernels produce and read (`codes`: [`Codes`], [`PackedRows`]),
 //! what a quantize call covers (`spec`: [`QuantizeSpec`], [`RowLayout`], [`key_group`],
-//! [`value_group`]), and the device helpers `cache_args`, `eight_bit`, `noise`, `params_word`,
+//! [`value_group`]), and the device helpers `cache_args`, `copy_barriers`, `eight_bit`, `noise`, `params_word`,
 //! `warp_codes`.
 
 pub mod attention;
@@ -24,6 +24,10 @@ pub mod attention;
 mod cache_args;
 pub mod channel;
 mod codes;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+// `#[cube]` expands the barriers' methods into undocumented helper items.
+#[allow(missing_docs)]
+mod copy_barriers;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod eight_bit;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]

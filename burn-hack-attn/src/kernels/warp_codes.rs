@@ -2,7 +2,8 @@
 //! `attention/mma_kernel.rs`, and the channel layout's, `channel/mma_kernel.rs`): reductions over a
 //! quad of lanes (`4g .. 4g + 4`, the lanes of one row of a warp product's fragments), the lift
 //! that turns a word of 2-bit codes into an operand register, the float-add rounding of 8-bit
-//! codes, and the floor that tells real scores from masked ones.
+//! codes, the floor that tells real scores from masked ones and the log-sum-exp join of two
+//! running softmaxes.
 
 use cubecl::prelude::*;
 
@@ -22,6 +23,26 @@ pub const ROUNDER_BITS: u32 = 0x4B00_0000;
 /// ([`masked_score`](burn_kvcompress::kernels::masked_score)): `exp(masked_score() −
 /// VISIBLE_FLOOR)` is 0 (its argument, about −2e38, is finite).
 pub const VISIBLE_FLOOR: f32 = -1.0e38;
+
+/// Two running softmaxes' log-sum-exp join: the larger max and the weights `exp(top − max)` that
+/// rescale what each side summed (0 for a side that has seen no visible score).
+#[derive(CubeType)]
+pub struct Join {
+    pub max: f32,
+    pub first: f32,
+    pub second: f32,
+}
+
+/// The [`Join`] of running maxima `first` and `second`.
+#[cube]
+pub fn join_tops(first: f32, second: f32) -> Join {
+    let max = f32::max(first, second);
+    Join {
+        max,
+        first: select(first > VISIBLE_FLOOR, f32::exp(first - max), 0.0),
+        second: select(second > VISIBLE_FLOOR, f32::exp(second - max), 0.0),
+    }
+}
 
 /// The calling lane's lift, `4^(3 − t)` for lane `4g + t`: it moves the lane's codes `t, 4 + t,
 /// 8 + t, 12 + t` of a word to the tops of their bytes.

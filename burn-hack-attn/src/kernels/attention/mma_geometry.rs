@@ -5,6 +5,7 @@
 use burn_kvcompress::kernels::warp_mma::WARP;
 
 use super::query_kernel::QueryShape;
+use crate::kernels::copy_barriers::CopyGroups;
 
 /// Rows of a warp product (query rows of the scores, channels of the outputs).
 pub const PRODUCT_ROWS: u32 = 16;
@@ -50,13 +51,9 @@ impl MmaGeometry {
 
     /// Groups of warps that wait for their staged blocks together, one pair of copy barriers
     /// each (`copy_barriers`): `COPY_GROUPS`, or fewer where the warps do not divide.
-    pub fn copy_groups(&self) -> u32 {
-        [COPY_GROUPS, 2, 1].into_iter().find(|&groups| self.warps.is_multiple_of(groups)).unwrap_or(1)
-    }
-
-    /// Units of a copy group.
-    pub fn copy_group_units(&self) -> u32 {
-        self.units() / self.copy_groups()
+    pub fn copy_groups(&self) -> CopyGroups {
+        let groups = [COPY_GROUPS, 2, 1].into_iter().find(|&groups| self.warps.is_multiple_of(groups)).unwrap_or(1);
+        CopyGroups { groups, units: self.units() / groups }
     }
 
     /// The group padded to a divisor of 8 or a multiple of 8, so that every lane of a product's
@@ -255,8 +252,11 @@ mod tests {
     fn copy_groups_divide_the_warps() {
         let groups =
             |warps| MmaGeometry { group: 4, head_dim: 128, key_group: 64, partition: 64, warps, meta_vector: 2 };
-        let counts: Vec<(u32, u32)> =
-            [16, 12, 6, 5, 1].iter().map(|&w| (groups(w).copy_groups(), groups(w).copy_group_units())).collect();
+        let counts: Vec<(u32, u32)> = [16, 12, 6, 5, 1]
+            .iter()
+            .map(|&w| groups(w).copy_groups())
+            .map(|split| (split.groups, split.units))
+            .collect();
         assert_eq!(counts, [(4, 128), (4, 96), (2, 96), (1, 160), (1, 32)]);
     }
 

@@ -64,13 +64,13 @@
 use burn_kvcompress::kernels::{first_visible_slot, masked_score, warp_mma::WARP, SplitOut};
 use cubecl::prelude::*;
 
-use super::copy_barriers::copy_barriers;
 use super::mma_geometry::{MmaGeometry, PRODUCT_COLUMNS};
 use super::mma_scores::{block_scores, query_rows};
 use super::mma_softmax::block_softmax;
 use super::mma_stage::{block_stage, copy_block, WarpBlocks};
 use super::mma_values::{closed_block_values, output_share, share_channel, tail_values};
 use super::query_kernel::stream_queries;
+use crate::kernels::copy_barriers::copy_barriers;
 
 /// One cube of HACK decode attention on tensor cores; see the module documentation.
 ///
@@ -162,7 +162,7 @@ pub fn mma_decode_kernel(
     let mut stage = block_stage(geo);
     // The copies of the blocks staged in the first and the second of each warp's two regions, per
     // group of warps (initializing the barriers synchronizes the cube).
-    let copies = copy_barriers(geo);
+    let copies = copy_barriers(comptime!(geo.copy_groups()));
     let first_region = warp;
     let second_region = comptime!(geo.warps) + warp;
     copy_block(
@@ -180,7 +180,7 @@ pub fn mma_decode_kernel(
         slots.first,
         geo,
     );
-    copies.commit(false, geo);
+    copies.commit(false, comptime!(geo.copy_groups()));
     // The queries are quantized and their operands loaded while the first block lands.
     let stream_codes = stream_queries(q, stream, geo.queries());
     let queries = query_rows(&stream_codes, scale, geo);
@@ -214,8 +214,8 @@ pub fn mma_decode_kernel(
             block_first + geo.partition,
             geo,
         );
-        copies.commit(!second, geo);
-        copies.wait(second, geo);
+        copies.commit(!second, comptime!(geo.copy_groups()));
+        copies.wait(second, comptime!(geo.copy_groups()));
         if attends {
             block_scores(&mut s, &stage, region, &queries, &slots, block_first, geo);
             // The block's numerators (in `s`), P codes and their metadata per head slot; `keep`

@@ -8,15 +8,11 @@
 //! - `mma_kernel` / `mma_launch`: decode with its integer products on CUDA's tensor cores; its
 //!   steps in `mma_scores` (the score product), `mma_softmax` (the block's numerators and P codes)
 //!   and `mma_values` (the value product), its registers in `mma_operands`, its shapes in
-//!   `mma_geometry`, its staged blocks in `mma_stage` and `copy_barriers`;
+//!   `mma_geometry`, its staged blocks in `mma_stage` (their barriers in `kernels/copy_barriers`);
 //! - `prefill_kernel` / `prefill_launch`: many query slots; its steps in `prefill_scores` (the
 //!   queries in 8 bits, a staged key block, its scores) and `prefill_values` (the block's softmax
 //!   and P·V).
 
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
-// `#[cube]` expands the barriers' methods into undocumented helper items.
-#[allow(missing_docs)]
-mod copy_barriers;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod mma_geometry;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]

@@ -15,7 +15,7 @@ use burn_kvcompress::kernels::{masked_score, warp_mma::WARP, SplitOut};
 use cubecl::prelude::*;
 
 use super::float_slots::FloatSlotRows;
-use crate::kernels::warp_codes::VISIBLE_FLOOR;
+use crate::kernels::warp_codes::join_tops;
 
 /// Slots whose rows a warp loads before it uses the first of them.
 const ROUND_SLOTS: u32 = 4;
@@ -89,11 +89,10 @@ pub fn float_warp<F: Float>(
                 }
                 let score = select(seen, plane_sum(part) * scale, masked_score());
                 // The slot joins the head's running max; `keep` rescales what came before.
-                let m = f32::max(top[g as usize], score);
-                let keep = select(top[g as usize] > VISIBLE_FLOOR, f32::exp(top[g as usize] - m), 0.0);
-                let p = select(score > VISIBLE_FLOOR, f32::exp(score - m), 0.0);
+                let join = join_tops(top[g as usize], score);
+                let (keep, p) = (join.first, join.second);
                 mass[g as usize] = mass[g as usize] * keep + p;
-                top[g as usize] = m;
+                top[g as usize] = join.max;
                 #[unroll]
                 for k in 0..per_lane {
                     let at = comptime!((g * per_lane + k) as usize);

@@ -1,20 +1,110 @@
-//! One closed block of the tensor-core channel kernel, step by step: the block's query operand,
-//! its scores, their softmax, the weight operands and the outputs. See [`super::mma_kernel`].
+//! One product step of the tensor-core channel kernel (a pair of closed blocks, or one), step by
+//! step: the blocks' query operands, their scores, their softmax joined to the running one, the
+//! weight operands and the outputs. See [`super::mma_kernel`].
 
-use burn_kvcompress::kernels::masked_score;
+use burn_kvcompress::kernels::{masked_score, warp_mma::WARP};
 use cubecl::{cmma::MmaDefinition, prelude::*};
 
 use super::{
-    mma_kernel::ChannelMmaGeometry,
+    mma_kernel::{BlockRun, ChannelMmaGeometry},
     mma_operands::{
         column_max, column_operand, column_sum, heads_of_lane, lift, pair_operand, position, product_rows, Codes, Dots,
-        QueryCodes, Words, HALF, PRODUCT_ROWS,
+        QueryCodes, Words, HALF, PRODUCT_COLUMNS, PRODUCT_ROWS,
     },
+    mma_stage::PairAt,
 };
 use crate::kernels::{
     params_word::params_pair,
-    warp_codes::{quad_max, quad_sum, ROUNDER, VISIBLE_FLOOR},
+    warp_codes::{join_tops, quad_max, quad_sum, ROUNDER, VISIBLE_FLOOR},
 };
+
+/// What a step reads its blocks from: the caches, or the warp's stage (`mma_stage`), in the
+/// caches' layout.
+#[derive(CubeType)]
+pub(super) struct StepSources {
+    pub k_words: Slice<Words>,
+    pub k_params: Slice<u32>,
+    pub v_words: Slice<Words>,
+    pub v_params: Slice<u32>,
+}
+
+/// A lane's running softmax over the blocks it has attended, for its heads `2t + e`: outputs
+/// `acc[4c + 2r + e]` of channel `16c + g + 8r`, max `top[e]` and mass `mass[e]`.
+#[derive(CubeType)]
+pub(super) struct RunningSoftmax {
+    pub acc: Array<f32>,
+    pub top: Array<f32>,
+    pub mass: Array<f32>,
+}
+
+/// Attends the step's blocks (`pair`, lying `at` in `sources`) and joins them into the lane's
+/// running softmax under the larger max; `own_q` is the lane's column head's query at its
+/// channels, `tile` the cube's numerators tiles.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+pub(super) fn block_step(
+    own_q: &Array<f32>,
+    sources: &StepSources,
+    at: &PairAt,
+    pair: &BlockPair,
+    tile: &mut SharedMemory<f32>,
+    state: &mut RunningSoftmax,
+    run: &BlockRun,
+    side: u32,
+    g: u32,
+    t: u32,
+    #[comptime] geo: ChannelMmaGeometry,
+) {
+    let (d, pi, per) = comptime!((geo.head_dim, geo.partition, geo.blocks_per_step()));
+    let tile_base = (UNIT_POS / WARP) * comptime!(PRODUCT_COLUMNS * pi);
+    let column_head = g % comptime!(PRODUCT_COLUMNS / per);
+    let query = block_query(own_q, &sources.k_params, at.key_params, run.scale, t, geo);
+    let mut s = block_scores(&sources.k_words, &query, pair, at, run.visible_from, side, g, t, geo);
+    let numerators = block_softmax(&mut s, geo);
+    // `keep` rescales the running outputs and mass, `join` weighs the block's (folded into its
+    // weight factors).
+    let mut join = Array::<f32>::new(2usize);
+    #[unroll]
+    for e in 0..2u32 {
+        let weights = join_tops(state.top[e as usize], numerators.top[e as usize]);
+        join[e as usize] = weights.second;
+        state.mass[e as usize] = state.mass[e as usize] * weights.first + numerators.mass[e as usize] * weights.second;
+        state.top[e as usize] = weights.max;
+        #[unroll]
+        for c in 0..comptime!(d / PRODUCT_ROWS) {
+            #[unroll]
+            for r in 0..2u32 {
+                state.acc[comptime!((4 * c + 2 * r + e) as usize)] *= weights.first;
+            }
+        }
+    }
+    // The numerators to column g's lanes through the warp's tile.
+    #[unroll]
+    for i in 0..comptime!(pi / PRODUCT_ROWS) {
+        #[unroll]
+        for r in 0..2u32 {
+            #[unroll]
+            for e in 0..2u32 {
+                let slot = PRODUCT_ROWS * i + g + 8 * r;
+                tile[(tile_base + (2 * t + e) * pi + slot) as usize] = s[comptime!(((2 * i + r) * 2 + e) as usize)];
+            }
+        }
+    }
+    sync_plane();
+    let mut own_p = Array::<f32>::new(comptime!((pi / 4) as usize));
+    #[unroll]
+    for h in 0..comptime!(pi / HALF) {
+        #[unroll]
+        for b in 0..4u32 {
+            let slot = HALF * h + position(t, b, geo.value_bits);
+            let p = tile[(tile_base + g * pi + slot) as usize];
+            own_p[comptime!((4 * h + b) as usize)] = select(column_head < comptime!(geo.group), p, 0.0);
+        }
+    }
+    sync_plane();
+    let weights = block_weights(&own_p, &sources.v_params, at.value_params, &join, t, geo);
+    block_outputs(&sources.v_words, &weights, &mut state.acc, at, side, g, t, geo);
+}
 
 /// `1.5 · 2²³`: for `|x| < 2²²`, the bits of `x + ROUND_SIGNED` are those of `0x4B40_0000` plus
 /// `x` rounded to the nearest integer (ties to even), so their low byte is the rounded `x` as a
@@ -31,7 +121,8 @@ pub(super) struct BlockQuery {
     offset: Array<f32>,
 }
 
-/// The lane's column head's query `q ⊙ s_b` of block `closed` quantized to symmetric 8-bit codes
+/// The lane's column head's query `q ⊙ s_b` of its own block (whose key metadata starts at
+/// `params_at` of `k_params`) quantized to symmetric 8-bit codes
 /// over its channels (the lane's `head_dim / 4`, `own_q[4H + b]` at channel `16H +`
 /// [`position`]), the scale `σ = max |q′| / 127` and `q · m_b` reduced over the quad. The codes
 /// are `q′ · (1/σ)` rounded to the nearest, ties to even (the reference divides and rounds ties
@@ -39,8 +130,8 @@ pub(super) struct BlockQuery {
 #[cube]
 pub(super) fn block_query(
     own_q: &Array<f32>,
-    k_params: &Array<u32>,
-    closed: u32,
+    k_params: &Slice<u32>,
+    params_at: u32,
     scale: f32,
     t: u32,
     #[comptime] geo: ChannelMmaGeometry,
@@ -56,7 +147,7 @@ pub(super) fn block_query(
         for b in 0..4u32 {
             let i = comptime!((4 * h + b) as usize);
             let channel = HALF * h + position(t, b, geo.key_bits);
-            let params = params_pair(k_params[(closed * d + channel) as usize]);
+            let params = params_pair(k_params[(params_at + channel) as usize]);
             let x = own_q[i] * params[1];
             scaled[i] = x;
             amax = f32::max(amax, f32::abs(x));
@@ -130,15 +221,17 @@ pub(super) fn block_pair(
     }
 }
 
-/// The scores of `pair`'s blocks for the lane's slots and columns, scaled: `s[(2i + r) · 2 + e]`
+/// The scores of `pair`'s blocks (their key rows in `k_words` `at`) for the lane's slots and
+/// columns, scaled: `s[(2i + r) · 2 + e]`
 /// for slot `16i + g + 8r` of its result block, column `2t + e`; [`masked_score`] at positions
 /// before `visible_from` and where the block is not `live`.
 #[allow(clippy::too_many_arguments)]
 #[cube]
 pub(super) fn block_scores(
-    k_words: &Array<Words>,
+    k_words: &Slice<Words>,
     query: &BlockQuery,
     pair: &BlockPair,
+    at: &PairAt,
     visible_from: u32,
     side: u32,
     g: u32,
@@ -152,7 +245,7 @@ pub(super) fn block_scores(
     let mut s = Array::<f32>::new(comptime!((4 * tiles) as usize));
     #[unroll]
     for i in 0..tiles {
-        let rows = product_rows(k_words, pair.first * pi, pair.second * pi, PRODUCT_ROWS * i + g, kv, paired);
+        let rows = product_rows(k_words, at.key_rows[0], at.key_rows[1], PRODUCT_ROWS * i + g, kv, paired);
         let mut dots = Array::<Dots>::new(2usize);
         dots[0] = Dots::new(0i32);
         dots[1] = Dots::new(0i32);
@@ -226,15 +319,16 @@ pub(super) struct BlockWeights {
 }
 
 /// Head `g`'s numerators at the lane's slots (`own_p[4H + b]` at slot `16H +` [`position`], from
-/// the warp's tile) scaled by the slots' value scales per group and quantized to 8-bit codes from
+/// the warp's tile) scaled by the slots' value scales per group (the own block's value metadata
+/// from `params_at` of `v_params`) and quantized to 8-bit codes from
 /// 0 (`τ = max p′ / 255` per group, reduced over the quad; `p′ · (1/τ)` rounded to the nearest,
 /// ties to even, as for the query codes).
 #[allow(clippy::too_many_arguments)]
 #[cube]
 pub(super) fn block_weights(
     own_p: &Array<f32>,
-    v_params: &Array<u32>,
-    closed: u32,
+    v_params: &Slice<u32>,
+    params_at: u32,
     join: &Array<f32>,
     t: u32,
     #[comptime] geo: ChannelMmaGeometry,
@@ -257,7 +351,7 @@ pub(super) fn block_weights(
             for b in 0..4u32 {
                 let i = comptime!((4 * h + b) as usize);
                 let slot = HALF * h + position(t, b, geo.value_bits);
-                let params = params_pair(v_params[((closed * pi + slot) * groups + vg) as usize]);
+                let params = params_pair(v_params[(params_at + slot * groups + vg) as usize]);
                 let x = own_p[i] * params[1];
                 scaled[i] = x;
                 max = f32::max(max, x);
@@ -288,15 +382,16 @@ pub(super) fn block_weights(
     weights
 }
 
-/// Adds `pair`'s outputs to the lane's running ones (already rescaled): `acc[4c + 2r + e]` for
+/// Adds the step's outputs (its value rows in `v_words` `at`) to the lane's running ones (already
+/// rescaled): `acc[4c + 2r + e]` for
 /// channel `16c + g + 8r`, column `2t + e`.
 #[allow(clippy::too_many_arguments)]
 #[cube]
 pub(super) fn block_outputs(
-    v_words: &Array<Words>,
+    v_words: &Slice<Words>,
     weights: &BlockWeights,
     acc: &mut Array<f32>,
-    pair: &BlockPair,
+    at: &PairAt,
     side: u32,
     g: u32,
     t: u32,
@@ -309,7 +404,7 @@ pub(super) fn block_outputs(
     #[unroll]
     for c in 0..comptime!(d / PRODUCT_ROWS) {
         let vg = comptime!(PRODUCT_ROWS * c / geo.value_group);
-        let rows = product_rows(v_words, pair.first * d, pair.second * d, PRODUCT_ROWS * c + g, vv, paired);
+        let rows = product_rows(v_words, at.value_rows[0], at.value_rows[1], PRODUCT_ROWS * c + g, vv, paired);
         let mut dots = Array::<Dots>::new(2usize);
         dots[0] = Dots::new(0i32);
         dots[1] = Dots::new(0i32);

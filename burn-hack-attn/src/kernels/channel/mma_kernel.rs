@@ -47,17 +47,27 @@
 //! second's, so the even and odd blocks of a warp's run keep separate running softmaxes, joined
 //! over the lanes `t`, `t ± 2` at the end. The products and their operand loads are the same per
 //! block; the work outside them halves.
+//!
+//! **Staged steps** where a warp's two step regions fit in shared memory beside the tiles
+//! ([`ChannelMmaGeometry::staged`]; `hack2`'s shapes, not Π = 128 at 4-bit keys): each warp copies
+//! its next step's blocks into shared memory with asynchronous copies while it attends the current
+//! step ([`super::mma_stage`]), and waits on barriers of its own, so that its loads are in flight
+//! during its products and softmax instead of between them.
 
 use burn_kvcompress::kernels::{first_visible_slot, masked_score, warp_mma::WARP, SplitOut};
 use cubecl::prelude::*;
 
-use crate::kernels::warp_codes::VISIBLE_FLOOR;
+use crate::kernels::{
+    copy_barriers::{copy_barriers, CopyGroups},
+    warp_codes::join_tops,
+};
 
 use super::{
     float_slots::FloatSlotRows,
     float_warp::float_warp,
-    mma_block::{block_outputs, block_pair, block_query, block_scores, block_softmax, block_weights},
+    mma_block::{block_pair, block_step, RunningSoftmax, StepSources},
     mma_operands::{position, Words, HALF, PRODUCT_COLUMNS, PRODUCT_DEPTH, PRODUCT_ROWS},
+    mma_stage::{copy_step, pair_at, pair_stage, STAGES},
 };
 
 /// Shapes fixed at compile time.
@@ -77,6 +87,10 @@ pub struct ChannelMmaGeometry {
     pub value_group: u32,
     /// Warps per cube, each on its own run of blocks.
     pub warps: u32,
+    /// Whether each warp stages its next step's blocks in shared memory with asynchronous copies
+    /// while it attends the current step ([`super::mma_stage`]); otherwise its lanes load a step's
+    /// codes and metadata from the caches as its products need them.
+    pub staged: bool,
 }
 
 impl ChannelMmaGeometry {
@@ -123,9 +137,34 @@ impl ChannelMmaGeometry {
         self.head_dim / self.value_group
     }
 
-    /// Bytes of shared memory: each warp's numerators tile, `[8 × Π]` f32.
+    /// Key vectors of one step's blocks.
+    pub fn step_key_vectors(&self) -> u32 {
+        self.blocks_per_step() * self.partition * self.key_vectors()
+    }
+
+    /// Key (min, scale) words of one step's blocks.
+    pub fn step_key_params(&self) -> u32 {
+        self.blocks_per_step() * self.head_dim
+    }
+
+    /// Value vectors of one step's blocks.
+    pub fn step_value_vectors(&self) -> u32 {
+        self.blocks_per_step() * self.head_dim * self.value_vectors()
+    }
+
+    /// Value (min, scale) words of one step's blocks.
+    pub fn step_value_params(&self) -> u32 {
+        self.blocks_per_step() * self.partition * self.value_groups()
+    }
+
+    /// Bytes of shared memory: each warp's numerators tile, `[8 × Π]` f32, and where
+    /// [`Self::staged`] its stage regions and their two copy barriers (8 bytes each).
     pub fn shared_bytes(&self) -> u32 {
-        4 * self.warps * PRODUCT_COLUMNS * self.partition
+        let tiles = 4 * self.warps * PRODUCT_COLUMNS * self.partition;
+        let step = 16 * (self.step_key_vectors() + self.step_value_vectors())
+            + 4 * (self.step_key_params() + self.step_value_params());
+        let stage = if self.staged { self.warps * (STAGES * step + 16) } else { 0 };
+        tiles + stage
     }
 }
 
@@ -222,13 +261,13 @@ pub fn channel_mma_decode_kernel<F: Float>(
 /// A warp's run of closed blocks `first .. end` of its stream's `blocks`, after `sinks` float
 /// slots, the step's query seeing positions from `visible_from`, its scores scaled by `scale`.
 #[derive(CubeType)]
-struct BlockRun {
-    first: u32,
-    end: u32,
-    blocks: u32,
-    sinks: u32,
-    visible_from: u32,
-    scale: f32,
+pub(super) struct BlockRun {
+    pub first: u32,
+    pub end: u32,
+    pub blocks: u32,
+    pub sinks: u32,
+    pub visible_from: u32,
+    pub scale: f32,
 }
 
 /// Attention of the calling warp over its run of closed blocks; writes its split of `target`.
@@ -250,7 +289,7 @@ fn block_warp(
     out_sum: &mut Array<f32>,
     #[comptime] geo: ChannelMmaGeometry,
 ) {
-    let (group, d, pi, per) = comptime!((geo.group, geo.head_dim, geo.partition, geo.blocks_per_step()));
+    let (group, d, per) = comptime!((geo.group, geo.head_dim, geo.blocks_per_step()));
     let lane = UNIT_POS % WARP;
     let (g, t) = (lane / 4, lane % 4);
     // The pair's block of the lane's operand column and its head; the block of its result columns.
@@ -258,7 +297,6 @@ fn block_warp(
     let column_head = g % comptime!(PRODUCT_COLUMNS / per);
     let result_side = t / comptime!(4 / per);
     let stream = CUBE_POS_Y;
-    let tile_base = (UNIT_POS / WARP) * comptime!(PRODUCT_COLUMNS * pi);
 
     // The query of the lane's column head at the lane's channels (zero for the padding columns).
     let mut own_q = Array::<f32>::new(comptime!((d / 4) as usize));
@@ -272,74 +310,74 @@ fn block_warp(
             own_q[comptime!((4 * h + b) as usize)] = select(column_head < group, x, 0.0);
         }
     }
-    let mut acc = Array::<f32>::new(comptime!((d / 4) as usize));
+    let mut state = RunningSoftmax {
+        acc: Array::<f32>::new(comptime!((d / 4) as usize)),
+        top: Array::<f32>::new(2usize),
+        mass: Array::<f32>::new(2usize),
+    };
     #[unroll]
     for i in 0..comptime!(d / 4) {
-        acc[i as usize] = 0.0;
+        state.acc[i as usize] = 0.0;
     }
-    let mut top = Array::<f32>::new(2usize);
-    let mut mass = Array::<f32>::new(2usize);
     #[unroll]
     for e in 0..2u32 {
-        top[e as usize] = masked_score();
-        mass[e as usize] = 0.0;
+        state.top[e as usize] = masked_score();
+        state.mass[e as usize] = 0.0;
     }
 
     let steps = (run.end - run.first).div_ceil(per);
-    for step in 0..steps {
-        let block = run.first + per * step;
-        let pair = block_pair(stream * run.blocks, block, run.end, run.sinks, side, result_side, geo);
-        let query = block_query(&own_q, k_params, pair.own, run.scale, t, geo);
-        let mut s = block_scores(k_words, &query, &pair, run.visible_from, side, g, t, geo);
-        let numerators = block_softmax(&mut s, geo);
-        // Join the block under the larger max: `keep` rescales the running outputs and mass,
-        // `join` weighs the block's (folded into its weight factors).
-        let mut join = Array::<f32>::new(2usize);
-        #[unroll]
-        for e in 0..2u32 {
-            let m = f32::max(top[e as usize], numerators.top[e as usize]);
-            let keep = select(top[e as usize] > VISIBLE_FLOOR, f32::exp(top[e as usize] - m), 0.0);
-            let block_top = numerators.top[e as usize];
-            join[e as usize] = select(block_top > VISIBLE_FLOOR, f32::exp(block_top - m), 0.0);
-            mass[e as usize] = mass[e as usize] * keep + numerators.mass[e as usize] * join[e as usize];
-            top[e as usize] = m;
-            #[unroll]
-            for c in 0..comptime!(d / PRODUCT_ROWS) {
-                #[unroll]
-                for r in 0..2u32 {
-                    acc[comptime!((4 * c + 2 * r + e) as usize)] *= keep;
-                }
-            }
+    let base = stream * run.blocks;
+    if comptime!(geo.staged) {
+        let mut stage = pair_stage(geo);
+        // The warp's own pair of barriers (initializing them synchronizes the cube).
+        let split = comptime!(CopyGroups { groups: geo.warps, units: WARP });
+        let copies = copy_barriers(split);
+        let first_region = comptime!(STAGES) * (UNIT_POS / WARP);
+        if steps > 0 {
+            let pair = block_pair(base, run.first, run.end, run.sinks, side, result_side, geo);
+            copy_step(k_words, k_params, v_words, v_params, &mut stage, first_region, pair.first, pair.second, geo);
+            copies.commit(false, split);
         }
-        // The numerators to column g's lanes through the warp's tile.
-        #[unroll]
-        for i in 0..comptime!(pi / PRODUCT_ROWS) {
-            #[unroll]
-            for r in 0..2u32 {
-                #[unroll]
-                for e in 0..2u32 {
-                    let slot = PRODUCT_ROWS * i + g + 8 * r;
-                    tile[(tile_base + (2 * t + e) * pi + slot) as usize] = s[comptime!(((2 * i + r) * 2 + e) as usize)];
-                }
+        let sources = StepSources {
+            k_words: stage.key_words.to_slice(),
+            k_params: stage.key_params.to_slice(),
+            v_words: stage.value_words.to_slice(),
+            v_params: stage.value_params.to_slice(),
+        };
+        // Step `i` reads region `i mod 2` while the copies of step `i + 1` land in the other.
+        for step in 0..steps {
+            let second = step % 2 == 1;
+            // Every lane has read the region the next copies overwrite (the last step's).
+            sync_plane();
+            if step + 1 < steps {
+                let next = block_pair(base, run.first + per * (step + 1), run.end, run.sinks, side, result_side, geo);
+                let next_region = first_region + (step + 1) % 2;
+                copy_step(k_words, k_params, v_words, v_params, &mut stage, next_region, next.first, next.second, geo);
+                copies.commit(!second, split);
             }
+            copies.wait(second, split);
+            let pair = block_pair(base, run.first + per * step, run.end, run.sinks, side, result_side, geo);
+            let staged = per * (first_region + step % 2);
+            let at = pair_at(staged, staged + per - 1, staged + side, geo);
+            block_step(&own_q, &sources, &at, &pair, tile, &mut state, run, side, g, t, geo);
         }
-        sync_plane();
-        let mut own_p = Array::<f32>::new(comptime!((pi / 4) as usize));
-        #[unroll]
-        for h in 0..comptime!(pi / HALF) {
-            #[unroll]
-            for b in 0..4u32 {
-                let slot = HALF * h + position(t, b, geo.value_bits);
-                let p = tile[(tile_base + g * pi + slot) as usize];
-                own_p[comptime!((4 * h + b) as usize)] = select(column_head < group, p, 0.0);
-            }
+    } else {
+        // Slices from `0usize`: `to_slice` gives a 32-bit offset, which CubeCL's bounds
+        // validation then compares with the arrays' 64-bit lengths (a CUDA compile error).
+        let sources = StepSources {
+            k_words: k_words.slice(0usize, k_words.len()),
+            k_params: k_params.slice(0usize, k_params.len()),
+            v_words: v_words.slice(0usize, v_words.len()),
+            v_params: v_params.slice(0usize, v_params.len()),
+        };
+        for step in 0..steps {
+            let pair = block_pair(base, run.first + per * step, run.end, run.sinks, side, result_side, geo);
+            let at = pair_at(pair.first, pair.second, pair.own, geo);
+            block_step(&own_q, &sources, &at, &pair, tile, &mut state, run, side, g, t, geo);
         }
-        sync_plane();
-        let weights = block_weights(&own_p, v_params, pair.own, &join, t, geo);
-        block_outputs(v_words, &weights, &mut acc, &pair, side, g, t, geo);
     }
     if comptime!(geo.paired()) {
-        join_sides(&mut acc, &mut top, &mut mass, geo);
+        join_sides(&mut state, geo);
     }
 
     #[unroll]
@@ -352,7 +390,7 @@ fn block_warp(
                 let head = 2 * t + e;
                 if head < group {
                     let channel = PRODUCT_ROWS * c + g + 8 * r;
-                    target.write_output(out, head, channel, acc[comptime!((4 * c + 2 * r + e) as usize)], d);
+                    target.write_output(out, head, channel, state.acc[comptime!((4 * c + 2 * r + e) as usize)], d);
                 }
             }
         }
@@ -362,31 +400,28 @@ fn block_warp(
         for e in 0..2u32 {
             let head = 2 * t + e;
             if head < group {
-                target.write_stats(out_max, out_sum, head, top[e as usize], mass[e as usize]);
+                target.write_stats(out_max, out_sum, head, state.top[e as usize], state.mass[e as usize]);
             }
         }
     }
 }
 
-/// Paired, joins the running outputs, max and mass of lanes `t` and `t ± 2` (the even and odd
-/// blocks' of the same heads) under their larger max, in both lanes.
+/// Paired, joins the running softmaxes of lanes `t` and `t ± 2` (the even and odd blocks' of the
+/// same heads) under their larger max, in both lanes.
 #[cube]
-fn join_sides(acc: &mut Array<f32>, top: &mut Array<f32>, mass: &mut Array<f32>, #[comptime] geo: ChannelMmaGeometry) {
+fn join_sides(state: &mut RunningSoftmax, #[comptime] geo: ChannelMmaGeometry) {
     #[unroll]
     for e in 0..2u32 {
-        let other_top = plane_shuffle_xor(top[e as usize], 2);
-        let other_mass = plane_shuffle_xor(mass[e as usize], 2);
-        let m = f32::max(top[e as usize], other_top);
-        let own = select(top[e as usize] > VISIBLE_FLOOR, f32::exp(top[e as usize] - m), 0.0);
-        let other = select(other_top > VISIBLE_FLOOR, f32::exp(other_top - m), 0.0);
-        mass[e as usize] = mass[e as usize] * own + other_mass * other;
-        top[e as usize] = m;
+        let other_mass = plane_shuffle_xor(state.mass[e as usize], 2);
+        let join = join_tops(state.top[e as usize], plane_shuffle_xor(state.top[e as usize], 2));
+        state.mass[e as usize] = state.mass[e as usize] * join.first + other_mass * join.second;
+        state.top[e as usize] = join.max;
         #[unroll]
         for c in 0..comptime!(geo.head_dim / PRODUCT_ROWS) {
             #[unroll]
             for r in 0..2u32 {
                 let at = comptime!((4 * c + 2 * r + e) as usize);
-                acc[at] = acc[at] * own + plane_shuffle_xor(acc[at], 2) * other;
+                state.acc[at] = state.acc[at] * join.first + plane_shuffle_xor(state.acc[at], 2) * join.second;
             }
         }
     }

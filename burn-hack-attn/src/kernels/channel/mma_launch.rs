@@ -27,7 +27,8 @@ use super::{
     ChannelView,
 };
 
-/// The most warps per cube (fewer where their tiles do not fit in shared memory). Each warp runs
+/// The most warps per cube (fewer where their tiles do not fit in shared memory; staged,
+/// `ChannelMmaGeometry::staged`, only where this many warps' stages fit). Each warp runs
 /// on its own blocks with no cube-wide synchronization; the count sets CUDA's launch bound, which
 /// caps a lane's registers at `SM_REGISTERS / units`. The kernel takes
 /// [`UNBOUNDED_LANE_REGISTERS`], so an SM holds 8 of its warps at any count up to 8. At 32K batch
@@ -73,10 +74,19 @@ pub fn channel_mma_geometry(
         key_bits: portable.key_bits,
         value_bits: portable.value_bits,
         value_group: portable.value_group,
-        warps: 1,
+        warps: WARPS,
+        staged: true,
     };
-    let warps = (properties.hardware.max_shared_memory_size as u32 / geo.shared_bytes()).min(WARPS);
-    let geo = ChannelMmaGeometry { warps, ..geo };
+    // Staged where `WARPS` warps' stages fit; otherwise as many warps as their tiles allow, each
+    // loading from the caches.
+    let device_bytes = properties.hardware.max_shared_memory_size as u32;
+    let geo = if geo.shared_bytes() <= device_bytes {
+        geo
+    } else {
+        let direct = ChannelMmaGeometry { staged: false, warps: 1, ..geo };
+        ChannelMmaGeometry { warps: (device_bytes / direct.shared_bytes()).min(WARPS), ..direct }
+    };
+    let warps = geo.warps;
     let applies = mma.contains(&product(ElemType::Int(IntKind::I8)))
         && mma.contains(&product(ElemType::UInt(UIntKind::U8)))
         && properties.features.plane.contains(Plane::Ops)
@@ -135,7 +145,10 @@ pub fn channel_mma_decode_launch<R: CubeRuntime, BT: BoolElement>(
     // 32]` words; key metadata `(stream · blocks + b) · d + j`; value rows `(stream · blocks + b) ·
     // d + j` of `value_vectors` vectors; value metadata `((stream · blocks + b) · Π + slot) ·
     // groups + vg` (the tensors' own shapes, contiguous); queries of head `min(h, group − 1)` (`h` the lane's column head) of
-    // its stream; its own `[8 × Π]` part of the shared tile. The last cube's warps read float
+    // its stream; its own `[8 × Π]` part of the shared tile. Staged, it copies those blocks' key
+    // rows, value rows and metadata whole (16-byte copies inside each block's contiguous parts,
+    // which are multiples of 16 bytes) into its own two stage regions, each sized for one step's
+    // blocks, and reads them there at the same offsets within a block. The last cube's warps read float
     // slots `i < sinks + tail` of their stream, a sink's row only for `i < sinks` and a tail
     // row's otherwise (branches; row `stream · rows + i` of a buffer of `streams · rows` rows, `i`
     // below its filled ones), and the stream's `group · d` queries into the tile, which holds

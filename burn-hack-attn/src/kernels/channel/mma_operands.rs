@@ -50,7 +50,7 @@ pub(super) fn position(t: u32, #[comptime] b: u32, #[comptime] bits: u32) -> u32
 /// vector `row · vectors` of `words` (`first` and `second` are the blocks' first rows).
 #[cube]
 pub(super) fn product_rows(
-    words: &Array<Words>,
+    words: &Slice<Words>,
     first: u32,
     second: u32,
     row: u32,

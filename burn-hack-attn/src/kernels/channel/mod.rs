@@ -4,7 +4,8 @@
 //!
 //! - `portable_kernel` / `portable_launch`: on CUDA cores;
 //! - `mma_kernel` / `mma_launch`: on tensor cores where the device has integer warp products; its
-//!   steps per block in `mma_block`, its operand layout in `mma_operands`;
+//!   product steps in `mma_block`, its operand layout in `mma_operands`, its staged blocks in
+//!   `mma_stage`;
 //! - shared by both: `float_slots` (where a stream's float slots lie) and `float_warp` (the float
 //!   slots' attention).
 
@@ -26,6 +27,9 @@ mod mma_launch;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 #[allow(missing_docs)]
 mod mma_operands;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[allow(missing_docs)]
+mod mma_stage;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 // `#[cube]` expands the kernel into undocumented helper items.
 #[allow(missing_docs)]

@@ -1,0 +1,198 @@
+//! The shared-memory stage of the tensor-core channel kernel, where it fits
+//! ([`ChannelMmaGeometry::staged`]): each warp has [`STAGES`] regions, each holding the blocks of
+//! one product step (a pair, or one block), which the warp's lanes fill with asynchronous copies
+//! (`cp.async`) while they attend the step in the other region. Without it, a warp's loads of a
+//! step's codes wait on memory between its products: with 8 warps an SM (the kernel takes every
+//! register), too few loads are in flight to hide the latency.
+//!
+//! A closed block's four parts are contiguous in the caches, and so in a region, whose blocks
+//! follow each other in each buffer (`per` = [`ChannelMmaGeometry::blocks_per_step`]):
+//! - `key_words`: `[per · Π, key_vectors]` 16-byte vectors, slot rows;
+//! - `key_params`: `[per · head_dim]` words, the channels' (min, scale) pairs;
+//! - `value_words`: `[per · head_dim, value_vectors]` vectors, channel rows;
+//! - `value_params`: `[per · Π · groups]` words, the slots' (min, scale) pairs per value group.
+//!
+//! The reads keep the caches' addressing ([`PairAt`]): a region is laid out as a run of `per`
+//! blocks.
+
+use burn_kvcompress::kernels::warp_mma::WARP;
+use cubecl::prelude::{barrier::copy_async, *};
+
+use super::{mma_kernel::ChannelMmaGeometry, mma_operands::Words};
+
+/// Regions a warp stages: one attended while the next lands.
+pub const STAGES: u32 = 2;
+/// Scalars (`u32`) of one 16-byte copy.
+const COPY_WORDS: u32 = 4;
+
+/// The cube's stage, every region's buffers side by side (region `STAGES · w + i` of warp `w`).
+#[derive(CubeType)]
+pub(super) struct PairStage {
+    pub key_words: SharedMemory<Words>,
+    pub key_params: SharedMemory<u32>,
+    pub value_words: SharedMemory<Words>,
+    pub value_params: SharedMemory<u32>,
+}
+
+/// The cube's [`PairStage`].
+#[cube]
+pub(super) fn pair_stage(#[comptime] geo: ChannelMmaGeometry) -> PairStage {
+    let regions = comptime!(STAGES * geo.warps);
+    PairStage {
+        key_words: SharedMemory::new_aligned(comptime!((regions * geo.step_key_vectors()) as usize), 16usize),
+        key_params: SharedMemory::new_aligned(comptime!((regions * geo.step_key_params()) as usize), 16usize),
+        value_words: SharedMemory::new_aligned(comptime!((regions * geo.step_value_vectors()) as usize), 16usize),
+        value_params: SharedMemory::new_aligned(comptime!((regions * geo.step_value_params()) as usize), 16usize),
+    }
+}
+
+/// Where a step's blocks lie in the buffers it reads (the caches, or a region of the stage), as
+/// block indices of those buffers: the first elements of the pair's key rows, value rows and the
+/// lane's own block's metadata.
+#[derive(CubeType)]
+pub(super) struct PairAt {
+    /// First key row of the pair's first and second block.
+    pub key_rows: Array<u32>,
+    /// First value row (channel) of the pair's first and second block.
+    pub value_rows: Array<u32>,
+    /// First key (min, scale) word of the lane's own block (of its operand column).
+    pub key_params: u32,
+    /// First value (min, scale) word of the lane's own block.
+    pub value_params: u32,
+}
+
+/// A step's [`PairAt`] for blocks `first`, `second` and `own` of the buffers read.
+#[cube]
+pub(super) fn pair_at(first: u32, second: u32, own: u32, #[comptime] geo: ChannelMmaGeometry) -> PairAt {
+    let (d, pi) = comptime!((geo.head_dim, geo.partition));
+    let mut key_rows = Array::<u32>::new(2usize);
+    let mut value_rows = Array::<u32>::new(2usize);
+    key_rows[0] = first * pi;
+    key_rows[1] = second * pi;
+    value_rows[0] = first * d;
+    value_rows[1] = second * d;
+    PairAt {
+        key_rows,
+        value_rows,
+        key_params: own * d,
+        value_params: own * comptime!(geo.partition * geo.value_groups()),
+    }
+}
+
+/// Issues the calling lane's copies of closed blocks `first` and (paired) `second` of the caches
+/// into the stage's `region`.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+pub(super) fn copy_step(
+    k_words: &Array<Words>,
+    k_params: &Array<u32>,
+    v_words: &Array<Words>,
+    v_params: &Array<u32>,
+    stage: &mut PairStage,
+    region: u32,
+    first: u32,
+    second: u32,
+    #[comptime] geo: ChannelMmaGeometry,
+) {
+    let per = comptime!(geo.blocks_per_step());
+    let block_key_vectors = comptime!(geo.partition * geo.key_vectors());
+    let block_value_vectors = comptime!(geo.head_dim * geo.value_vectors());
+    let block_value_params = comptime!(geo.partition * geo.value_groups());
+    #[unroll]
+    for s in 0..per {
+        let block = select(s == 0u32, first, second);
+        let to = region * per + s;
+        copy_run(
+            k_words,
+            block * block_key_vectors,
+            &mut stage.key_words,
+            to * block_key_vectors,
+            block_key_vectors,
+            1u32,
+        );
+        copy_run(k_params, block * geo.head_dim, &mut stage.key_params, to * geo.head_dim, geo.head_dim, COPY_WORDS);
+        copy_run(
+            v_words,
+            block * block_value_vectors,
+            &mut stage.value_words,
+            to * block_value_vectors,
+            block_value_vectors,
+            1u32,
+        );
+        copy_run(
+            v_params,
+            block * block_value_params,
+            &mut stage.value_params,
+            to * block_value_params,
+            block_value_params,
+            COPY_WORDS,
+        );
+    }
+}
+
+/// Issues the calling lane's share of the 16-byte copies of `count` elements from element `from`
+/// of `source` to element `to` of `target`, `per_copy` elements a copy (a multiple of it).
+#[cube]
+fn copy_run<E: CubePrimitive>(
+    source: &Array<E>,
+    from: u32,
+    target: &mut SharedMemory<E>,
+    to: u32,
+    #[comptime] count: u32,
+    #[comptime] per_copy: u32,
+) {
+    let lane = UNIT_POS % WARP;
+    let copies = comptime!(count / per_copy);
+    #[unroll]
+    for i in 0..comptime!(copies.div_ceil(WARP)) {
+        let copy = WARP * i + lane;
+        if copy < copies {
+            let at = per_copy * copy;
+            let (src, dst) = ((from + at) as usize, (to + at) as usize);
+            let n = comptime!(per_copy as usize);
+            copy_async(&source.slice(src, src + n), &mut target.slice_mut(dst, dst + n), COPY_WORDS);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Shared memory a cube may take on a Hopper GPU (227 KiB).
+    const HOPPER_SHARED_BYTES: u32 = 227 * 1024;
+
+    fn geometry(partition: u32, key_bits: u32, value_bits: u32) -> ChannelMmaGeometry {
+        ChannelMmaGeometry {
+            group: 4,
+            head_dim: 128,
+            partition,
+            key_bits,
+            value_bits,
+            value_group: partition.min(128),
+            warps: 8,
+            staged: true,
+        }
+    }
+
+    #[test]
+    fn a_region_holds_one_steps_blocks_and_hack2s_stages_fit_a_hopper_cube() {
+        // hack2 at Llama's heads: a pair of 64-slot blocks a step, 2-bit keys and values.
+        let hack2 = geometry(64, 2, 2);
+        let step =
+            [hack2.step_key_vectors(), hack2.step_value_vectors(), hack2.step_key_params(), hack2.step_value_params()];
+        // Key rows: 2 blocks × 64 slots × 2 vectors; value rows: 2 × 128 channels × 1; metadata:
+        // 2 × 128 key words, 2 × 64 slots × 2 value groups.
+        assert_eq!(step, [256, 256, 256, 256]);
+        // Tiles 16 KiB, two regions of 10 KiB per warp and 16 bytes of barriers.
+        assert_eq!(hack2.shared_bytes(), 16 * 1024 + 8 * (2 * 10 * 1024 + 16));
+        assert!(hack2.shared_bytes() <= HOPPER_SHARED_BYTES);
+        // hack3 and hack4 (Π = 128, 4-bit keys) do not fit at 8 warps; they load from the caches.
+        for (kb, vb) in [(4, 2), (4, 4)] {
+            let staged = geometry(128, kb, vb);
+            assert!(staged.shared_bytes() > HOPPER_SHARED_BYTES);
+            let direct = ChannelMmaGeometry { staged: false, ..staged };
+            assert_eq!(direct.shared_bytes(), 4 * 8 * 8 * 128);
+        }
+    }
+}
