@@ -136,7 +136,7 @@ where
     /// imported on this thread as its layers arrive.
     fn fetch(&self, tokens: &[u32]) -> anyhow::Result<Received<S::Cache>> {
         let Puller { rt, pool } = self.puller;
-        let fetched = rt.block_on(fetch::<B, S>(pool, tokens, self.scheme, self.device, pool.clients().len()));
+        let fetched = rt.block_on(fetch::<B, S>(pool, tokens, self.scheme, self.device, pool.len()));
         fetched.with_context(|| self.puller.failed_fetch(tokens))
     }
 }
@@ -144,7 +144,7 @@ where
 impl Puller<'_> {
     /// What failed when fetching `tokens`' KV cache failed (the transfer error is its cause).
     fn failed_fetch(&self, tokens: &[u32]) -> String {
-        let servers = self.pool.clients().len();
+        let servers = self.pool.len();
         format!("fetching the KV cache of a {}-token prompt from {servers} prefill server(s)", tokens.len())
     }
 
@@ -241,7 +241,7 @@ where
 /// Says on stderr which of `pool`'s connections failed and which received corrupt frames (whose
 /// blocks were pulled again): what a run survived, or why it failed.
 fn report_connections(pool: &PrefillPool) {
-    for (i, client) in pool.clients().iter().enumerate() {
+    for (i, client) in pool.clients() {
         if let Some(failure) = client.failure() {
             eprintln!("[prefill server {i} at {}: connection failed: {failure}]", client.peer());
         }
