@@ -233,7 +233,7 @@ where
     loop {
         let submitted = Instant::now();
         let (server, handle) = pool.submit(tokens.to_vec(), &failed)?;
-        let shape = pool.clients()[server].layout().shape;
+        let shape = handle.layout().shape;
         match receive(handle, shape, submitted).await {
             Ok(received) => return Ok((received, server, failed.len() + 1)),
             Err(e) if e.is_retryable() && failed.len() + 1 < attempts => failed.push(server),

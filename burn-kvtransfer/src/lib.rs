@@ -18,6 +18,8 @@
 //!   publishes each layer's state as soon as the model has appended to it.
 //! - [`fuzzing`]: the decoders' fuzz entry point and input mutator (cargo-fuzz target in `fuzz/`).
 //! - [`decode`]: rebuilds caches on the decode side as layers arrive, retrying on another server.
+//! - `discovery` (feature `etcd`): prefill servers register in etcd with a lease and report their
+//!   load; decode workers watch the registry and pull from the least loaded.
 //!
 //! A request on one connection (decode side left, prefill side right):
 //!
@@ -52,6 +54,8 @@
 
 pub mod decode;
 pub mod descriptor;
+#[cfg(feature = "etcd")]
+pub mod discovery;
 pub mod engine;
 pub mod error;
 pub mod fuzzing;

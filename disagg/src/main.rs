@@ -5,6 +5,8 @@
 //! disagg demo --kv dense                      # spawns a prefill server, decodes against it, checks
 //! disagg serve --listen 127.0.0.1:7070        # a prefill server
 //! disagg decode --server 127.0.0.1:7070 ...   # a decode worker (several --server: least loaded)
+//! disagg serve --etcd 127.0.0.1:2379 ...      # a prefill server that registers in etcd
+//! disagg decode --etcd 127.0.0.1:2379 ...     # a decode worker of the servers registered there
 //! disagg demo --random-model llama3-8b --prompt-tokens 8192 --backend cuda  # random weights
 //! disagg sweep --kv dense --kv hack:bits=2,pi=64 --link-gbps 10,25,100 --out DIR ...
 //! disagg report --records A/e2e.json --records B/e2e.json --out DIR  # the table and plots again
@@ -42,6 +44,7 @@
 mod base;
 mod measurements;
 mod memory;
+mod registry;
 mod serve;
 mod spawn;
 mod stats;
@@ -53,7 +56,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 use base::BaseModel;
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 use kvcompress_cli::{
     backend_choice::{BackendChoice, KernelBackend},
     e2e_report::{
@@ -65,9 +68,10 @@ use kvcompress_cli::{
     weights_arg::WeightsArg,
     with_backend,
 };
+use registry::RegistryArgs;
 use serve::serve;
 use spawn::spawn_server;
-use worker::{run_job, Job};
+use worker::{run_job, Job, Servers};
 
 /// Disaggregated prefill/decode over burn-kvtransfer.
 #[derive(Parser, Debug)]
@@ -197,6 +201,17 @@ struct ServeArgs {
     /// still referenced, bytes on the wire; the process's resident memory) and is closed.
     #[arg(long)]
     stats_listen: Option<String>,
+    #[command(flatten)]
+    registry: RegistryArgs,
+    /// Seconds the registration outlives this process: etcd deletes its keys this long after the
+    /// last keep-alive (sent every third of it), so a killed server leaves the registry within
+    /// it. Whole seconds, at least etcd's minimum (2 with its default timings).
+    #[arg(long, default_value_t = 10.0, value_parser = parse_seconds, requires = "etcd")]
+    etcd_lease_secs: f64,
+    /// Host the registry gives decode workers for this server's pairs (each with its port).
+    /// Default: `--listen`'s host, which must then not be 0.0.0.0 or ::.
+    #[arg(long, value_name = "HOST", requires = "etcd")]
+    etcd_advertise: Option<String>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -298,15 +313,22 @@ struct RunArgs {
     json: Option<PathBuf>,
 }
 
+/// The prefill servers come from `--server` or from `--etcd`, one of the two.
 #[derive(Args, Debug, Clone)]
+#[command(group(ArgGroup::new("prefill_servers").required(true).args(["servers", "etcd"])))]
 struct DecodeArgs {
     #[command(flatten)]
     model: DecodeModelArgs,
     #[command(flatten)]
     run: RunArgs,
     /// Prefill server address `host:port`; repeat for several (requests go to the least loaded).
-    #[arg(long = "server", required = true)]
+    /// The default way; `--etcd` finds the servers in a registry instead.
+    // `--etcd-prefix`'s own `requires = "etcd"` does not fire here: clap excuses an argument
+    // that conflicts with one present (`--etcd` with `--server`, through the group).
+    #[arg(long = "server", conflicts_with = "etcd_prefix")]
     servers: Vec<String>,
+    #[command(flatten)]
+    registry: RegistryArgs,
 }
 
 /// The prefill servers a demo spawns.
@@ -458,6 +480,10 @@ fn decode<B: KernelBackend>(device: B::Device, args: &DecodeArgs) -> anyhow::Res
     let model = &args.model;
     let prepared = base.prepared(&model.kv)?;
     let mut records = Vec::new();
+    let servers = match args.registry.given() {
+        true => Servers::Registry(&args.registry),
+        false => Servers::Listed(&args.servers),
+    };
     for (rate_index, request_rate) in args.run.request_rates().into_iter().enumerate() {
         let warmup = if rate_index == 0 { args.run.warmup } else { 0 };
         let job = Job {
@@ -466,7 +492,7 @@ fn decode<B: KernelBackend>(device: B::Device, args: &DecodeArgs) -> anyhow::Res
             request_rate,
             arrivals: args.run.arrival_process(),
             run: &args.run,
-            servers: &args.servers,
+            servers,
             warmup,
         };
         records.extend(run_job(&base, &prepared, &job, &device)?);
@@ -505,7 +531,8 @@ fn demo<B: KernelBackend>(
                 let rate = describe_arrivals(request_rate, arrivals);
                 eprintln!("[{kv} at {link}, {rate}]");
                 let warmup = if link_index == 0 && rate_index == 0 { args.run.warmup } else { 0 };
-                let job = Job { kv, link_gbps, request_rate, arrivals, run: &args.run, servers: &servers, warmup };
+                let servers = Servers::Listed(&servers);
+                let job = Job { kv, link_gbps, request_rate, arrivals, run: &args.run, servers, warmup };
                 records.extend(run_job(&base, &prepared, &job, &device)?);
                 after_pair(&records)?;
             }
@@ -598,5 +625,47 @@ fn main() -> anyhow::Result<()> {
         }
         Cmd::Sweep(args) => sweep(&args),
         Cmd::Report(args) => report(&args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `disagg ARGS`'s parse, or clap's message.
+    fn parse(args: &str) -> Result<Cmd, String> {
+        Cli::try_parse_from(["disagg"].into_iter().chain(args.split_whitespace()))
+            .map(|cli| cli.command)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_worker_takes_its_servers_from_a_list_or_from_etcd_not_both() {
+        let listed = parse("decode --server a:1 --server b:2").unwrap();
+        assert!(matches!(listed, Cmd::Decode(d) if d.servers == ["a:1", "b:2"] && !d.registry.given()));
+        let registered = parse("decode --etcd h:2379,g:2379 --etcd-prefix /p").unwrap();
+        assert!(matches!(registered, Cmd::Decode(d) if d.registry.etcd == ["h:2379", "g:2379"]
+            && d.registry.etcd_prefix == "/p" && d.servers.is_empty()));
+        let both = parse("decode --server a:1 --etcd h:2379").unwrap_err();
+        assert!(both.contains("cannot be used with"), "{both}");
+        let neither = parse("decode").unwrap_err();
+        assert!(neither.contains("--server") && neither.contains("--etcd"), "{neither}");
+        let stray_prefix = parse("decode --server a:1 --etcd-prefix /p").unwrap_err();
+        assert!(stray_prefix.contains("cannot be used with '--etcd-prefix <PREFIX>'"), "{stray_prefix}");
+        let prefix_alone = parse("decode --etcd-prefix /p").unwrap_err();
+        assert!(prefix_alone.contains("--etcd <ENDPOINTS>"), "{prefix_alone}");
+    }
+
+    #[test]
+    fn a_server_registers_only_when_given_etcd() {
+        let plain = parse("serve").unwrap();
+        assert!(matches!(plain, Cmd::Serve(s) if !s.registry.given()));
+        let registered = parse("serve --etcd h:2379 --etcd-lease-secs 3 --etcd-advertise 10.0.0.5").unwrap();
+        assert!(matches!(registered, Cmd::Serve(s) if s.registry.given() && s.etcd_lease_secs == 3.0
+            && s.etcd_advertise.as_deref() == Some("10.0.0.5")));
+        for orphan in ["serve --etcd-lease-secs 3", "serve --etcd-advertise h"] {
+            assert!(parse(orphan).unwrap_err().contains("--etcd <ENDPOINTS>"), "{orphan}");
+        }
+        assert!(parse("serve --etcd h:2379 --etcd-lease-secs 0").is_err());
     }
 }

@@ -89,7 +89,7 @@ fn ms(d: Duration) -> f64 {
 pub fn print_table(scheme: &str, job: &Job, rows: &[Row]) {
     let link = job.link_gbps.map_or("unpaced".into(), |g| format!("{g} Gbit/s"));
     let arrivals = describe_arrivals(job.request_rate, job.arrivals);
-    println!("scheme {scheme}, {:?} mode, link {link}, {arrivals}, {} server(s)", job.run.mode, job.servers.len());
+    println!("scheme {scheme}, {:?} mode, link {link}, {arrivals}, {}", job.run.mode, job.servers);
     println!(
         "{:>3} {:>6} {:>6} {:>4} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9} {:>6} {:>5} {:>6}",
         "req",

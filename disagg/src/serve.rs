@@ -22,6 +22,7 @@ use burn_kvtransfer::{
 };
 use kvcompress_cli::backend_choice::KernelBackend;
 
+use crate::registry::{advertised, register};
 use crate::stats::{report_expiries, serve_stats, PairServer, STATS_ON};
 use crate::{runtime, BaseModel, ServeArgs};
 
@@ -66,13 +67,29 @@ where
     }
     runtime()?.block_on(async {
         let mut tasks = tokio::task::JoinSet::new();
-        let mut pairs = Vec::new();
+        let mut listening = Vec::new();
         for (index, (server, kv, link_gbps)) in servers.into_iter().enumerate() {
             let listener = TcpServer::bind(&pair_address(&args.listen, index)?).await?;
-            let link = link_gbps.map_or("unpaced".into(), |g| g.to_string());
-            println!("{LISTENING}{} kv={kv} link={link}", listener.local_addr()?);
-            pairs.push(PairServer { kv, link_gbps, server: server.clone() });
+            listening.push((listener.local_addr()?.to_string(), PairServer { kv, link_gbps, server: server.clone() }));
             tasks.spawn(async move { server.serve(listener).await });
+        }
+        // Registered before it says it listens: a server that prints its addresses is in the
+        // registry, and one that cannot register exits without a word on stdout.
+        let _registration = match args.registry.given() {
+            true => {
+                let advertise = args.etcd_advertise.as_deref();
+                let addresses = listening.iter().map(|(local, _)| advertised(local, advertise));
+                let pairs = addresses.zip(&listening).map(|(a, (_, pair))| Ok((a?, pair.clone())));
+                let pairs = pairs.collect::<anyhow::Result<Vec<_>>>()?;
+                Some(register(&args.registry, args.etcd_lease_secs, &pairs).await?)
+            }
+            false => None,
+        };
+        let mut pairs = Vec::new();
+        for (local, pair) in listening {
+            let link = pair.link_gbps.map_or("unpaced".into(), |g| g.to_string());
+            println!("{LISTENING}{local} kv={} link={link}", pair.kv);
+            pairs.push(pair);
         }
         if let Some(addr) = &args.stats_listen {
             let listener =

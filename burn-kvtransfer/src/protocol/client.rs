@@ -7,12 +7,12 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use burn_kvcompress::cache::{HostAllocator, LayerState};
 use tokio::io::AsyncRead;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::blocks::{MisplacedBlocks, Reassembly};
@@ -109,6 +109,7 @@ enum Command {
 pub struct RequestHandle {
     /// The request id.
     pub request: u64,
+    layout: Layout,
     events: mpsc::UnboundedReceiver<Result<RequestEvent, TransferError>>,
     _load: LoadGuard,
 }
@@ -117,6 +118,11 @@ impl RequestHandle {
     /// The next event; `None` after the logits (or after an error).
     pub async fn next(&mut self) -> Option<Result<RequestEvent, TransferError>> {
         self.events.recv().await
+    }
+
+    /// The layout of the server it was submitted to.
+    pub fn layout(&self) -> Layout {
+        self.layout
     }
 }
 
@@ -135,7 +141,8 @@ pub struct PrefillClient {
     commands: mpsc::UnboundedSender<Command>,
     layout: Layout,
     in_flight: Arc<AtomicUsize>,
-    failure: Arc<Mutex<Option<TransferError>>>,
+    /// Why the connection ended, once it has.
+    failure: watch::Receiver<Option<TransferError>>,
     sent: WireCounter,
     received: WireCounter,
     corrupt: WireCounter,
@@ -184,7 +191,7 @@ impl PrefillClient {
         let (out, out_rx) = mpsc::channel(16);
         tokio::spawn(write_frames(writer, out_rx, timeout));
         let (commands, commands_rx) = mpsc::unbounded_channel();
-        let failure = Arc::new(Mutex::new(None));
+        let (failed, failure) = watch::channel(None);
         let corrupt = WireCounter::default();
         let buffers = match config.receive_pool_follows_load {
             true => BufferPool::following_load(config.receive_pool_bytes),
@@ -202,7 +209,7 @@ impl PrefillClient {
             config,
             out,
             requests: HashMap::new(),
-            failure: failure.clone(),
+            failure: failed,
             corrupt: corrupt.clone(),
         };
         tokio::spawn(session.run(frames, commands_rx));
@@ -237,7 +244,18 @@ impl PrefillClient {
 
     /// Why the connection ended, if it did.
     pub fn failure(&self) -> Option<TransferError> {
-        self.failure.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.failure.borrow().clone()
+    }
+
+    /// Waits until the connection ends; returns why.
+    pub async fn closed(&self) -> TransferError {
+        let mut failure = self.failure.clone();
+        let ended = match failure.wait_for(Option::is_some).await {
+            Ok(failure) => failure.clone(),
+            // The session task is gone without a word: its runtime shut down.
+            Err(_) => None,
+        };
+        ended.unwrap_or(TransferError::Closed)
     }
 
     /// Bytes written to the connection so far.
@@ -265,7 +283,8 @@ impl PrefillClient {
         let (events, events_rx) = mpsc::unbounded_channel();
         self.commands.send(Command::Submit { request, tokens, events }).map_err(|_| TransferError::Closed)?;
         self.in_flight.fetch_add(1, Ordering::Relaxed);
-        Ok(RequestHandle { request, events: events_rx, _load: LoadGuard(self.in_flight.clone()) })
+        let load = LoadGuard(self.in_flight.clone());
+        Ok(RequestHandle { request, layout: self.layout, events: events_rx, _load: load })
     }
 }
 
@@ -361,7 +380,7 @@ struct Session {
     config: ClientConfig,
     out: mpsc::Sender<Outgoing>,
     requests: HashMap<u64, Pending>,
-    failure: Arc<Mutex<Option<TransferError>>>,
+    failure: watch::Sender<Option<TransferError>>,
     corrupt: WireCounter,
     /// Where layers are received.
     buffers: BufferPool,
@@ -376,17 +395,27 @@ impl Session {
     async fn run(mut self, mut frames: Frames, mut commands: mpsc::UnboundedReceiver<Command>) {
         let timeout = self.config.io_timeout;
         let mut deadline = Instant::now() + timeout;
+        // Whether the client is still there to submit requests.
+        let mut submitting = true;
         let error = loop {
             let waiting = !self.requests.is_empty();
+            if !submitting && !waiting {
+                // The client was dropped (a pool let the server go) and its last request is
+                // over: the connection closes instead of idling until the runtime ends.
+                break TransferError::Closed;
+            }
             tokio::select! {
-                Some(Command::Submit { request, tokens, events }) = commands.recv() => {
-                    if self.requests.is_empty() {
-                        deadline = Instant::now() + timeout;
+                command = commands.recv(), if submitting => match command {
+                    Some(Command::Submit { request, tokens, events }) => {
+                        if self.requests.is_empty() {
+                            deadline = Instant::now() + timeout;
+                        }
+                        if let Err(e) = self.submit(request, tokens, events).await {
+                            break e;
+                        }
                     }
-                    if let Err(e) = self.submit(request, tokens, events).await {
-                        break e;
-                    }
-                }
+                    None => submitting = false,
+                },
                 frame = frames.recv() => {
                     deadline = Instant::now() + timeout;
                     let result = match frame {
@@ -406,7 +435,7 @@ impl Session {
                 _ = tokio::time::sleep_until(deadline), if waiting => break TransferError::Timeout(timeout),
             }
         };
-        *self.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(error.clone());
+        self.failure.send_replace(Some(error.clone()));
         for (_, pending) in self.requests.drain() {
             _ = pending.events.send(Err(error.clone()));
         }

@@ -1,48 +1,124 @@
 //! Several prefill servers seen from one decode worker: each request goes to the least loaded
-//! live server (fewest of this worker's requests in flight; ties rotate), and a request whose
-//! server fails is retried on another.
+//! live server (ties rotate), and a request whose server fails is retried on another.
+//!
+//! A server's load is the larger of what it last reported (through a registry, see
+//! `discovery`; 0 for a static list) and this worker's requests in flight there: the report
+//! counts every worker's requests but lags behind them, this worker's own count is exact at once
+//! (so a burst of its requests spreads before the next report).
+//!
+//! Servers may join and leave while requests run ([`insert`](PrefillPool::insert),
+//! [`remove`](PrefillPool::remove)). Each keeps the index it joined at, and a removed index is
+//! never reused, so an index names one connection for good (in records, and in the servers a
+//! retry excludes); the pool's memory grows by one empty slot per connection ever removed.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use super::client::{PrefillClient, RequestHandle};
 use crate::error::TransferError;
 use crate::wire::ErrorCode;
 
-/// Connections to several prefill servers.
+/// A server of the pool: its connection and the load it reports.
 #[derive(Debug)]
+struct Member {
+    client: Arc<PrefillClient>,
+    reported: Arc<AtomicUsize>,
+}
+
+impl Member {
+    /// What the least-loaded choice compares.
+    fn load(&self) -> usize {
+        self.reported.load(Ordering::Relaxed).max(self.client.in_flight())
+    }
+}
+
+/// Connections to several prefill servers. Shared between threads: joining, leaving and
+/// submitting take `&self`.
+#[derive(Debug, Default)]
 pub struct PrefillPool {
-    clients: Vec<PrefillClient>,
+    /// By index; `None` once removed.
+    members: RwLock<Vec<Option<Member>>>,
     turn: AtomicUsize,
+    /// Bytes sent and received over the connections removed so far, so that
+    /// [`wire_bytes`](Self::wire_bytes) never goes back.
+    removed_bytes: (AtomicU64, AtomicU64),
 }
 
 impl PrefillPool {
-    /// A pool of connected clients.
+    /// A pool of connected clients (indices in order), none reporting a load.
     pub fn new(clients: Vec<PrefillClient>) -> Self {
-        Self { clients, turn: AtomicUsize::new(0) }
+        let pool = Self::default();
+        for client in clients {
+            pool.insert(client, Arc::default());
+        }
+        pool
     }
 
-    /// The connections.
-    pub fn clients(&self) -> &[PrefillClient] {
-        &self.clients
+    fn read(&self) -> RwLockReadGuard<'_, Vec<Option<Member>>> {
+        self.members.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Submits to the live server with the fewest requests in flight, skipping `exclude`
-    /// (servers that already failed this request). Returns the server's index and the handle.
+    /// Adds a connected server whose reported load `reported` holds (the registry updates it);
+    /// returns its index.
+    pub fn insert(&self, client: PrefillClient, reported: Arc<AtomicUsize>) -> usize {
+        let mut members = self.members.write().unwrap_or_else(|p| p.into_inner());
+        members.push(Some(Member { client: Arc::new(client), reported }));
+        members.len() - 1
+    }
+
+    /// Removes server `index`: it is never chosen again. Its requests in flight go on until
+    /// they end (their handles hold the connection). Returns its client if it was there.
+    pub fn remove(&self, index: usize) -> Option<Arc<PrefillClient>> {
+        let mut members = self.members.write().unwrap_or_else(|p| p.into_inner());
+        let member = members.get_mut(index)?.take()?;
+        self.removed_bytes.0.fetch_add(member.client.bytes_sent(), Ordering::Relaxed);
+        self.removed_bytes.1.fetch_add(member.client.bytes_received(), Ordering::Relaxed);
+        Some(member.client)
+    }
+
+    /// Server `index`, unless it was removed.
+    pub fn client(&self, index: usize) -> Option<Arc<PrefillClient>> {
+        self.read().get(index)?.as_ref().map(|m| m.client.clone())
+    }
+
+    /// The servers now in the pool, with their indices.
+    pub fn clients(&self) -> Vec<(usize, Arc<PrefillClient>)> {
+        let members = self.read();
+        members.iter().enumerate().filter_map(|(i, m)| Some((i, m.as_ref()?.client.clone()))).collect()
+    }
+
+    /// How many servers are in the pool now.
+    pub fn len(&self) -> usize {
+        self.read().iter().flatten().count()
+    }
+
+    /// Whether no server is in the pool now.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Submits to the live server of least load, skipping `exclude` (servers that already
+    /// failed this request). Returns the server's index and the handle.
     pub fn submit(&self, tokens: Vec<u32>, exclude: &[usize]) -> Result<(usize, RequestHandle), TransferError> {
-        let n = self.clients.len();
+        let members = self.read();
+        let n = members.len();
         let turn = self.turn.fetch_add(1, Ordering::Relaxed);
-        let (index, client) = (0..n)
+        let (index, member) = (0..n)
             .map(|k| (turn + k) % n)
-            .map(|i| (i, &self.clients[i]))
-            .filter(|(i, c)| c.failure().is_none() && !exclude.contains(i))
-            .min_by_key(|(_, c)| c.in_flight())
+            .filter_map(|i| Some((i, members[i].as_ref()?)))
+            .filter(|(i, m)| m.client.failure().is_none() && !exclude.contains(i))
+            .min_by_key(|(_, m)| m.load())
             .ok_or_else(|| TransferError::Protocol("no live prefill server left".into()))?;
-        Ok((index, client.submit(tokens)?))
+        Ok((index, member.client.submit(tokens)?))
     }
 
-    /// Bytes written and read over all connections.
+    /// Bytes written and read over all connections, those removed included (up to their
+    /// removal).
     pub fn wire_bytes(&self) -> (u64, u64) {
-        self.clients.iter().fold((0, 0), |(s, r), c| (s + c.bytes_sent(), r + c.bytes_received()))
+        // Read under the lock that `remove` moves a connection's bytes under: counted once.
+        let members = self.read();
+        let removed = (self.removed_bytes.0.load(Ordering::Relaxed), self.removed_bytes.1.load(Ordering::Relaxed));
+        members.iter().flatten().fold(removed, |(s, r), m| (s + m.client.bytes_sent(), r + m.client.bytes_received()))
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::{mpsc as std_mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use burn_kvcompress::cache::LayerState;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use super::blocks::{blocks_per_frame, coalesce, span, split};
 use super::held::{HeldLayer, LiveBytes};
@@ -135,6 +135,17 @@ impl PrefillServer {
     /// The layout sent to every connection.
     pub fn layout(&self) -> Layout {
         self.shared.layout
+    }
+
+    /// What its caches are (a connection's Hello must match it).
+    pub fn descriptor(&self) -> &SchemeDescriptor {
+        &self.shared.descriptor
+    }
+
+    /// Its load: how many requests it holds (submitted and not yet completed, failed or
+    /// expired), updated whenever that changes.
+    pub fn load(&self) -> watch::Receiver<usize> {
+        self.shared.store.load()
     }
 
     /// Current counters.

@@ -5,6 +5,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use tokio::sync::watch;
+
 use super::held::HeldLayer;
 
 #[derive(Debug)]
@@ -35,16 +37,29 @@ pub struct StoreStats {
 pub struct Store {
     held: Mutex<(HashMap<u64, Held>, usize)>,
     lease: Duration,
+    /// How many requests are held, told whenever it changes (the server's load).
+    load: watch::Sender<usize>,
 }
 
 impl Store {
     /// An empty store whose leases last `lease` past the last activity on a request.
     pub fn new(lease: Duration) -> Self {
-        Self { held: Mutex::new((HashMap::new(), 0)), lease }
+        Self { held: Mutex::new((HashMap::new(), 0)), lease, load: watch::Sender::new(0) }
     }
 
     fn lock(&self) -> MutexGuard<'_, (HashMap<u64, Held>, usize)> {
         self.held.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Tells the load's watchers how many requests `held` holds, if that changed. Called with
+    /// the lock held, so that the counts told follow the changes in order.
+    fn tell_load(&self, held: &HashMap<u64, Held>) {
+        self.load.send_if_modified(|load| std::mem::replace(load, held.len()) != held.len());
+    }
+
+    /// How many requests are held, updated whenever it changes.
+    pub fn load(&self) -> watch::Receiver<usize> {
+        self.load.subscribe()
     }
 
     /// Registers a request of `layers` layers; false if the id is taken.
@@ -54,6 +69,7 @@ impl Store {
             return false;
         }
         held.0.insert(request, Held { layers: vec![None; layers], deadline: Instant::now() + self.lease });
+        self.tell_load(&held.0);
         true
     }
 
@@ -79,7 +95,10 @@ impl Store {
 
     /// Frees a request; false if it was not held.
     pub fn remove(&self, request: u64) -> bool {
-        self.lock().0.remove(&request).is_some()
+        let mut held = self.lock();
+        let removed = held.0.remove(&request).is_some();
+        self.tell_load(&held.0);
+        removed
     }
 
     /// Frees every request whose lease ended before `now`; returns how many.
@@ -89,6 +108,7 @@ impl Store {
         held.0.retain(|_, h| h.deadline > now);
         let expired = before - held.0.len();
         held.1 += expired;
+        self.tell_load(&held.0);
         expired
     }
 

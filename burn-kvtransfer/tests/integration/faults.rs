@@ -334,7 +334,7 @@ async fn a_dying_and_a_healthy_server() -> (PrefillPool, [impl Sized; 2]) {
 /// `pool` at the second attempt, with `tokens`' states and logits.
 fn served_by_the_healthy_server(pool: &PrefillPool, received: &Received<DenseCache<NdArray>>, tokens: &[u32]) {
     assert_eq!((received.server, received.attempts), (1, 2));
-    assert!(matches!(pool.clients()[0].failure(), Some(TransferError::Truncated(_))));
+    assert!(matches!(pool.client(0).unwrap().failure(), Some(TransferError::Truncated(_))));
     for (l, cache) in received.caches.layers.iter().enumerate() {
         assert_eq!(TransferableCache::<NdArray>::export_state(cache), expected_state(SHAPE, tokens, l));
     }
@@ -366,7 +366,7 @@ async fn a_corrupt_control_frame_is_retried_on_another_server() {
     let tokens: Vec<u32> = (0..40).collect();
     let received = fetch::<NdArray, _>(&pool, &tokens, &DenseScheme, &Default::default(), 2).await.unwrap();
     assert_eq!((received.server, received.attempts), (1, 2));
-    assert_eq!(pool.clients()[0].failure(), Some(TransferError::Corrupt(FrameKind::Ready)));
+    assert_eq!(pool.client(0).unwrap().failure(), Some(TransferError::Corrupt(FrameKind::Ready)));
     for (l, cache) in received.caches.layers.iter().enumerate() {
         assert_eq!(TransferableCache::<NdArray>::export_state(cache), expected_state(SHAPE, &tokens, l));
     }

@@ -128,3 +128,51 @@ async fn a_pool_sends_each_request_to_the_least_loaded_server() {
     let picks: Vec<usize> = (0..4).map(|i| pool.submit(vec![i], &[]).unwrap().0).collect();
     assert!(picks.contains(&0) && picks.contains(&1), "{picks:?}");
 }
+
+#[tokio::test]
+async fn a_pool_weighs_reported_loads_and_never_chooses_a_removed_server() {
+    use std::sync::{atomic::AtomicUsize, atomic::Ordering, Arc};
+    let (_a, a) = start(engine(), ServerConfig::default());
+    let (_b, b) = start(engine(), ServerConfig::default());
+    let pool = burn_kvtransfer::protocol::PrefillPool::default();
+    let (a_load, b_load) = (Arc::new(AtomicUsize::new(5)), Arc::new(AtomicUsize::new(0)));
+    let a = pool.insert(connect(&a).await, a_load.clone());
+    let b = pool.insert(connect(&b).await, b_load.clone());
+    // Other workers' requests (reported) weigh against this worker's own.
+    let picks: Vec<usize> = (0..3).map(|i| pool.submit(vec![i], &[]).unwrap().0).collect();
+    assert_eq!(picks, [b; 3], "the server reporting less load");
+    b_load.store(7, Ordering::Relaxed);
+    let (pick, mut handle) = pool.submit(vec![9], &[]).unwrap();
+    assert_eq!(pick, a, "the other is now the less loaded");
+    // This worker's own requests count at once, before a report says so.
+    a_load.store(0, Ordering::Relaxed);
+    b_load.store(0, Ordering::Relaxed);
+    let (pick, mut other) = pool.submit(vec![10], &[]).unwrap();
+    assert_eq!(pick, b, "a has a request of ours in flight");
+    collect(&mut handle).await;
+    collect(&mut other).await;
+    let before = pool.wire_bytes();
+    assert!(pool.remove(a).is_some());
+    assert!(pool.client(a).is_none() && pool.remove(a).is_none());
+    assert_eq!((pool.len(), pool.clients().iter().map(|(i, _)| *i).collect::<Vec<_>>()), (1, vec![b]));
+    // At most a Complete frame more: the total never goes back.
+    let after = pool.wire_bytes();
+    assert!(after.0 >= before.0 && after.1 >= before.1, "a removed server's bytes still count: {before:?} {after:?}");
+    let picks: Vec<usize> = (0..4).map(|i| pool.submit(vec![i], &[]).unwrap().0).collect();
+    assert_eq!(picks, [b; 4], "a removed server is never chosen");
+    assert!(pool.remove(b).is_some());
+    assert!(pool.is_empty());
+    assert!(pool.submit(vec![1], &[]).is_err());
+}
+
+#[tokio::test]
+async fn a_server_tells_its_load_as_requests_come_and_go() {
+    let (server, connector) = start(engine(), ServerConfig::default());
+    let mut load = server.load();
+    assert_eq!(*load.borrow(), 0);
+    let client = connect(&connector).await;
+    let mut handle = client.submit(vec![1, 2, 3]).unwrap();
+    tokio::time::timeout(Duration::from_secs(2), load.wait_for(|&n| n == 1)).await.unwrap().unwrap();
+    collect(&mut handle).await;
+    tokio::time::timeout(Duration::from_secs(2), load.wait_for(|&n| n == 0)).await.unwrap().unwrap();
+}

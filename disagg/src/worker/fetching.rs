@@ -33,7 +33,7 @@ pub(super) fn fetch_arrivals(
         tokio::time::sleep_until(arrived.into()).await;
         let pool = puller.pool;
         let start = puller.start_fetch();
-        let received = fetch_states(pool, tokens, pool.clients().len()).await;
+        let received = fetch_states(pool, tokens, pool.len()).await;
         let received = received.with_context(|| puller.failed_fetch(tokens))?;
         Ok(puller.fetched(start, received, tokens, arrived))
     });

@@ -38,6 +38,7 @@ mod fetching;
 
 use crate::{
     measurements::{print_table, Row},
+    registry::{self, RegistryArgs, Watched},
     runtime, BaseModel, ModeArg, RunArgs,
 };
 use batching::{batch_policy, run_at_rate};
@@ -54,11 +55,68 @@ pub struct Job<'a> {
     pub arrivals: ArrivalProcess,
     /// The requests and how to run them.
     pub run: &'a RunArgs,
-    /// Prefill server addresses serving this pair.
-    pub servers: &'a [String],
+    /// Where the prefill servers of this pair are.
+    pub servers: Servers<'a>,
     /// Untimed rounds (one request of each distinct prompt length) before the timed requests;
     /// at a request rate with `--max-batch` above 1, followed by two requests decoded together.
     pub warmup: usize,
+}
+
+/// Where a job's prefill servers are.
+#[derive(Clone, Copy)]
+pub enum Servers<'a> {
+    /// At these addresses.
+    Listed(&'a [String]),
+    /// In this registry (those of the job's scheme, model and link rate).
+    Registry(&'a RegistryArgs),
+}
+
+impl std::fmt::Display for Servers<'_> {
+    /// How many servers, or where they are found.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Listed(addresses) => write!(f, "{} server(s)", addresses.len()),
+            Self::Registry(args) => write!(f, "servers of etcd at {} under {}", args.etcd.join(","), args.etcd_prefix),
+        }
+    }
+}
+
+/// A job's prefill servers, connected.
+enum Connected {
+    Listed(PrefillPool),
+    Registry(Watched),
+}
+
+impl Connected {
+    /// Connects to `servers` with `config` (on `rt`), those of a registry at `link_gbps`.
+    fn connect(
+        rt: &tokio::runtime::Runtime,
+        servers: Servers,
+        config: ClientConfig,
+        link_gbps: Option<f64>,
+    ) -> anyhow::Result<Self> {
+        rt.block_on(async {
+            match servers {
+                Servers::Listed(addresses) => {
+                    let mut clients = Vec::new();
+                    for addr in addresses {
+                        let connector = TcpConnector { addr: addr.clone() };
+                        let client = PrefillClient::connect(&connector, config.clone()).await;
+                        clients.push(client.with_context(|| format!("connecting to {addr}"))?);
+                    }
+                    Ok(Self::Listed(PrefillPool::new(clients)))
+                }
+                Servers::Registry(args) => Ok(Self::Registry(registry::watch(args, config, link_gbps).await?)),
+            }
+        })
+    }
+
+    fn pool(&self) -> &PrefillPool {
+        match self {
+            Self::Listed(pool) => pool,
+            Self::Registry(watched) => watched.pool(),
+        }
+    }
 }
 
 const DEFAULT_PROMPTS: [&str; 4] = [
@@ -136,7 +194,7 @@ where
     /// imported on this thread as its layers arrive.
     fn fetch(&self, tokens: &[u32]) -> anyhow::Result<Received<S::Cache>> {
         let Puller { rt, pool } = self.puller;
-        let fetched = rt.block_on(fetch::<B, S>(pool, tokens, self.scheme, self.device, pool.clients().len()));
+        let fetched = rt.block_on(fetch::<B, S>(pool, tokens, self.scheme, self.device, pool.len()));
         fetched.with_context(|| self.puller.failed_fetch(tokens))
     }
 }
@@ -144,7 +202,7 @@ where
 impl Puller<'_> {
     /// What failed when fetching `tokens`' KV cache failed (the transfer error is its cause).
     fn failed_fetch(&self, tokens: &[u32]) -> String {
-        let servers = self.pool.clients().len();
+        let servers = self.pool.len();
         format!("fetching the KV cache of a {}-token prompt from {servers} prefill server(s)", tokens.len())
     }
 
@@ -221,27 +279,16 @@ where
         };
     }
     let rt = runtime()?;
-    let pool = rt.block_on(async {
-        let mut clients = Vec::new();
-        for addr in job.servers {
-            let connector = TcpConnector { addr: addr.clone() };
-            clients.push(
-                PrefillClient::connect(&connector, config.clone())
-                    .await
-                    .with_context(|| format!("connecting to {addr}"))?,
-            );
-        }
-        anyhow::Ok(PrefillPool::new(clients))
-    })?;
-    let result = decode_with_pool(&scheme, job, model, tokenizer, device, (&rt, &pool));
-    report_connections(&pool);
+    let servers = Connected::connect(&rt, job.servers, config, job.link_gbps)?;
+    let result = decode_with_pool(&scheme, job, model, tokenizer, device, (&rt, servers.pool()));
+    report_connections(servers.pool());
     result
 }
 
 /// Says on stderr which of `pool`'s connections failed and which received corrupt frames (whose
 /// blocks were pulled again): what a run survived, or why it failed.
 fn report_connections(pool: &PrefillPool) {
-    for (i, client) in pool.clients().iter().enumerate() {
+    for (i, client) in pool.clients() {
         if let Some(failure) = client.failure() {
             eprintln!("[prefill server {i} at {}: connection failed: {failure}]", client.peer());
         }
