@@ -5,7 +5,7 @@
 //! Needs the NIXL libraries, so every test is ignored in a plain `cargo test`: `cargo xtask test`
 //! installs them and runs this binary's ignored tests with `LD_LIBRARY_PATH` and
 //! `NIXL_PLUGIN_DIR` set, UCX over TCP on loopback (`UCX_TLS=tcp UCX_NET_DEVICES=lo`) and one
-//! test thread (NIXL can deadlock under a multithreaded harness; [`serial`] also keeps the tests
+//! test thread (NIXL can deadlock under a multithreaded harness; [`SERIAL`] also keeps the tests
 //! apart under any harness). Without the libraries every test fails with the error that says so.
 
 #[path = "integration/common.rs"]
@@ -14,7 +14,7 @@ mod common;
 mod model_run;
 
 use std::process::Command;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use burn_kvcompress::{backend::NdArray, cache::DenseScheme, cache::TransferableCache};
@@ -33,11 +33,14 @@ use burn_kvtransfer::{
 };
 use common::*;
 use model_run::{disaggregated_run_matches_single_process, hack_scheme, pq_scheme, Transfer};
+use tokio::sync::{Mutex, MutexGuard};
 
-/// One test at a time, whatever the harness's threads.
-fn serial() -> MutexGuard<'static, ()> {
-    static SERIAL: Mutex<()> = Mutex::new(());
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+/// Held by each test: one test at a time, whatever the harness's threads (an async lock: the
+/// tests hold it across awaits).
+static SERIAL: Mutex<()> = Mutex::const_new(());
+
+async fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().await
 }
 
 fn nixl_config(memory_bytes: usize) -> NixlConfig {
@@ -77,7 +80,7 @@ fn layer_bytes(tokens: &[u32], layers: std::ops::Range<usize>) -> u64 {
 #[tokio::test]
 #[ignore = "needs the NIXL libraries and one test thread: `cargo xtask test` runs it"]
 async fn read_layers_are_byte_identical_to_pulled_ones_and_completion_frees_the_server() {
-    let _serial = serial();
+    let _serial = serial().await;
     let config = ServerConfig { block_size: 4096, ..ServerConfig::default() };
     let (server, _nixl, connector) = start_readable(engine(), config, 64 << 20).await;
     let decode = decode_side();
@@ -118,7 +121,7 @@ async fn read_layers_are_byte_identical_to_pulled_ones_and_completion_frees_the_
 #[tokio::test]
 #[ignore = "needs the NIXL libraries and one test thread: `cargo xtask test` runs it"]
 async fn layers_that_do_not_fit_the_registered_memory_are_pulled() {
-    let _serial = serial();
+    let _serial = serial().await;
     let tokens: Vec<u32> = (0..100).collect();
     // Room for two layers (buffers are rounded up to 64 bytes): layers 0 and 1 are read, the
     // others, stored while those are held, are announced by a plain Ready and pulled.
@@ -140,7 +143,7 @@ async fn layers_that_do_not_fit_the_registered_memory_are_pulled() {
 #[tokio::test]
 #[ignore = "needs the NIXL libraries and one test thread: `cargo xtask test` runs it"]
 async fn read_mode_is_refused_by_a_server_without_registered_memory_and_on_a_scheme_mismatch() {
-    let _serial = serial();
+    let _serial = serial().await;
     let decode = decode_side();
     let plain = TcpServer::bind("127.0.0.1:0").await.unwrap();
     let addr = plain.local_addr().unwrap().to_string();
@@ -170,7 +173,7 @@ async fn read_mode_is_refused_by_a_server_without_registered_memory_and_on_a_sch
 #[tokio::test]
 #[ignore = "needs the NIXL libraries and one test thread: `cargo xtask test` runs it"]
 async fn a_decode_side_that_never_completes_is_reaped_by_the_lease() {
-    let _serial = serial();
+    let _serial = serial().await;
     let lease = Duration::from_millis(200);
     let config = ServerConfig { lease, ..ServerConfig::default() };
     let (server, _nixl, connector) = start_readable(engine(), config, 1 << 20).await;
@@ -200,7 +203,7 @@ async fn next<R: tokio::io::AsyncRead + Unpin>(reader: &mut FrameReader<R>) -> M
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the NIXL libraries and one test thread: `cargo xtask test` runs it"]
 async fn a_prefill_server_killed_mid_transfer_is_retried_on_another() {
-    let _serial = serial();
+    let _serial = serial().await;
     // The first server computes a layer per 150 ms and is killed (its runtime, and with it its
     // connections, shut down) after its first layer was read.
     let dying_runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
@@ -232,7 +235,7 @@ async fn a_prefill_server_killed_mid_transfer_is_retried_on_another() {
 #[test]
 #[ignore = "needs the NIXL libraries and one test thread: `cargo xtask test` runs it"]
 fn a_missing_library_or_backend_is_a_typed_error_not_an_abort() {
-    let _serial = serial();
+    let _serial = SERIAL.blocking_lock();
     const CHILD: &str = "KVC_NIXL_TEST_WITHOUT_LIBRARY";
     if std::env::var_os(CHILD).is_some() {
         // In the child, started without the library path.
@@ -266,7 +269,7 @@ where
     S: burn_kvcompress::cache::TransferableScheme<model_run::B> + Clone + Send + Sync + 'static,
     S::Cache: TransferableCache<model_run::B> + Send + Sync,
 {
-    let _serial = serial();
+    let _serial = serial().await;
     let path = burn_kvcompress::paths::default_model_path();
     assert!(path.exists(), "{} is missing (cargo xtask fetch-model)", path.display());
     let prefill = NixlPrefill::start(&nixl_config(256 << 20)).expect("a NIXL prefill agent");

@@ -87,10 +87,9 @@ struct Peer {
 
 impl PeerReads for Peer {
     fn read(&self, pieces: Vec<ReadPiece>, done: ReadDone) {
-        if let Err(mpsc::SendError(job)) = self.jobs.send(Job::Read { remote: self.remote.clone(), pieces, done }) {
-            if let Job::Read { done, .. } = job {
-                done(Err(TransferError::Nixl("the NIXL thread is gone".into())));
-            }
+        let job = Job::Read { remote: self.remote.clone(), pieces, done };
+        if let Err(mpsc::SendError(Job::Read { done, .. })) = self.jobs.send(job) {
+            done(Err(TransferError::Nixl("the NIXL thread is gone".into())));
         }
     }
 
