@@ -54,6 +54,13 @@ pub enum TransferError {
     /// The received state does not fit the local scheme or model.
     #[error("importing the received state failed: {0}")]
     Import(String),
+    /// The transfer engine (NIXL) cannot be used here: its library is missing or does not load,
+    /// its backend plugin cannot be created, or this build lacks the `nixl` feature.
+    #[error("NIXL is not available: {0}")]
+    NixlUnavailable(String),
+    /// The transfer engine (NIXL) failed a read, a registration or a metadata exchange.
+    #[error("NIXL failed: {0}")]
+    Nixl(String),
 }
 
 impl From<std::io::Error> for TransferError {

@@ -137,7 +137,7 @@ impl Mutator {
         let mut payload = input[HEADER_LEN..input.len() - TRAILER_LEN].to_vec();
         self.mutate(&mut payload);
         let kind = match self.below(8) {
-            0 => 1 + self.below(9) as u8,
+            0 => 1 + self.below(12) as u8,
             _ => input[6],
         };
         let mut header = MAGIC.to_vec();
@@ -162,11 +162,14 @@ pub fn seed_corpus() -> Vec<Vec<u8>> {
     let descriptor = SchemeDescriptor { scheme: "hack:bits=2,pi=64".into(), model: ModelFingerprint::of_bytes(b"m") };
     let shape = ModelShape { num_layers: 30, kv_heads: 3, heads: 9, head_dim: 64, vocab: 49152 };
     let messages = [
-        Message::Hello { descriptor, mode: Mode::Pull, session: 0x5E55 },
+        Message::Hello { descriptor: descriptor.clone(), mode: Mode::Pull, session: 0x5E55 },
+        Message::Hello { descriptor, mode: Mode::Read, session: 0x5E56 },
+        Message::Agent { metadata: b"nixl agent metadata".to_vec() },
         Message::Attach { session: 0x5E55 },
         Message::Layout(Layout { block_size: 4096, shape }),
         Message::Submit { request: 7, tokens: vec![1, 2, 3, 4] },
         Message::Ready { request: 7, layer: 3, bytes: 10_000, crc: 0xDEAD_BEEF },
+        Message::ReadyAt { request: 7, layer: 4, bytes: 10_000, crc: 0xDEAD_BEEF, address: 0x7F00_0000_1000 },
         Message::Done { request: 7, logits: vec![0.5, -1.0, 3.25] },
         Message::Pull(vec![BlockRange { request: 7, layer: 1, first: 2, count: 3 }]),
         Message::Complete { request: 7 },

@@ -20,6 +20,8 @@
 //! - [`decode`]: rebuilds caches on the decode side as layers arrive, retrying on another server.
 //! - `discovery` (feature `etcd`): prefill servers register in etcd with a lease and report their
 //!   load; decode workers watch the registry and pull from the least loaded.
+//! - [`nixl`]: NVIDIA NIXL (UCX) as the data path of read mode: the decode side reads each layer
+//!   from the prefill side's registered memory; the frames keep the protocol (feature `nixl`).
 //!
 //! A request on one connection (decode side left, prefill side right):
 //!
@@ -32,6 +34,11 @@
 //!                                               <- Ready{.., layer 1, ..} ... Done{request, logits}
 //! Complete{request}               ->            (the prefill side frees the request; a lease frees it if this never comes)
 //! ```
+//!
+//! In read mode (NIXL) the Layout is followed by `Agent{metadata}` (the prefill agent's, loaded
+//! once per connection), a layer placed in the prefill side's registered memory is announced by
+//! `ReadyAt{.., address}` and read with one NIXL READ instead of pulled, and the completion is a
+//! NIXL notification, sent at the moment a Complete would be.
 //!
 //! Tested: byte-identical transfer (pull and push), layer-wise streaming, 32 concurrent requests,
 //! every fault of the issue (see `tests/`), and SmolLM2 end to end (tokens equal to a
@@ -50,7 +57,8 @@
 //!
 //! Not done: transferring a batch of several sequences in one request (a request is one prompt);
 //! recovering a corrupt control frame in place (the connection fails and the pool retries the
-//! request elsewhere); striping pushed blocks over data streams; RDMA.
+//! request elsewhere); striping pushed blocks over data streams; registering device memory with
+//! NIXL (layers cross the host on both sides).
 
 pub mod decode;
 pub mod descriptor;
@@ -59,6 +67,7 @@ pub mod discovery;
 pub mod engine;
 pub mod error;
 pub mod fuzzing;
+pub mod nixl;
 pub mod protocol;
 pub mod rate;
 pub mod state_codec;

@@ -81,6 +81,14 @@ impl EncodedState {
     }
 }
 
+impl From<Bytes> for EncodedState {
+    /// A serialization already in one buffer.
+    fn from(bytes: Bytes) -> Self {
+        let len = bytes.len();
+        Self { parts: vec![bytes].into_iter().filter(|p| !p.is_empty()).collect(), len }
+    }
+}
+
 impl Slices for EncodedState {
     /// The slices that make up bytes `[start, end)` of the serialization.
     fn slices(&self, start: usize, end: usize) -> Vec<&[u8]> {

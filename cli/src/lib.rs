@@ -10,4 +10,5 @@ pub mod random_model;
 pub mod reference;
 pub mod report;
 pub mod tradeoff;
+pub mod transfer_args;
 pub mod weights_arg;

@@ -1,8 +1,10 @@
 //! Disaggregated inference: a prefill server process and a decode worker process that pulls each
-//! request's (compressed) KV cache layer by layer over TCP (`burn-kvtransfer`).
+//! request's (compressed) KV cache layer by layer over TCP (`burn-kvtransfer`), or reads it
+//! from the server's memory with NVIDIA NIXL (`--transport nixl`, `docs/nixl.md`).
 //!
 //! ```text
 //! disagg demo --kv dense                      # spawns a prefill server, decodes against it, checks
+//! disagg demo --transport nixl --check        # the same, each layer read with NIXL (UCX)
 //! disagg serve --listen 127.0.0.1:7070        # a prefill server
 //! disagg decode --server 127.0.0.1:7070 ...   # a decode worker (several --server: least loaded)
 //! disagg serve --etcd 127.0.0.1:2379 ...      # a prefill server that registers in etcd
@@ -65,6 +67,7 @@ use kvcompress_cli::{
     },
     plot::{plot_series, PlotSpec},
     random_model::RandomShape,
+    transfer_args::TransferArgs,
     weights_arg::WeightsArg,
     with_backend,
 };
@@ -212,6 +215,10 @@ struct ServeArgs {
     /// Default: `--listen`'s host, which must then not be 0.0.0.0 or ::.
     #[arg(long, value_name = "HOST", requires = "etcd")]
     etcd_advertise: Option<String>,
+    /// How layers reach decode workers: with `--transport nixl` they may also read them (the
+    /// server registers memory with NIXL; workers that pull are served as well).
+    #[command(flatten)]
+    transfer: TransferArgs,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -274,9 +281,12 @@ struct RunArgs {
     /// Random seed for sampling.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Who starts block transfers.
+    /// Who starts block transfers (over `--transport tcp`).
     #[arg(long, value_enum, default_value_t = ModeArg::Pull)]
     mode: ModeArg,
+    /// How layers move (a demo's servers get the same flags).
+    #[command(flatten)]
+    transfer: TransferArgs,
     /// Longest silence from a prefill server while a request is outstanding, seconds (also
     /// bounds connecting): past it the connection fails with a timeout, and the request is
     /// retried on another server if there is one.
@@ -512,7 +522,7 @@ fn demo<B: KernelBackend>(
     let started = Instant::now();
     // The servers load their models while this process loads its own.
     let starting = (0..args.spawn.servers)
-        .map(|_| spawn_server(&args.source, &args.pairs, &args.spawn))
+        .map(|_| spawn_server(&args.source, &args.pairs, &args.spawn, &args.run.transfer))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let base = BaseModel::<B>::load(&args.source, &device)?;
     let spawned =

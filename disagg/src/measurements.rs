@@ -4,7 +4,10 @@
 use std::time::Duration;
 
 use burn_kvtransfer::decode::Arrivals;
-use kvcompress_cli::e2e_report::{describe_arrivals, p99, RequestRecord};
+use kvcompress_cli::{
+    e2e_report::{describe_arrivals, p99, RequestRecord},
+    transfer_args::Transport,
+};
 
 use crate::worker::Job;
 
@@ -89,7 +92,11 @@ fn ms(d: Duration) -> f64 {
 pub fn print_table(scheme: &str, job: &Job, rows: &[Row]) {
     let link = job.link_gbps.map_or("unpaced".into(), |g| format!("{g} Gbit/s"));
     let arrivals = describe_arrivals(job.request_rate, job.arrivals);
-    println!("scheme {scheme}, {:?} mode, link {link}, {arrivals}, {}", job.run.mode, job.servers);
+    let mode = match job.run.transfer.transport {
+        Transport::Tcp => format!("{:?} mode", job.run.mode),
+        Transport::Nixl => "Read mode (NIXL)".into(),
+    };
+    println!("scheme {scheme}, {mode}, link {link}, {arrivals}, {}", job.servers);
     println!(
         "{:>3} {:>6} {:>6} {:>4} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9} {:>6} {:>5} {:>6}",
         "req",

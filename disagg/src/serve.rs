@@ -15,6 +15,7 @@ use burn_kvcompress::{
 use burn_kvschemes::with_scheme;
 use burn_kvtransfer::{
     engine::{ModelPrefill, PrefillEngine},
+    nixl::NixlPrefill,
     protocol::{PrefillServer, ServerConfig},
     transport::tcp::TcpServer,
     wire::ModelShape,
@@ -46,6 +47,8 @@ where
     CausalLm<B>: Send,
 {
     let base = BaseModel::<B>::load(&args.source, &device)?;
+    // One NIXL agent and registered memory for every pair.
+    let nixl = args.transfer.nixl().map(|config| NixlPrefill::start(&config)).transpose()?;
     let mut servers = Vec::new();
     for kv in &args.pairs.schemes {
         let (model, scheme) = base.prepared(kv)?;
@@ -55,6 +58,7 @@ where
                 lease: Duration::from_secs_f64(args.lease_secs),
                 io_timeout: Duration::from_secs_f64(args.io_timeout_secs),
                 link_gbps,
+                readable: nixl.as_ref().map(NixlPrefill::memory),
                 ..ServerConfig::default()
             };
             let server = with_scheme!(
@@ -62,6 +66,9 @@ where
                 prefill_server::<B, _>,
                 (model.clone(), base.fingerprint, device.clone(), config)
             );
+            if let Some(nixl) = &nixl {
+                nixl.free_completed(&server);
+            }
             servers.push((server, kv.clone(), link_gbps));
         }
     }

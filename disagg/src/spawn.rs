@@ -5,7 +5,7 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 
 use anyhow::{bail, Context};
 
-use crate::{serve::LISTENING, ModelSource, Pairs, SpawnArgs};
+use crate::{serve::LISTENING, ModelSource, Pairs, SpawnArgs, TransferArgs};
 
 /// A spawned prefill server process, killed when dropped.
 pub struct Spawned(Child);
@@ -23,11 +23,18 @@ pub struct Starting {
     stdout: BufReader<ChildStdout>,
 }
 
-/// Spawns one server process that serves every pair of `pairs` and returns at once (the process
-/// loads its model while this one goes on; [`Starting::listening`] waits for it).
-pub fn spawn_server(source: &ModelSource, pairs: &Pairs, spawn: &SpawnArgs) -> anyhow::Result<Starting> {
+/// Spawns one server process that serves every pair of `pairs` over `transfer` and returns at
+/// once (the process loads its model while this one goes on; [`Starting::listening`] waits for
+/// it).
+pub fn spawn_server(
+    source: &ModelSource,
+    pairs: &Pairs,
+    spawn: &SpawnArgs,
+    transfer: &TransferArgs,
+) -> anyhow::Result<Starting> {
     let mut cmd = Command::new(std::env::current_exe()?);
     cmd.args(["serve", "--listen", "127.0.0.1:0", "--block-kib", &spawn.block_kib.to_string()]);
+    cmd.args(transfer.to_args());
     for kv in &pairs.schemes {
         cmd.args(["--kv", kv]);
     }

@@ -22,7 +22,7 @@ fn cache_dir() -> PathBuf {
     home.join(".cache/burn-kvcompress/models")
 }
 
-fn sha256(path: &Path) -> anyhow::Result<String> {
+pub fn sha256(path: &Path) -> anyhow::Result<String> {
     let out = std::process::Command::new("python3")
         .args(["-c", "import hashlib,sys; print(hashlib.sha256(open(sys.argv[1],'rb').read()).hexdigest())"])
         .arg(path)

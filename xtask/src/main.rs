@@ -2,6 +2,7 @@
 
 mod eval;
 mod fetch_model;
+mod nixl_libs;
 mod shell;
 
 use clap::{Parser, Subcommand};
@@ -20,22 +21,31 @@ enum Command {
     /// into the model cache (`$KVC_CACHE_DIR` or `~/.cache/burn-kvcompress/models`); does nothing
     /// if a file with the right checksum is already there.
     FetchModel,
+    /// Unpack the NIXL libraries of the PyPI wheel `nixl-cu12==1.5.1` (NIXL, its plugins, UCX)
+    /// into `$KVC_NIXL_DIR` or `~/.cache/burn-kvcompress/nixl-cu12-1.5.1` (once), and print the
+    /// `LD_LIBRARY_PATH` and `NIXL_PLUGIN_DIR` that `burn-kvtransfer`'s `nixl` feature needs.
+    NixlLibs,
     /// Fetch the model, then run every test of the workspace in release mode, the CubeCL kernels'
     /// on wgpu (lavapipe on a machine without a GPU), and the prefill servers' registry against a
     /// real etcd (needs etcd, etcdctl and protoc: Debian's etcd-server, etcd-client and
-    /// protobuf-compiler).
+    /// protobuf-compiler); then, with the NIXL libraries installed, the `nixl` feature's tests
+    /// over UCX's TCP transport on loopback, one test at a time.
     Test,
-    /// What CI runs: formatting check, clippy with warnings as errors (without and with the GPU
-    /// and registry features), the API documentation with warnings as errors, then `test`.
+    /// What CI runs: formatting check, clippy with warnings as errors (without any feature, and
+    /// with the GPU, NIXL and registry features), the API documentation with warnings as errors,
+    /// then `test`.
     Ci,
     /// Run the decode-perplexity protocol for the given KV schemes on the evaluation texts and
     /// write the table to `results/perplexity.md` (and JSON beside it).
     Eval(eval::EvalArgs),
 }
 
-/// The features that compile the CubeCL kernels (on wgpu) in every crate that has them.
-const GPU_FEATURES: &str =
-    "burn-hack-attn/wgpu,burn-million-pq/wgpu,burn-zack/wgpu,burn-kvschemes/wgpu,kvcompress-cli/wgpu";
+/// The features of the second clippy run, the documentation and the tests: the CubeCL kernels
+/// (on wgpu) in every crate that has them, and NIXL in `burn-kvtransfer` (its tests need the
+/// libraries, which `test` installs). One set, so that every crate is built once.
+const FEATURES: &str =
+    "burn-hack-attn/wgpu,burn-million-pq/wgpu,burn-zack/wgpu,burn-kvschemes/wgpu,kvcompress-cli/wgpu,\
+    burn-kvtransfer/nixl";
 
 /// The feature that builds `disagg --etcd` (the prefill servers' registry) and its tests.
 const ETCD_FEATURE: &str = "disagg/etcd";
@@ -45,14 +55,20 @@ const ETCD_FEATURE: &str = "disagg/etcd";
 const ETCD_TOOLS: [(&str, &str); 3] =
     [("protoc", "protobuf-compiler"), ("etcd", "etcd-server"), ("etcdctl", "etcd-client")];
 
-/// The features of the passes that build everything: the kernels and the registry.
+/// The features of the passes that build everything: [`FEATURES`] and the registry.
 fn all_features() -> String {
-    format!("{GPU_FEATURES},{ETCD_FEATURE}")
+    format!("{FEATURES},{ETCD_FEATURE}")
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::FetchModel => fetch_model::fetch_model().map(|path| println!("model: {}", path.display())),
+        Command::NixlLibs => {
+            for (name, value) in nixl_libs::install()? {
+                println!("export {name}={value}");
+            }
+            Ok(())
+        }
         Command::Test => test(),
         Command::Ci => {
             require_etcd_tools()?;
@@ -60,10 +76,10 @@ fn main() -> anyhow::Result<()> {
             let clippy = ["clippy", "--workspace", "--all-targets", "--release"];
             shell::run("cargo", &[&clippy[..], &["--", "-D", "warnings"]].concat())?;
             // Again with the wgpu feature, which compiles the CubeCL kernels and their tests, and
-            // the registry's.
+            // NIXL and the registry.
             let features = all_features();
             shell::run("cargo", &[&clippy[..], &["--features", &features, "--", "-D", "warnings"]].concat())?;
-            // The API documentation, kernels and registry included: no broken or private links.
+            // The API documentation, kernels, NIXL and registry included: no broken or private links.
             shell::run_with_env(
                 "cargo",
                 &["doc", "--workspace", "--no-deps", "--features", &features],
@@ -78,11 +94,19 @@ fn main() -> anyhow::Result<()> {
 fn test() -> anyhow::Result<()> {
     require_etcd_tools()?;
     fetch_model::fetch_model()?;
-    // One pass with the kernels and the registry compiled: the CPU tests do not depend on the
-    // features, and a second pass without them would build every crate and test binary twice.
-    shell::run("cargo", &["test", "--release", "--workspace", "--features", &all_features()])
+    // One pass with the kernels, NIXL and the registry compiled: the CPU tests do not depend on
+    // the features, and a second pass without them would build every crate and test binary
+    // twice. NIXL's tests are ignored in it (they need the libraries and one test thread) ...
+    let features = all_features();
+    shell::run("cargo", &["test", "--release", "--workspace", "--features", &features])?;
+    // ... and run here, from the same build, over UCX's TCP transport on loopback, one at a time
+    // (NIXL can deadlock under a multithreaded harness).
+    let mut env = nixl_libs::install()?;
+    env.extend([("UCX_TLS", "tcp".into()), ("UCX_NET_DEVICES", "lo".into())]);
+    let env: Vec<(&str, &str)> = env.iter().map(|(name, value)| (*name, value.as_str())).collect();
+    let nixl = ["--features", &features, "--test", "nixl", "--", "--ignored", "--test-threads=1"];
+    shell::run_with_env("cargo", &[&["test", "--release", "--workspace"][..], &nixl].concat(), &env)
 }
-
 /// Fails, naming the packages, unless [`ETCD_TOOLS`] are all on the `PATH`: before a long build,
 /// and so that the registry's tests never pass for want of an etcd.
 fn require_etcd_tools() -> anyhow::Result<()> {

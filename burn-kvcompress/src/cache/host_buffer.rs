@@ -52,12 +52,14 @@ impl HostBuffer {
     /// `len` zeroed bytes from `allocator`, or from the global allocator without one (or when it
     /// has none to give).
     pub fn zeroed(len: usize, allocator: Option<&Arc<dyn HostAllocator>>) -> Self {
-        let allocated = allocator.filter(|_| len > 0).and_then(|a| Some((a.allocate(len)?, a)));
-        let storage = match allocated {
-            Some((ptr, allocator)) => Storage::Allocated { ptr, capacity: len, allocator: allocator.clone() },
-            None => Storage::Vec(vec![0; len]),
-        };
-        Self { storage, len }
+        allocator.and_then(|a| Self::allocated(len, a)).unwrap_or_else(|| vec![0; len].into())
+    }
+
+    /// `len` (> 0) zeroed bytes from `allocator`, or `None` when it has none to give (where a
+    /// buffer is only of use in the allocator's memory, e.g. memory registered for remote reads).
+    pub fn allocated(len: usize, allocator: &Arc<dyn HostAllocator>) -> Option<Self> {
+        let ptr = (len > 0).then(|| allocator.allocate(len)).flatten()?;
+        Some(Self { storage: Storage::Allocated { ptr, capacity: len, allocator: allocator.clone() }, len })
     }
 
     /// Bytes the buffer can hold without reallocating.

@@ -17,12 +17,13 @@ use tokio::time::Instant;
 
 use super::blocks::{MisplacedBlocks, Reassembly};
 use super::buffers::BufferPool;
-use super::landing::{Landed, Landing};
+use super::landing::{Landed, Landing, Reserved};
+use super::reads::{PeerReads, ReadPiece, RemoteReads};
 use crate::error::TransferError;
 use crate::rate::TokenBucket;
 use crate::state_codec::decode_state;
 use crate::transport::{write_frames, Connector, FrameReader, FrameWriter, Outgoing, Placed, WireCounter};
-use crate::wire::{BlockFrame, BlockRange, ErrorCode, FrameCodec, FrameKind, Layout, Message, Mode};
+use crate::wire::{crc_par, BlockFrame, BlockRange, ErrorCode, FrameCodec, FrameKind, Layout, Message, Mode};
 use crate::SchemeDescriptor;
 
 /// How a decode-side connection behaves.
@@ -61,6 +62,9 @@ pub struct ClientConfig {
     /// one stream). One stream's frames are read and checked by one core; several streams let
     /// several cores share a fast link.
     pub data_streams: usize,
+    /// The transfer engine of `Mode::Read` (required by it): layers are received in its
+    /// memory ([`RemoteReads::allocator`], instead of `receive_allocator`'s).
+    pub reads: Option<Arc<dyn RemoteReads>>,
 }
 
 impl ClientConfig {
@@ -80,6 +84,7 @@ impl ClientConfig {
             receive_pool_follows_load: true,
             receive_allocator: None,
             data_streams: 0,
+            reads: None,
         }
     }
 }
@@ -152,10 +157,15 @@ pub struct PrefillClient {
 }
 
 impl PrefillClient {
-    /// Connects, sends the Hello and waits for the server's Layout (or its refusal), then
-    /// attaches `config.data_streams` data streams.
+    /// Connects, sends the Hello and waits for the server's Layout (or its refusal), then, in
+    /// `Mode::Read`, for its agent metadata, and attaches `config.data_streams` data streams.
     pub async fn connect<C: Connector>(connector: &C, config: ClientConfig) -> Result<Self, TransferError> {
         let timeout = config.io_timeout;
+        let reads = match (config.mode, &config.reads) {
+            (Mode::Read, None) => return Err(TransferError::Protocol("mode Read needs a transfer engine".into())),
+            (Mode::Read, Some(reads)) => Some(reads.clone()),
+            _ => None,
+        };
         let open = || async {
             let opened = tokio::time::timeout(timeout, connector.connect()).await;
             opened.map_err(|_| TransferError::Timeout(timeout))?.map_err(TransferError::from)
@@ -170,12 +180,20 @@ impl PrefillClient {
         let mut writer = FrameWriter::new(wr, config.link_gbps.map(TokenBucket::from_gbps), sent.clone());
         let hello = Message::Hello { descriptor: config.descriptor.clone(), mode: config.mode, session };
         writer.send(&hello.encode(&codec)?).await?;
-        let reply =
-            tokio::time::timeout(timeout, reader.next()).await.map_err(|_| TransferError::Timeout(timeout))??;
-        let layout = match Message::decode(reply)? {
+        let layout = match reply(&mut reader, timeout).await? {
             Message::Layout(layout) => layout,
-            Message::Error { code, message, .. } => return Err(TransferError::Remote { code, message }),
-            other => return Err(TransferError::Protocol(format!("expected Layout, got {other:?}"))),
+            other => return Err(unexpected("Layout", other)),
+        };
+        let peer = match reads {
+            Some(reads) => {
+                let metadata = match reply(&mut reader, timeout).await? {
+                    Message::Agent { metadata } => metadata,
+                    other => return Err(unexpected("Agent", other)),
+                };
+                let loading = tokio::task::spawn_blocking(move || reads.connect(&metadata));
+                Some(loading.await.map_err(|e| TransferError::Nixl(format!("loading the peer's metadata: {e}")))??)
+            }
+            None => None,
         };
         let (frames_tx, frames) = mpsc::channel(16);
         let landing = Landing::default();
@@ -197,10 +215,15 @@ impl PrefillClient {
             true => BufferPool::following_load(config.receive_pool_bytes),
             false => BufferPool::new(config.receive_pool_bytes),
         };
-        let buffers = match &config.receive_allocator {
-            Some(allocator) => buffers.allocating_with(allocator.clone()),
+        let allocator = match &config.reads {
+            Some(reads) if config.mode == Mode::Read => Some(reads.allocator()),
+            _ => config.receive_allocator.clone(),
+        };
+        let buffers = match allocator {
+            Some(allocator) => buffers.allocating_with(allocator),
             None => buffers,
         };
+        let (reads_tx, reads_rx) = mpsc::unbounded_channel();
         let session = Session {
             buffers,
             landing,
@@ -211,8 +234,10 @@ impl PrefillClient {
             requests: HashMap::new(),
             failure: failed,
             corrupt: corrupt.clone(),
+            peer,
+            reads: reads_tx,
         };
-        tokio::spawn(session.run(frames, commands_rx));
+        tokio::spawn(session.run(frames, commands_rx, reads_rx));
         Ok(Self {
             commands,
             layout,
@@ -288,6 +313,19 @@ impl PrefillClient {
     }
 }
 
+/// The next message of a handshake; the peer's refusal as its error.
+async fn reply<R: AsyncRead + Unpin>(reader: &mut FrameReader<R>, timeout: Duration) -> Result<Message, TransferError> {
+    let frame = tokio::time::timeout(timeout, reader.next()).await.map_err(|_| TransferError::Timeout(timeout))??;
+    match Message::decode(frame)? {
+        Message::Error { code, message, .. } => Err(TransferError::Remote { code, message }),
+        message => Ok(message),
+    }
+}
+
+fn unexpected(expected: &str, got: Message) -> TransferError {
+    TransferError::Protocol(format!("expected {expected}, got {got:?}"))
+}
+
 /// Connections opened by this process so far (salts session ids).
 static SESSIONS: AtomicU64 = AtomicU64::new(0);
 
@@ -356,6 +394,35 @@ async fn read_stream<R: AsyncRead + Unpin, K>(mut reader: FrameReader<R>, landin
     }
 }
 
+/// Reads a whole layer, announced at `address` in the server's memory, into its reserved place,
+/// and tells the session (through `news`) once it is in and hashed, so the session checks it as
+/// it checks a pulled layer. A layer that fails its checksum is pulled again as usual.
+fn read_layer(
+    peer: &dyn PeerReads,
+    address: u64,
+    mut reserved: Reserved,
+    landing: Landing,
+    news: mpsc::UnboundedSender<ReadNews>,
+) {
+    let local = reserved.as_mut();
+    let piece = ReadPiece { remote: address, local: local.as_mut_ptr() as usize, len: local.len() };
+    let (request, layer) = (reserved.request, reserved.layer);
+    peer.read(
+        vec![piece],
+        Box::new(move |result| {
+            let landed = result.map(|()| {
+                let crc = crc_par(reserved.as_mut());
+                match landing.fill(reserved, crc) {
+                    Landed::Completed => Some(LayerNews::Completed { request, layer }),
+                    _ => None,
+                }
+            });
+            // The session may be gone (its connection failed meanwhile): nothing to tell.
+            _ = news.send(landed);
+        }),
+    );
+}
+
 /// One request being received.
 struct Pending {
     events: Events,
@@ -386,13 +453,26 @@ struct Session {
     buffers: BufferPool,
     /// The layers being received, shared with the stream readers.
     landing: Landing,
+    /// Reads from the server's memory (mode Read).
+    peer: Option<Arc<dyn PeerReads>>,
+    /// Where reads report what they landed (from the engine's thread).
+    reads: mpsc::UnboundedSender<ReadNews>,
 }
+
+/// What a one-sided read did: landed blocks (`None`: nothing the session must act on), or
+/// failed.
+type ReadNews = Result<Option<LayerNews>, TransferError>;
 
 type Frames = mpsc::Receiver<Result<Arrival, TransferError>>;
 type FramesTx = mpsc::Sender<Result<Arrival, TransferError>>;
 
 impl Session {
-    async fn run(mut self, mut frames: Frames, mut commands: mpsc::UnboundedReceiver<Command>) {
+    async fn run(
+        mut self,
+        mut frames: Frames,
+        mut commands: mpsc::UnboundedReceiver<Command>,
+        mut reads: mpsc::UnboundedReceiver<ReadNews>,
+    ) {
         let timeout = self.config.io_timeout;
         let mut deadline = Instant::now() + timeout;
         // Whether the client is still there to submit requests.
@@ -432,6 +512,17 @@ impl Session {
                         break e;
                     }
                 }
+                Some(news) = reads.recv() => {
+                    deadline = Instant::now() + timeout;
+                    let result = match news {
+                        Ok(Some(news)) => self.on_landed(news).await,
+                        Ok(None) => Ok(()),
+                        Err(e) => Err(e),
+                    };
+                    if let Err(e) = result {
+                        break e;
+                    }
+                }
                 _ = tokio::time::sleep_until(deadline), if waiting => break TransferError::Timeout(timeout),
             }
         };
@@ -457,14 +548,29 @@ impl Session {
         if let Some(pending) = self.requests.remove(&request) {
             self.landing.close(request);
             _ = pending.events.send(Err(error));
-            self.send(&Message::Complete { request }).await?;
+            self.release(request).await?;
         }
         Ok(())
     }
 
+    /// Tells the server to free `request`: a Complete, or in mode Read a notification through
+    /// the transfer engine.
+    async fn release(&self, request: u64) -> Result<(), TransferError> {
+        match &self.peer {
+            Some(peer) => {
+                peer.complete(request);
+                Ok(())
+            }
+            None => self.send(&Message::Complete { request }).await,
+        }
+    }
+
     async fn on_message(&mut self, message: Message) -> Result<(), TransferError> {
         match message {
-            Message::Ready { request, layer, bytes, crc } => self.on_ready(request, layer, bytes, crc).await,
+            Message::Ready { request, layer, bytes, crc } => self.on_ready(request, layer, bytes, crc, None).await,
+            Message::ReadyAt { request, layer, bytes, crc, address } => {
+                self.on_ready(request, layer, bytes, crc, Some(address)).await
+            }
             Message::Block(block) => {
                 let landed = self.landing.land(&block);
                 match Arrival::of_landing(block, landed) {
@@ -491,7 +597,17 @@ impl Session {
         }
     }
 
-    async fn on_ready(&mut self, request: u64, layer: u32, bytes: u64, crc: u32) -> Result<(), TransferError> {
+    /// Opens an announced layer and starts its transfer: a one-sided read from `address` where
+    /// the server placed it in readable memory and this side's buffer is readable too, else a
+    /// pull (in push mode the server sends it unasked).
+    async fn on_ready(
+        &mut self,
+        request: u64,
+        layer: u32,
+        bytes: u64,
+        crc: u32,
+        address: Option<u64>,
+    ) -> Result<(), TransferError> {
         if bytes > self.config.max_layer_bytes {
             let why =
                 format!("layer {layer} announced at {bytes} bytes, over the cap of {}", self.config.max_layer_bytes);
@@ -506,8 +622,19 @@ impl Session {
         }
         *slot = LayerSlot::Receiving;
         let buffer = self.buffers.take(bytes as usize);
+        // A buffer of the pool's allocator lies in the engine's memory; one of the global
+        // allocator (that allocator was full) cannot be read into.
+        let readable = buffer.is_allocated();
         self.landing.open(request, layer, Reassembly::new(buffer, self.layout.block_size, crc));
-        if self.config.mode == Mode::Pull {
+        let read = match (&self.peer, address) {
+            (Some(peer), Some(address)) if readable => {
+                self.landing.reserve_piece(request, layer, 0, bytes as usize).map(|r| (peer, address, r))
+            }
+            _ => None,
+        };
+        if let Some((peer, address, reserved)) = read {
+            read_layer(peer.as_ref(), address, reserved, self.landing.clone(), self.reads.clone());
+        } else if self.config.mode != Mode::Push {
             let count = self.layout.blocks(bytes) as u32;
             self.send(&Message::Pull(vec![BlockRange { request, layer, first: 0, count }])).await?;
         }
@@ -554,7 +681,7 @@ impl Session {
         }
         if let Some(Pending { events, logits: Some(logits), .. }) = self.requests.remove(&request) {
             self.landing.close(request);
-            self.send(&Message::Complete { request }).await?;
+            self.release(request).await?;
             _ = events.send(Ok(RequestEvent::Logits(logits)));
         }
         Ok(())

@@ -5,6 +5,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use burn_kvcompress::cache::{Bytes, HostBuffer};
 use rayon::prelude::*;
 
 use super::blocks::span;
@@ -34,6 +35,8 @@ pub struct HeldLayer {
     block_crcs: Vec<u32>,
     /// Where its bytes are counted while it lives, if anywhere.
     live: Option<LiveBytes>,
+    /// Where its bytes lie, when they were placed in memory that peers may read.
+    address: Option<u64>,
 }
 
 impl Drop for HeldLayer {
@@ -58,7 +61,41 @@ impl HeldLayer {
                 crc.finalize()
             })
             .collect();
-        Self { state, block_size, block_crcs, live: None }
+        Self { state, block_size, block_crcs, live: None, address: None }
+    }
+
+    /// Holds `state` copied into `buffer` (of its length: memory that peers may read), each
+    /// block hashed as it is copied, on the rayon pool's threads; the tensors' own buffers are
+    /// then no longer referenced.
+    ///
+    /// # Panics
+    /// If `buffer`'s length is not the state's.
+    pub fn placed(state: EncodedState, block_size: u32, mut buffer: HostBuffer) -> Self {
+        assert_eq!(buffer.len(), state.len(), "a buffer of the layer's length");
+        let block_crcs = buffer
+            .par_chunks_mut(block_size as usize)
+            .enumerate()
+            .map(|(b, block)| {
+                let start = b * block_size as usize;
+                let mut crc = crc32fast::Hasher::new();
+                let mut at = 0;
+                for s in state.slices(start, start + block.len()) {
+                    block[at..at + s.len()].copy_from_slice(s);
+                    crc.update(s);
+                    at += s.len();
+                }
+                crc.finalize()
+            })
+            .collect();
+        let address = Some(buffer.as_ptr() as u64);
+        let state = EncodedState::from(Bytes::from_owner(buffer));
+        Self { state, block_size, block_crcs, live: None, address }
+    }
+
+    /// Where the layer's first byte lies, when it was [placed](Self::placed) in memory that peers
+    /// may read.
+    pub fn address(&self) -> Option<u64> {
+        self.address
     }
 
     /// The same layer, its bytes counted in `live` until it is dropped.

@@ -85,9 +85,16 @@ impl Landing {
     /// Reserves the place of a Block frame's data (`len` bytes after `header`) in its layer, for
     /// a reader to read it there directly; `None` unless the layer is open and every block of
     /// the piece is missing (the frame is then read and [landed](Self::land) as usual).
-    #[allow(unsafe_code)]
     pub fn reserve(&self, header: &[u8; BLOCK_HEADER_LEN], len: usize) -> Option<Reserved> {
         let (request, layer, first) = BlockFrame::parse_header(header);
+        self.reserve_piece(request, layer, first, len)
+    }
+
+    /// Reserves the place of the piece of `len` bytes from block `first` of `layer` of `request`,
+    /// for its data to be written there directly (by a reader, or by a one-sided read); `None`
+    /// unless the layer is open and every block of the piece is missing.
+    #[allow(unsafe_code)]
+    pub fn reserve_piece(&self, request: u64, layer: u32, first: u32, len: usize) -> Option<Reserved> {
         let slot = lock(&self.layers).get(&(request, layer)).cloned()?;
         let mut guard = lock(&slot);
         let reassembly = guard.as_mut()?;

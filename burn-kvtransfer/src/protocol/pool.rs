@@ -126,7 +126,8 @@ impl TransferError {
     /// Whether another server may succeed where this failure happened: the transport or the
     /// peer failed, not the request itself. A link that corrupts bytes is such a failure, whether
     /// it hit a control frame (which ends the connection), kept hitting a request's blocks past
-    /// its re-pulls, or made the peer refuse a frame of ours as malformed.
+    /// its re-pulls, or made the peer refuse a frame of ours as malformed; so is a failed
+    /// one-sided read (the peer's endpoint broke).
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
@@ -138,6 +139,7 @@ impl TransferError {
                 | Self::Corrupt(_)
                 | Self::TooManyRepulls { .. }
                 | Self::Remote { code: ErrorCode::Malformed, .. }
+                | Self::Nixl(_)
         )
     }
 }

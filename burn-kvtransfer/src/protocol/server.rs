@@ -6,11 +6,12 @@ use std::collections::{hash_map::Entry, HashMap};
 use std::sync::{mpsc as std_mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use burn_kvcompress::cache::LayerState;
+use burn_kvcompress::cache::{HostBuffer, LayerState};
 use tokio::sync::{mpsc, watch};
 
 use super::blocks::{blocks_per_frame, coalesce, span, split};
 use super::held::{HeldLayer, LiveBytes};
+use super::reads::ReadableMemory;
 use super::store::{Store, StoreStats};
 use crate::engine::PrefillEngine;
 use crate::error::TransferError;
@@ -39,6 +40,9 @@ pub struct ServerConfig {
     pub max_prompt_tokens: usize,
     /// How long the peer may take to send its Hello or to accept a frame.
     pub io_timeout: Duration,
+    /// Memory that decode sides may read layers from (`Mode::Read`; `None`: such connections
+    /// are refused). Each stored layer is copied there, unless it has no room left.
+    pub readable: Option<ReadableMemory>,
 }
 
 impl Default for ServerConfig {
@@ -50,6 +54,7 @@ impl Default for ServerConfig {
             link_gbps: None,
             max_prompt_tokens: 32 * 1024,
             io_timeout: Duration::from_secs(30),
+            readable: None,
         }
     }
 }
@@ -71,9 +76,22 @@ pub struct ServerStats {
 
 /// What the engine thread tells a connection.
 enum Event {
-    Ready { request: u64, layer: u32, bytes: u64, crc: u32 },
-    Done { request: u64, logits: Vec<f32> },
-    Failed { request: u64, message: String },
+    /// `address`: where the layer lies in readable memory, if it was placed there.
+    Ready {
+        request: u64,
+        layer: u32,
+        bytes: u64,
+        crc: u32,
+        address: Option<u64>,
+    },
+    Done {
+        request: u64,
+        logits: Vec<f32>,
+    },
+    Failed {
+        request: u64,
+        message: String,
+    },
 }
 
 struct Job {
@@ -158,6 +176,12 @@ impl PrefillServer {
         }
     }
 
+    /// Frees requests on completions that arrive outside connections (transfer-engine
+    /// notifications), without keeping the server alive.
+    pub fn completions(&self) -> Completions {
+        Completions(Arc::downgrade(&self.shared))
+    }
+
     /// Accepts connections until the listener fails, serving each on its own task, and expires
     /// leases in the background. Call inside a tokio runtime.
     pub async fn serve<L: Listener>(&self, mut listener: L) -> std::io::Result<()> {
@@ -170,6 +194,24 @@ impl PrefillServer {
         };
         reaper.abort();
         result
+    }
+}
+
+/// Frees requests of a [`PrefillServer`] as `Complete` messages do; see
+/// [`PrefillServer::completions`].
+#[derive(Clone)]
+pub struct Completions(std::sync::Weak<Shared>);
+
+impl std::fmt::Debug for Completions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.strong_count() > 0 { "Completions" } else { "Completions (server gone)" })
+    }
+}
+
+impl Completions {
+    /// Frees `request`: `Some(true)` if it was held, `None` once the server is gone.
+    pub fn complete(&self, request: u64) -> Option<bool> {
+        self.0.upgrade().map(|shared| shared.store.remove(request))
     }
 }
 
@@ -207,10 +249,10 @@ fn run_engine<E: PrefillEngine>(mut engine: E, queue: std_mpsc::Receiver<Job>, s
                 }
             }
             drop(guard);
-            let blob = HeldLayer::new(EncodedState::new(state), shared.layout.block_size).counted_in(&shared.live);
-            let (len, crc) = (blob.len() as u64, blob.crc());
+            let blob = hold(&shared, EncodedState::new(state)).counted_in(&shared.live);
+            let (len, crc, address) = (blob.len() as u64, blob.crc(), blob.address());
             if shared.store.put(job.request, layer, blob) {
-                let event = Event::Ready { request: job.request, layer: layer as u32, bytes: len, crc };
+                let event = Event::Ready { request: job.request, layer: layer as u32, bytes: len, crc, address };
                 _ = job.events.send(event);
             }
         };
@@ -229,6 +271,17 @@ fn run_engine<E: PrefillEngine>(mut engine: E, queue: std_mpsc::Receiver<Job>, s
         // the failure the decode side already has.
         .unwrap_or_else(|message| Event::Failed { request: job.request, message });
         _ = job.events.send(event);
+    }
+}
+
+/// A layer as the server holds it: placed in readable memory where there is room, else where
+/// the engine left its tensors.
+fn hold(shared: &Shared, state: EncodedState) -> HeldLayer {
+    let block_size = shared.layout.block_size;
+    let placement = shared.config.readable.as_ref().and_then(|r| HostBuffer::allocated(state.len(), &r.allocator));
+    match placement {
+        Some(buffer) => HeldLayer::placed(state, block_size, buffer),
+        None => HeldLayer::new(state, block_size),
     }
 }
 
@@ -315,7 +368,18 @@ impl Connection {
                 }
                 self.session = Some((session, streams));
                 self.mode = mode;
+                let agent = match (mode, &self.shared.config.readable) {
+                    (Mode::Read, None) => {
+                        let why = "this prefill server has no memory registered for one-sided reads".to_string();
+                        return self.fail(ErrorCode::Refused, 0, why).await;
+                    }
+                    (Mode::Read, Some(readable)) => Some(Message::Agent { metadata: readable.metadata.clone() }),
+                    _ => None,
+                };
                 self.send(&Message::Layout(self.shared.layout)).await?;
+                if let Some(agent) = agent {
+                    self.send(&agent).await?;
+                }
             }
             Message::Attach { session } => return self.attach(session).await,
             Message::Hello { descriptor, .. } => {
@@ -414,8 +478,12 @@ impl Connection {
 
     async fn on_event(&mut self, event: Event) -> Result<(), TransferError> {
         match event {
-            Event::Ready { request, layer, bytes, crc } => {
-                self.send(&Message::Ready { request, layer, bytes, crc }).await?;
+            Event::Ready { request, layer, bytes, crc, address } => {
+                let ready = match (self.mode, address) {
+                    (Mode::Read, Some(address)) => Message::ReadyAt { request, layer, bytes, crc, address },
+                    _ => Message::Ready { request, layer, bytes, crc },
+                };
+                self.send(&ready).await?;
                 if self.mode == Mode::Push {
                     let count = self.shared.layout.blocks(bytes) as u32;
                     self.serve(BlockRange { request, layer, first: 0, count }).await?;

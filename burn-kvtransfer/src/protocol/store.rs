@@ -73,16 +73,16 @@ impl Store {
         true
     }
 
-    /// Stores a computed layer; false if the request is gone (completed or expired).
+    /// Stores a computed layer, renewing the request's lease (a decode side that reads layers
+    /// one-sidedly renews it by nothing else); false if the request is gone (completed or
+    /// expired).
     pub fn put(&self, request: u64, layer: usize, blob: HeldLayer) -> bool {
         let mut held = self.lock();
-        match held.0.get_mut(&request).and_then(|h| h.layers.get_mut(layer)) {
-            Some(slot) => {
-                *slot = Some(Arc::new(blob));
-                true
-            }
-            None => false,
-        }
+        let Some(h) = held.0.get_mut(&request) else { return false };
+        let Some(slot) = h.layers.get_mut(layer) else { return false };
+        *slot = Some(Arc::new(blob));
+        h.deadline = Instant::now() + self.lease;
+        true
     }
 
     /// A computed layer, renewing the request's lease; `None` if unknown or not computed yet.

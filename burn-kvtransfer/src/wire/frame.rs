@@ -3,7 +3,7 @@
 //! ```text
 //! offset  size  field
 //!      0     4  magic "KVCF"
-//!      4     2  version (3)
+//!      4     2  version (4)
 //!      6     1  kind (FrameKind)
 //!      7     1  flags (reserved, 0)
 //!      8     4  payload length in bytes
@@ -17,7 +17,9 @@ use super::WireError;
 /// The four bytes every frame starts with.
 pub const MAGIC: [u8; 4] = *b"KVCF";
 /// The protocol version this crate speaks.
-pub const VERSION: u16 = 3;
+/// Version 4 added one-sided reads: [`Mode::Read`](super::Mode::Read) and the `Agent` and
+/// `ReadyAt` messages.
+pub const VERSION: u16 = 4;
 /// Bytes before the payload.
 pub const HEADER_LEN: usize = 16;
 /// Bytes after the payload (its checksum).
@@ -47,6 +49,10 @@ pub enum FrameKind {
     Done = 9,
     /// Opens a data stream of a connection (instead of a Hello).
     Attach = 10,
+    /// The prefill side's transfer-engine (NIXL) agent metadata, for one-sided reads.
+    Agent = 11,
+    /// One layer of a request is ready to read from the prefill side's registered memory.
+    ReadyAt = 12,
 }
 
 impl FrameKind {
@@ -62,6 +68,8 @@ impl FrameKind {
             8 => Self::Ready,
             9 => Self::Done,
             10 => Self::Attach,
+            11 => Self::Agent,
+            12 => Self::ReadyAt,
             other => return Err(WireError::UnknownKind(other)),
         })
     }

@@ -3,10 +3,12 @@
 //!
 //! ```text
 //! Hello     scheme: str, model: [u8; 32], mode: u8, session: u64   decode -> prefill, first frame
+//! Agent     metadata: bytes                              prefill -> decode, after Layout (mode Read)
 //! Attach    session: u64                                    decode -> prefill, first frame of a data stream
 //! Layout    block_size, num_layers, kv_heads, heads, head_dim, vocab: u32   prefill -> decode, once
 //! Submit    request: u64, tokens: u32 count + u32 each       decode -> prefill
 //! Ready     request: u64, layer: u32, bytes: u64, crc: u32  prefill -> decode, per layer
+//! ReadyAt   request: u64, layer: u32, bytes: u64, crc: u32, address: u64   instead of Ready (mode Read)
 //! Done      request: u64, logits: u32 count + f32 each      prefill -> decode, after the last layer
 //! Pull      ranges: u32 count + (request u64, layer u32, first u32, count u32) each
 //! Block     request: u64, layer: u32, first: u32, then the blocks' bytes to the end
@@ -26,6 +28,12 @@ pub enum Mode {
     Pull = 0,
     /// The prefill side sends each layer's blocks as soon as it is computed (for comparison).
     Push = 1,
+    /// The decode side reads each layer announced by a `ReadyAt` from the prefill side's
+    /// registered memory with one-sided reads (NIXL), and pulls the layers announced by a plain
+    /// `Ready` (those the prefill side could not place there) as in `Pull`. The prefill side
+    /// answers the Hello with its agent metadata after the Layout; the decode side's completion
+    /// of a request travels as a transfer-engine notification instead of a `Complete`.
+    Read = 2,
 }
 
 /// The model dimensions a request's KV state has.
@@ -146,6 +154,12 @@ pub enum Message {
     },
     /// The prefill side's layout (accepts the Hello).
     Layout(Layout),
+    /// The prefill side's transfer-engine (NIXL) agent metadata: its name, backends and
+    /// registered memory; sent once per connection, after the Layout, in mode Read.
+    Agent {
+        /// The serialized metadata, opaque to the protocol.
+        metadata: Vec<u8>,
+    },
     /// A prompt to prefill under a request id chosen by the decode side.
     Submit {
         /// The request id.
@@ -163,6 +177,20 @@ pub enum Message {
         bytes: u64,
         /// CRC-32 of the serialized state.
         crc: u32,
+    },
+    /// A layer of a request is ready, and its serialized state lies at `address` in the memory
+    /// the prefill side's agent registered (mode Read): the decode side reads it from there.
+    ReadyAt {
+        /// The request.
+        request: u64,
+        /// The layer.
+        layer: u32,
+        /// Serialized size of the layer's state.
+        bytes: u64,
+        /// CRC-32 of the serialized state.
+        crc: u32,
+        /// Where the state's first byte lies in the prefill side's address space.
+        address: u64,
     },
     /// Prefill of a request finished (sent after its last `Ready`).
     Done {
@@ -254,6 +282,10 @@ impl Message {
                 w.u64(*session);
                 FrameKind::Attach
             }
+            Self::Agent { metadata } => {
+                w.bytes(metadata);
+                FrameKind::Agent
+            }
             Self::Layout(Layout { block_size, shape: s }) => {
                 for v in [*block_size, s.num_layers, s.kv_heads, s.heads, s.head_dim, s.vocab] {
                     w.u32(v);
@@ -268,6 +300,10 @@ impl Message {
             Self::Ready { request, layer, bytes, crc } => {
                 w.u64(*request).u32(*layer).u64(*bytes).u32(*crc);
                 FrameKind::Ready
+            }
+            Self::ReadyAt { request, layer, bytes, crc, address } => {
+                w.u64(*request).u32(*layer).u64(*bytes).u32(*crc).u64(*address);
+                FrameKind::ReadyAt
             }
             Self::Done { request, logits } => {
                 w.u64(*request).u32(logits.len() as u32);
@@ -307,12 +343,14 @@ impl Message {
                 let mode = match r.u8("mode")? {
                     0 => Mode::Pull,
                     1 => Mode::Push,
+                    2 => Mode::Read,
                     m => return Err(MessageError::Invalid { field: "mode", reason: format!("unknown mode {m}") }),
                 };
                 let session = r.u64("session")?;
                 Self::Hello { descriptor: SchemeDescriptor { scheme, model: ModelFingerprint(model) }, mode, session }
             }
             FrameKind::Attach => Self::Attach { session: r.u64("session")? },
+            FrameKind::Agent => Self::Agent { metadata: r.bytes("metadata")?.to_vec() },
             FrameKind::Layout => {
                 let mut f = |name| r.u32(name);
                 let layout = Layout {
@@ -341,6 +379,13 @@ impl Message {
                 layer: r.u32("layer")?,
                 bytes: r.u64("bytes")?,
                 crc: r.u32("crc")?,
+            },
+            FrameKind::ReadyAt => Self::ReadyAt {
+                request: r.u64("request")?,
+                layer: r.u32("layer")?,
+                bytes: r.u64("bytes")?,
+                crc: r.u32("crc")?,
+                address: r.u64("address")?,
             },
             FrameKind::Done => {
                 let request = r.u64("request")?;

@@ -10,7 +10,8 @@ use std::time::Duration;
 use burn_kvcompress::cache::LayerState;
 use burn_kvtransfer::{
     engine::{PrefillEngine, SyntheticPrefill},
-    protocol::{ClientConfig, PrefillClient, PrefillServer, ServerConfig},
+    protocol::{ClientConfig, PrefillClient, PrefillServer, RequestEvent, RequestHandle, ServerConfig},
+    state_codec::encode_state,
     transport::{
         channel::{channel, ChannelConnector},
         Connector,
@@ -18,6 +19,7 @@ use burn_kvtransfer::{
     wire::ModelShape,
     ModelFingerprint, SchemeDescriptor,
 };
+use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
 
 /// Small model dimensions: 4 layers, 2 KV heads of 16.
@@ -51,6 +53,24 @@ pub fn start(engine: impl PrefillEngine, config: ServerConfig) -> (PrefillServer
 
 pub async fn connect<C: Connector>(connector: &C) -> PrefillClient {
     PrefillClient::connect(connector, ClientConfig::new(descriptor())).await.expect("connect")
+}
+
+/// Collects a request's layers (by index) and logits.
+pub async fn collect(handle: &mut RequestHandle) -> (Vec<Option<burn_kvcompress::cache::LayerState>>, Vec<f32>) {
+    let mut layers = vec![None; SHAPE.num_layers as usize];
+    loop {
+        match handle.next().await.expect("an event").expect("no error") {
+            RequestEvent::Layer { layer, state } => {
+                assert!(layers[layer].is_none(), "layer {layer} delivered twice");
+                layers[layer] = Some(state);
+            }
+            RequestEvent::Logits(logits) => return (layers, logits),
+        }
+    }
+}
+
+pub fn hash(state: &burn_kvcompress::cache::LayerState) -> [u8; 32] {
+    Sha256::digest(encode_state(state)).into()
 }
 
 /// Waits until the server holds no request (or panics after `limit`).

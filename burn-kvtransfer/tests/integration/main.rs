@@ -13,6 +13,7 @@ mod frame_codec;
 mod fuzz_smoke;
 mod landing;
 mod messages;
+mod model_run;
 mod placed_reads;
 mod protocol;
 mod publishing;

@@ -25,11 +25,15 @@ fn round_trip(message: Message) {
 fn every_message_round_trips() {
     let descriptor = SchemeDescriptor { scheme: "dense".into(), model: ModelFingerprint::of_bytes(b"x") };
     let shape = ModelShape { num_layers: 30, kv_heads: 3, heads: 9, head_dim: 64, vocab: 49152 };
-    round_trip(Message::Hello { descriptor, mode: Mode::Push, session: u64::MAX });
+    round_trip(Message::Hello { descriptor: descriptor.clone(), mode: Mode::Push, session: u64::MAX });
+    round_trip(Message::Hello { descriptor, mode: Mode::Read, session: 1 });
+    round_trip(Message::Agent { metadata: vec![0, 255, 7] });
+    round_trip(Message::Agent { metadata: Vec::new() });
     round_trip(Message::Attach { session: 42 });
     round_trip(Message::Layout(Layout { block_size: 1 << 18, shape }));
     round_trip(Message::Submit { request: u64::MAX, tokens: vec![0, 1, u32::MAX] });
     round_trip(Message::Ready { request: 3, layer: 29, bytes: 1 << 40, crc: 7 });
+    round_trip(Message::ReadyAt { request: 3, layer: 29, bytes: 1 << 40, crc: 7, address: u64::MAX });
     round_trip(Message::Done { request: 3, logits: vec![1.5, -0.0, f32::INFINITY] });
     round_trip(Message::Pull(vec![
         BlockRange { request: 1, layer: 2, first: 3, count: 4 },

@@ -6,28 +6,8 @@ use std::time::{Duration, Instant};
 use crate::common::*;
 use burn_kvtransfer::{
     protocol::{ClientConfig, PrefillClient, RequestEvent, RequestHandle, ServerConfig},
-    state_codec::encode_state,
     wire::Mode,
 };
-use sha2::{Digest, Sha256};
-
-/// Collects a request's layers (by index) and logits.
-async fn collect(handle: &mut RequestHandle) -> (Vec<Option<burn_kvcompress::cache::LayerState>>, Vec<f32>) {
-    let mut layers = vec![None; SHAPE.num_layers as usize];
-    loop {
-        match handle.next().await.expect("an event").expect("no error") {
-            RequestEvent::Layer { layer, state } => {
-                assert!(layers[layer].is_none(), "layer {layer} delivered twice");
-                layers[layer] = Some(state);
-            }
-            RequestEvent::Logits(logits) => return (layers, logits),
-        }
-    }
-}
-
-fn hash(state: &burn_kvcompress::cache::LayerState) -> [u8; 32] {
-    Sha256::digest(encode_state(state)).into()
-}
 
 async fn round_trip(mode: Mode, block_size: u32, max_payload: u32, data_streams: usize) {
     let config = ServerConfig { block_size, max_payload, ..ServerConfig::default() };

@@ -1,15 +1,21 @@
 //! Transfer benchmark of burn-kvtransfer over TCP loopback, with a synthetic prefill engine (no
 //! model): the framed transport alone, end-to-end layer-state throughput unpaced and at emulated
 //! link rates, pull and push, the link's sustained utilization with requests kept in flight, and
-//! many concurrent requests through one prefill server with every byte checked.
+//! many concurrent requests through one prefill server with every byte checked. With
+//! `--transport nixl`, the decode side reads each layer with NIXL instead (unpaced only: the
+//! emulated links pace TCP writes), over the transports `UCX_TLS` allows.
 //!
 //! `cargo run --release -p kvcompress-cli --bin disagg_bench`
+//! `UCX_TLS=tcp UCX_NET_DEVICES=lo cargo run --release -p kvcompress-cli --bin disagg_bench --features
+//! burn-kvtransfer/nixl -- --transport nixl` (with the variables `cargo xtask nixl-libs` prints)
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
 use burn_kvtransfer::{
     engine::SyntheticPrefill,
+    nixl::{NixlConfig, NixlDecode, NixlPrefill},
     protocol::{ClientConfig, PrefillClient, PrefillServer, RequestEvent, RequestHandle, ServerConfig},
     state_codec::encode_state,
     transport::{
@@ -20,7 +26,7 @@ use burn_kvtransfer::{
     ModelFingerprint, SchemeDescriptor,
 };
 use clap::Parser;
-use kvcompress_cli::bench::median;
+use kvcompress_cli::{bench::median, transfer_args::TransferArgs};
 use sha2::{Digest, Sha256};
 
 /// Loopback transfer benchmark.
@@ -70,6 +76,10 @@ struct Args {
     /// bytes received over the run divided by its length (0: skip these runs).
     #[arg(long, default_value_t = 1000)]
     sustain_ms: u64,
+    /// How layers move; NIXL's registered memory is raised on both sides to what the requests
+    /// in flight need.
+    #[command(flatten)]
+    transfer: TransferArgs,
 }
 
 impl Args {
@@ -85,11 +95,48 @@ fn descriptor() -> SchemeDescriptor {
 
 /// A client whose receive pool keeps the buffers of `requests` requests of `request_bytes`, so
 /// that no timed layer lands in freshly mapped memory (an eighth more for the serializations'
-/// headers).
-fn client_config(args: &Args, mode: Mode, requests: usize, request_bytes: usize) -> ClientConfig {
+/// headers), reading with `reads` if given.
+fn client_config(
+    args: &Args,
+    mode: Mode,
+    requests: usize,
+    request_bytes: usize,
+    reads: Option<Arc<NixlDecode>>,
+) -> ClientConfig {
     let defaults = ClientConfig::new(descriptor());
     let receive_pool_bytes = defaults.receive_pool_bytes.max(requests * request_bytes * 9 / 8);
-    ClientConfig { mode, data_streams: args.data_streams, receive_pool_bytes, ..defaults }
+    let reads = reads.map(|r| r as Arc<_>);
+    ClientConfig { mode, data_streams: args.data_streams, receive_pool_bytes, reads, ..defaults }
+}
+
+/// NIXL's settings with room for `requests` requests of `request_bytes` on each side.
+fn nixl_config(args: &Args, requests: usize, request_bytes: usize) -> Option<NixlConfig> {
+    let config = args.transfer.nixl()?;
+    Some(NixlConfig { memory_bytes: config.memory_bytes.max(requests * request_bytes * 9 / 8), ..config })
+}
+
+/// The mode of the throughput runs without an emulated link: pull and push over TCP, read
+/// with NIXL.
+fn unpaced_modes(args: &Args) -> Vec<Mode> {
+    match args.transfer.nixl() {
+        Some(_) => vec![Mode::Read],
+        None => vec![Mode::Pull, Mode::Push],
+    }
+}
+
+/// A server and a client connected to it, with their NIXL sides when reading.
+struct Connected {
+    server: PrefillServer,
+    client: PrefillClient,
+    reads: Option<Arc<NixlDecode>>,
+    _prefill: Option<NixlPrefill>,
+}
+
+impl Connected {
+    /// Bytes the client received: over the wire, and by NIXL's reads.
+    fn received(&self) -> u64 {
+        self.client.bytes_received() + self.reads.as_ref().map_or(0, |r| r.bytes_read())
+    }
 }
 
 /// Layer-state bytes of a request of `tokens` tokens (f32 keys and values).
@@ -98,28 +145,35 @@ fn request_bytes(shape: ModelShape, tokens: u32) -> usize {
 }
 
 /// A server on a free loopback port (emulating `link` Gbit/s) and a client connected to it in
-/// `mode`, whose receive pool holds `--in-flight` requests of `tokens` tokens.
+/// `mode`, whose receive pool (and NIXL memory) holds `requests` requests of `tokens` tokens.
 async fn connected(
     args: &Args,
     shape: ModelShape,
-    tokens: u32,
+    (tokens, requests): (u32, usize),
     mode: Mode,
     link: Option<f64>,
-) -> anyhow::Result<(PrefillServer, PrefillClient)> {
-    let (server, addr) = start(shape, args.block_kib, link).await?;
-    let config = client_config(args, mode, args.requests_in_flight(), request_bytes(shape, tokens));
-    Ok((server, PrefillClient::connect(&TcpConnector { addr }, config).await?))
-}
-
-/// Starts a server on a free loopback port.
-async fn start(shape: ModelShape, block_kib: u32, link_gbps: Option<f64>) -> anyhow::Result<(PrefillServer, String)> {
-    let config = ServerConfig { block_size: block_kib * 1024, link_gbps, ..ServerConfig::default() };
+) -> anyhow::Result<Connected> {
+    let bytes = request_bytes(shape, tokens);
+    let nixl = nixl_config(args, requests, bytes);
+    let prefill = nixl.as_ref().map(NixlPrefill::start).transpose()?;
+    let config = ServerConfig {
+        block_size: args.block_kib * 1024,
+        link_gbps: link,
+        readable: prefill.as_ref().map(NixlPrefill::memory),
+        ..ServerConfig::default()
+    };
     let server = PrefillServer::new(SyntheticPrefill::new(shape, descriptor()), config);
+    if let Some(prefill) = &prefill {
+        prefill.free_completed(&server);
+    }
     let listener = TcpServer::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?.to_string();
     let serving = server.clone();
     tokio::spawn(async move { serving.serve(listener).await });
-    Ok((server, addr))
+    let reads = nixl.map(|config| NixlDecode::start(&config, None).map(Arc::new)).transpose()?;
+    let config = client_config(args, mode, requests, bytes, reads.clone());
+    let client = PrefillClient::connect(&TcpConnector { addr }, config).await?;
+    Ok(Connected { server, client, reads, _prefill: prefill })
 }
 
 /// What a drained request gave.
@@ -193,12 +247,13 @@ async fn throughput(
     mode: Mode,
     link: Option<f64>,
 ) -> anyhow::Result<Timed> {
-    let (_server, client) = connected(args, shape, tokens, mode, link).await?;
+    let connected = connected(args, shape, (tokens, args.requests_in_flight()), mode, link).await?;
+    let client = &connected.client;
     let prompt: Vec<u32> = (0..tokens).collect();
     let expected = expected_hashes(shape, &prompt);
     let (mut seconds, mut first_layers) = (Vec::new(), Vec::new());
     let mut kv_bytes = 0;
-    let before = client.bytes_received();
+    let before = connected.received();
     let mut cpu_before = None;
     let layers = shape.num_layers as usize;
     for rep in 0..=args.reps {
@@ -225,17 +280,23 @@ async fn throughput(
         }
     }
     let cpu_per_gb = cpu_before.zip(cpu_seconds()).map(|(b, a)| (a - b) / (kv_bytes as f64 * args.reps as f64 / 1e9));
-    let wire_bytes = (client.bytes_received() - before) / (args.reps as u64 + 1);
+    let wire_bytes = (connected.received() - before) / (args.reps as u64 + 1);
     Ok(Timed { seconds: median(seconds), first_layer: median(first_layers), kv_bytes, wire_bytes, cpu_per_gb })
 }
 
-/// Wire bytes per second received while `in_flight` requests are kept outstanding for
-/// `args.sustain_ms` (a new one submitted as soon as one ends, after a checked warm-up round),
-/// and the requests that ended.
-async fn sustained(args: &Args, shape: ModelShape, tokens: u32, link: Option<f64>) -> anyhow::Result<(f64, usize)> {
+/// Bytes per second received (over the wire, or by NIXL's reads) while `in_flight` requests
+/// are kept outstanding for `args.sustain_ms` (a new one submitted as soon as one ends, after a
+/// checked warm-up round) in `mode`, and the requests that ended.
+async fn sustained(
+    args: &Args,
+    shape: ModelShape,
+    tokens: u32,
+    mode: Mode,
+    link: Option<f64>,
+) -> anyhow::Result<(f64, usize)> {
     let workers = args.requests_in_flight();
-    let (_server, client) = connected(args, shape, tokens, Mode::Pull, link).await?;
-    let client = std::sync::Arc::new(client);
+    let connected = Arc::new(connected(args, shape, (tokens, workers), mode, link).await?);
+    let client = &connected.client;
     let prompt: Vec<u32> = (0..tokens).collect();
     let layers = shape.num_layers as usize;
     // The warm-up fills the receive pool with the buffers of `workers` requests.
@@ -246,14 +307,14 @@ async fn sustained(args: &Args, shape: ModelShape, tokens: u32, link: Option<f64
     }
     let started = Instant::now();
     let deadline = started + Duration::from_millis(args.sustain_ms);
-    let before = client.bytes_received();
+    let before = connected.received();
     let tasks: Vec<_> = (0..workers)
         .map(|_| {
-            let (client, prompt) = (client.clone(), prompt.clone());
+            let (connected, prompt) = (connected.clone(), prompt.clone());
             tokio::spawn(async move {
                 let mut ended = 0;
                 while Instant::now() < deadline {
-                    drain(&mut client.submit(prompt.clone())?, layers, false).await?;
+                    drain(&mut connected.client.submit(prompt.clone())?, layers, false).await?;
                     ended += 1;
                 }
                 anyhow::Ok(ended)
@@ -261,7 +322,7 @@ async fn sustained(args: &Args, shape: ModelShape, tokens: u32, link: Option<f64
         })
         .collect();
     tokio::time::sleep_until(deadline.into()).await;
-    let rate = (client.bytes_received() - before) as f64 / started.elapsed().as_secs_f64();
+    let rate = (connected.received() - before) as f64 / started.elapsed().as_secs_f64();
     let mut ended = 0;
     for task in tasks {
         ended += task.await.context("request task")??;
@@ -301,8 +362,9 @@ async fn frames_only(total: usize) -> anyhow::Result<f64> {
 }
 
 async fn concurrent(args: &Args, shape: ModelShape) -> anyhow::Result<()> {
-    let (server, addr) = start(shape, args.block_kib, None).await?;
-    let client = PrefillClient::connect(&TcpConnector { addr }, client_config(args, Mode::Pull, 0, 0)).await?;
+    // The receive pool (and NIXL's memory) at their defaults: these requests are not timed.
+    let connected = connected(args, shape, (0, 0), unpaced_modes(args)[0], None).await?;
+    let (server, client) = (&connected.server, &connected.client);
     let prompts: Vec<Vec<u32>> =
         (0..args.concurrent as u32).map(|r| (0..args.concurrent_tokens + r).map(|i| i * 7 + r).collect()).collect();
     let started = Instant::now();
@@ -363,9 +425,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         "{:>10} {:>5} {:>8} {:>9} {:>9} {:>8} {:>9} {:>10} {:>9}",
         "link", "mode", "KV MiB", "time ms", "first ms", "KV GB/s", "% of link", "sustained", "CPU s/GB"
     );
-    for (link, mode) in
-        [(None, Mode::Pull), (None, Mode::Push)].into_iter().chain(args.rates.iter().map(|&g| (Some(g), Mode::Pull)))
-    {
+    // The emulated links pace TCP writes: NIXL runs unpaced only.
+    let rates = if args.transfer.nixl().is_some() { &[][..] } else { &args.rates[..] };
+    let unpaced = unpaced_modes(&args).into_iter().map(|mode| (None, mode));
+    for (link, mode) in unpaced.chain(rates.iter().map(|&g| (Some(g), Mode::Pull))) {
         // About a second of traffic at the emulated rate (at least 32 MiB, at most the full size).
         let full = args.tokens as usize;
         let tokens = match link {
@@ -376,9 +439,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let link_rate = link.map(|g| g * 1e9 / 8.0);
         let share =
             |bytes_per_second: f64| link_rate.map_or("-".into(), |r| format!("{:.1}%", 100.0 * bytes_per_second / r));
-        let sustained = match mode == Mode::Pull && args.sustain_ms > 0 {
+        let sustained = match mode != Mode::Push && args.sustain_ms > 0 {
             true => {
-                let (rate, ended) = sustained(&args, shape, tokens, link).await?;
+                let (rate, ended) = sustained(&args, shape, tokens, mode, link).await?;
                 format!("{} ({ended})", link_rate.map_or(format!("{:.2}GB/s", rate / 1e9), |_| share(rate)))
             }
             false => "-".into(),
@@ -403,8 +466,13 @@ fn main() -> anyhow::Result<()> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads = args.threads.unwrap_or(cores).max(1);
     println!(
-        "{cores} cores, {threads} runtime worker threads, {} data streams per connection, {} requests in flight (both ends in this process, over loopback TCP)",
-        args.data_streams, args.in_flight
+        "{cores} cores, {threads} runtime worker threads, {} data streams per connection, {} requests in flight (both ends in this process, over loopback TCP{})",
+        args.data_streams,
+        args.in_flight,
+        match args.transfer.nixl() {
+            Some(_) => format!("; layers read with NIXL, UCX_TLS={}", std::env::var("UCX_TLS").unwrap_or_default()),
+            None => String::new(),
+        }
     );
     tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()?.block_on(run(args))
 }

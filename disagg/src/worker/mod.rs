@@ -20,6 +20,7 @@ use burn_kvcompress::{
 };
 use burn_kvtransfer::{
     decode::{fetch, Received},
+    nixl::NixlDecode,
     protocol::{ClientConfig, PrefillClient, PrefillPool},
     state_codec::encode_state,
     transport::tcp::TcpConnector,
@@ -277,6 +278,12 @@ where
             (Some(locked), Some(budget)) => Some(Arc::new(LimitedAllocator::new(locked, budget))),
             (locked, _) => locked,
         };
+    }
+    if let Some(nixl) = job.run.transfer.nixl() {
+        // Received layers land in the memory registered with NIXL, itself page-locked where
+        // the receive allocator is.
+        config.reads = Some(Arc::new(NixlDecode::start(&nixl, config.receive_allocator.clone())?));
+        config.mode = Mode::Read;
     }
     let rt = runtime()?;
     let servers = Connected::connect(&rt, job.servers, config, job.link_gbps)?;
