@@ -362,13 +362,13 @@ fn block_warp(
             block_step(&own_q, &sources, &at, &pair, tile, &mut state, run, side, g, t, geo);
         }
     } else {
-        // Slices from `0usize`: `to_slice` gives a 32-bit offset, which CubeCL's bounds
-        // validation then compares with the arrays' 64-bit lengths (a CUDA compile error).
+        // Known defect: under CubeCL's bounds validation these slices' reads compile to
+        // `min(u32, u64)`, which NVRTC rejects (results/hack-decode-channel-h200.md, session 52).
         let sources = StepSources {
-            k_words: k_words.slice(0usize, k_words.len()),
-            k_params: k_params.slice(0usize, k_params.len()),
-            v_words: v_words.slice(0usize, v_words.len()),
-            v_params: v_params.slice(0usize, v_params.len()),
+            k_words: k_words.to_slice(),
+            k_params: k_params.to_slice(),
+            v_words: v_words.to_slice(),
+            v_params: v_params.to_slice(),
         };
         for step in 0..steps {
             let pair = block_pair(base, run.first + per * step, run.end, run.sinks, side, result_side, geo);
