@@ -88,7 +88,7 @@ pub struct ChannelMmaGeometry {
     /// Warps per cube, each on its own run of blocks.
     pub warps: u32,
     /// Whether each warp stages its next step's blocks in shared memory with asynchronous copies
-    /// while it attends the current step ([`super::mma_stage`]); otherwise its lanes load a step's
+    /// while it attends the current step (module `mma_stage`); otherwise its lanes load a step's
     /// codes and metadata from the caches as its products need them.
     pub staged: bool,
 }
