@@ -9,7 +9,7 @@ use super::{
     mma_kernel::{BlockRun, ChannelMmaGeometry},
     mma_operands::{
         column_max, column_operand, column_sum, heads_of_lane, lift, pair_operand, position, product_rows, Codes, Dots,
-        QueryCodes, Words, HALF, PRODUCT_COLUMNS, PRODUCT_ROWS,
+        ParamList, QueryCodes, WordList, HALF, PRODUCT_COLUMNS, PRODUCT_ROWS,
     },
     mma_stage::PairAt,
 };
@@ -17,16 +17,6 @@ use crate::kernels::{
     params_word::params_pair,
     warp_codes::{join_tops, quad_max, quad_sum, ROUNDER, VISIBLE_FLOOR},
 };
-
-/// What a step reads its blocks from: the caches, or the warp's stage (`mma_stage`), in the
-/// caches' layout.
-#[derive(CubeType)]
-pub(super) struct StepSources {
-    pub k_words: Slice<Words>,
-    pub k_params: Slice<u32>,
-    pub v_words: Slice<Words>,
-    pub v_params: Slice<u32>,
-}
 
 /// A lane's running softmax over the blocks it has attended, for its heads `2t + e`: outputs
 /// `acc[4c + 2r + e]` of channel `16c + g + 8r`, max `top[e]` and mass `mass[e]`.
@@ -37,14 +27,20 @@ pub(super) struct RunningSoftmax {
     pub mass: Array<f32>,
 }
 
-/// Attends the step's blocks (`pair`, lying `at` in `sources`) and joins them into the lane's
-/// running softmax under the larger max; `own_q` is the lane's column head's query at its
-/// channels, `tile` the cube's numerators tiles.
+/// Attends the step's blocks (`pair`, lying `at` in the key/value words and metadata) and joins
+/// them into the lane's running softmax under the larger max; `own_q` is the lane's column head's
+/// query at its channels, `tile` the cube's numerators tiles. The blocks are read from the caches
+/// themselves or from the warp's stage (`mma_stage`), which keeps the caches' layout: generic over
+/// the container rather than taking slices, whose bounds checks CubeCL's validation mode compiles
+/// to a `min(u32, u64)` that NVRTC rejects.
 #[allow(clippy::too_many_arguments)]
 #[cube]
-pub(super) fn block_step(
+pub(super) fn block_step<W: WordList, P: ParamList>(
     own_q: &Array<f32>,
-    sources: &StepSources,
+    k_words: &W,
+    k_params: &P,
+    v_words: &W,
+    v_params: &P,
     at: &PairAt,
     pair: &BlockPair,
     tile: &mut SharedMemory<f32>,
@@ -58,8 +54,8 @@ pub(super) fn block_step(
     let (d, pi, per) = comptime!((geo.head_dim, geo.partition, geo.blocks_per_step()));
     let tile_base = (UNIT_POS / WARP) * comptime!(PRODUCT_COLUMNS * pi);
     let column_head = g % comptime!(PRODUCT_COLUMNS / per);
-    let query = block_query(own_q, &sources.k_params, at.key_params, run.scale, t, geo);
-    let mut s = block_scores(&sources.k_words, &query, pair, at, run.visible_from, side, g, t, geo);
+    let query = block_query::<P>(own_q, k_params, at.key_params, run.scale, t, geo);
+    let mut s = block_scores::<W>(k_words, &query, pair, at, run.visible_from, side, g, t, geo);
     let numerators = block_softmax(&mut s, geo);
     // `keep` rescales the running outputs and mass, `join` weighs the block's (folded into its
     // weight factors).
@@ -102,8 +98,8 @@ pub(super) fn block_step(
         }
     }
     sync_plane();
-    let weights = block_weights(&own_p, &sources.v_params, at.value_params, &join, t, geo);
-    block_outputs(&sources.v_words, &weights, &mut state.acc, at, side, g, t, geo);
+    let weights = block_weights::<P>(&own_p, v_params, at.value_params, &join, t, geo);
+    block_outputs::<W>(v_words, &weights, &mut state.acc, at, side, g, t, geo);
 }
 
 /// `1.5 · 2²³`: for `|x| < 2²²`, the bits of `x + ROUND_SIGNED` are those of `0x4B40_0000` plus
@@ -128,9 +124,9 @@ pub(super) struct BlockQuery {
 /// are `q′ · (1/σ)` rounded to the nearest, ties to even (the reference divides and rounds ties
 /// away from zero: the two differ by one code where a quotient falls within an ulp of a half).
 #[cube]
-pub(super) fn block_query(
+pub(super) fn block_query<P: ParamList>(
     own_q: &Array<f32>,
-    k_params: &Slice<u32>,
+    k_params: &P,
     params_at: u32,
     scale: f32,
     t: u32,
@@ -227,8 +223,8 @@ pub(super) fn block_pair(
 /// before `visible_from` and where the block is not `live`.
 #[allow(clippy::too_many_arguments)]
 #[cube]
-pub(super) fn block_scores(
-    k_words: &Slice<Words>,
+pub(super) fn block_scores<W: WordList>(
+    k_words: &W,
     query: &BlockQuery,
     pair: &BlockPair,
     at: &PairAt,
@@ -245,7 +241,7 @@ pub(super) fn block_scores(
     let mut s = Array::<f32>::new(comptime!((4 * tiles) as usize));
     #[unroll]
     for i in 0..tiles {
-        let rows = product_rows(k_words, at.key_rows[0], at.key_rows[1], PRODUCT_ROWS * i + g, kv, paired);
+        let rows = product_rows::<W>(k_words, at.key_rows[0], at.key_rows[1], PRODUCT_ROWS * i + g, kv, paired);
         let mut dots = Array::<Dots>::new(2usize);
         dots[0] = Dots::new(0i32);
         dots[1] = Dots::new(0i32);
@@ -325,9 +321,9 @@ pub(super) struct BlockWeights {
 /// ties to even, as for the query codes).
 #[allow(clippy::too_many_arguments)]
 #[cube]
-pub(super) fn block_weights(
+pub(super) fn block_weights<P: ParamList>(
     own_p: &Array<f32>,
-    v_params: &Slice<u32>,
+    v_params: &P,
     params_at: u32,
     join: &Array<f32>,
     t: u32,
@@ -387,8 +383,8 @@ pub(super) fn block_weights(
 /// channel `16c + g + 8r`, column `2t + e`.
 #[allow(clippy::too_many_arguments)]
 #[cube]
-pub(super) fn block_outputs(
-    v_words: &Slice<Words>,
+pub(super) fn block_outputs<W: WordList>(
+    v_words: &W,
     weights: &BlockWeights,
     acc: &mut Array<f32>,
     at: &PairAt,
@@ -404,7 +400,7 @@ pub(super) fn block_outputs(
     #[unroll]
     for c in 0..comptime!(d / PRODUCT_ROWS) {
         let vg = comptime!(PRODUCT_ROWS * c / geo.value_group);
-        let rows = product_rows(v_words, at.value_rows[0], at.value_rows[1], PRODUCT_ROWS * c + g, vv, paired);
+        let rows = product_rows::<W>(v_words, at.value_rows[0], at.value_rows[1], PRODUCT_ROWS * c + g, vv, paired);
         let mut dots = Array::<Dots>::new(2usize);
         dots[0] = Dots::new(0i32);
         dots[1] = Dots::new(0i32);

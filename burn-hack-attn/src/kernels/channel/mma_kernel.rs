@@ -65,7 +65,7 @@ use crate::kernels::{
 use super::{
     float_slots::FloatSlotRows,
     float_warp::float_warp,
-    mma_block::{block_pair, block_step, RunningSoftmax, StepSources},
+    mma_block::{block_pair, block_step, RunningSoftmax},
     mma_operands::{position, Words, HALF, PRODUCT_COLUMNS, PRODUCT_DEPTH, PRODUCT_ROWS},
     mma_stage::{copy_step, pair_at, pair_stage, STAGES},
 };
@@ -338,12 +338,6 @@ fn block_warp(
             copy_step(k_words, k_params, v_words, v_params, &mut stage, first_region, pair.first, pair.second, geo);
             copies.commit(false, split);
         }
-        let sources = StepSources {
-            k_words: stage.key_words.to_slice(),
-            k_params: stage.key_params.to_slice(),
-            v_words: stage.value_words.to_slice(),
-            v_params: stage.value_params.to_slice(),
-        };
         // Step `i` reads region `i mod 2` while the copies of step `i + 1` land in the other.
         for step in 0..steps {
             let second = step % 2 == 1;
@@ -359,21 +353,30 @@ fn block_warp(
             let pair = block_pair(base, run.first + per * step, run.end, run.sinks, side, result_side, geo);
             let staged = per * (first_region + step % 2);
             let at = pair_at(staged, staged + per - 1, staged + side, geo);
-            block_step(&own_q, &sources, &at, &pair, tile, &mut state, run, side, g, t, geo);
+            block_step::<SharedMemory<Words>, SharedMemory<u32>>(
+                &own_q,
+                &stage.key_words,
+                &stage.key_params,
+                &stage.value_words,
+                &stage.value_params,
+                &at,
+                &pair,
+                tile,
+                &mut state,
+                run,
+                side,
+                g,
+                t,
+                geo,
+            );
         }
     } else {
-        // Known defect: under CubeCL's bounds validation these slices' reads compile to
-        // `min(u32, u64)`, which NVRTC rejects (results/hack-decode-channel-h200.md, session 52).
-        let sources = StepSources {
-            k_words: k_words.to_slice(),
-            k_params: k_params.to_slice(),
-            v_words: v_words.to_slice(),
-            v_params: v_params.to_slice(),
-        };
         for step in 0..steps {
             let pair = block_pair(base, run.first + per * step, run.end, run.sinks, side, result_side, geo);
             let at = pair_at(pair.first, pair.second, pair.own, geo);
-            block_step(&own_q, &sources, &at, &pair, tile, &mut state, run, side, g, t, geo);
+            block_step::<Array<Words>, Array<u32>>(
+                &own_q, k_words, k_params, v_words, v_params, &at, &pair, tile, &mut state, run, side, g, t, geo,
+            );
         }
     }
     if comptime!(geo.paired()) {

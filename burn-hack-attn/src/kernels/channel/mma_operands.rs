@@ -16,6 +16,14 @@ pub(super) type Dots = Vector<i32, Const<2>>;
 /// Four packed words, the width of one load.
 pub(super) type Words = Vector<u32, Const<4>>;
 
+/// Where a product step reads packed key or value rows: a cache's array or a warp's stage.
+pub(super) trait WordList: CubeIndex<Output = Words, Idx = usize> {}
+impl<L: CubeIndex<Output = Words, Idx = usize>> WordList for L {}
+
+/// Where a product step reads key or value metadata words: a cache's array or a warp's stage.
+pub(super) trait ParamList: CubeIndex<Output = u32, Idx = usize> {}
+impl<L: CubeIndex<Output = u32, Idx = usize>> ParamList for L {}
+
 /// Rows of a warp product.
 pub const PRODUCT_ROWS: u32 = 16;
 /// Columns of a warp product: query heads, padded.
@@ -49,8 +57,8 @@ pub(super) fn position(t: u32, #[comptime] b: u32, #[comptime] bits: u32) -> u32
 /// rows, then (`paired`) the same rows of block `second`'s, each `4 · vectors` packed words from
 /// vector `row · vectors` of `words` (`first` and `second` are the blocks' first rows).
 #[cube]
-pub(super) fn product_rows(
-    words: &Slice<Words>,
+pub(super) fn product_rows<W: WordList>(
+    words: &W,
     first: u32,
     second: u32,
     row: u32,
