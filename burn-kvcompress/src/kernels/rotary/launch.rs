@@ -3,7 +3,7 @@
 
 use burn::tensor::{DType, Int, Tensor, TensorPrimitive};
 use burn_cubecl::{tensor::CubeTensor, BoolElement, CubeRuntime};
-use cubecl::prelude::*;
+use cubecl::{ir::HardwareProperties, prelude::*};
 
 use super::kernel::{rotary_kernel, RotaryGeometry, RowLayoutLaunch, LOADS, TILE_ROWS};
 use crate::kernels::{dense_output, dense_output_of, float_arg, int_arg, kernel_float, CubeF32};
@@ -25,6 +25,32 @@ fn geometry(head_dim: usize, rope: bool, rotate: bool) -> Option<RotaryGeometry>
         false => (MAX_UNITS / d).max(1),
     };
     Some(RotaryGeometry { head_dim: d, parts, rope, rotate })
+}
+
+/// The most units of such a cube where the launch has fewer cubes than the device has SMs.
+const FEW_CUBES_MAX_UNITS: u32 = 1024;
+
+/// `geo` with each product's channels split into more parts where the launch's `cubes` leave SMs
+/// idle (a decode step's few rows): a unit then issues its loads of `R` in fewer rounds, each of
+/// which waits a memory latency, and such a launch's time is those rounds (8.8 µs for 4 query rows
+/// × 8 KV heads of 128 channels in 2 parts on an H200, `results/hack-decode-channel-h200.md`).
+/// Parts stay powers of two of at least [`LOADS`] channels, within the device's units per cube and
+/// shared memory (the tile and a partial sum per part).
+fn spread_for_few_cubes(geo: RotaryGeometry, cubes: usize, hardware: &HardwareProperties) -> RotaryGeometry {
+    let sms = hardware.num_streaming_multiprocessors.unwrap_or(0) as usize;
+    if !geo.rotate || cubes >= sms {
+        return geo;
+    }
+    let fits = |parts: u32| {
+        let shared_bytes = (TILE_ROWS * geo.head_dim * (parts + 1) * 4) as usize;
+        parts * geo.head_dim <= FEW_CUBES_MAX_UNITS.min(hardware.max_units_per_cube)
+            && shared_bytes <= hardware.max_shared_memory_size
+    };
+    let mut parts = geo.parts;
+    while 2 * parts * LOADS <= geo.head_dim && fits(2 * parts) {
+        parts *= 2;
+    }
+    RotaryGeometry { parts, ..geo }
 }
 
 /// Whether [`rotary_qk`] (with a rotation or not) and [`rotate_heads_kernel`] (always with one)
@@ -62,7 +88,11 @@ struct Operands<R: CubeRuntime> {
 fn launch<R: CubeRuntime>(ops: Operands<R>) -> [CubeTensor<R>; 2] {
     let [seq, k_seq, group, kv_heads, batch] = ops.shape;
     let d = ops.head_dim;
+    let rows = group * seq + k_seq;
+    let streams = batch * kv_heads;
     let geo = geometry(d, ops.rope.is_some(), ops.rotation.is_some()).expect("callers check rotary_applies");
+    let cubes = rows.div_ceil(TILE_ROWS as usize) * streams;
+    let geo = spread_for_few_cubes(geo, cubes, &ops.q.client.properties().hardware);
     let x_dtype = ops.q.dtype;
     let q_out = dense_output_of(&ops.q, batch * kv_heads * group * seq * d, ops.dtypes[0]);
     let k_out = dense_output_of(&ops.q, (batch * kv_heads * k_seq * d).max(1), ops.dtypes[1]);
@@ -75,8 +105,6 @@ fn launch<R: CubeRuntime>(ops: Operands<R>) -> [CubeTensor<R>; 2] {
     });
     // Without a rotation the kernel never reads `r`: the tables stand in (no allocation).
     let r = ops.rotation.unwrap_or_else(|| cos.clone());
-    let rows = group * seq + k_seq;
-    let streams = batch * kv_heads;
     if rows * streams * d > 0 {
         let [[q_batch, q_head, q_position], [k_batch, k_head, k_position]] = ops.strides.map(|s| s.map(|v| v as u32));
         // SAFETY: cube (tile, stream) handles rows `tile · TILE_ROWS + t < rows` (the loops stop
