@@ -109,10 +109,10 @@ pub fn filled_cache<B: Backend, S: KvScheme<B>>(
 #[derive(Args, Debug, Clone)]
 pub struct AttentionGrid {
     /// Context lengths (cached slots) to time decode at.
-    #[arg(long, value_delimiter = ',', default_value = "4096,16384,32768,65536")]
+    #[arg(long, value_delimiter = ',', default_value = "4096,16384,32768,65536", value_parser = positive)]
     pub contexts: Vec<usize>,
     /// Batch sizes.
-    #[arg(long, value_delimiter = ',', default_value = "1,8")]
+    #[arg(long, value_delimiter = ',', default_value = "1,8", value_parser = positive)]
     pub batches: Vec<usize>,
     /// Query heads.
     #[arg(long, default_value_t = 32)]
@@ -127,8 +127,17 @@ pub struct AttentionGrid {
     #[arg(long, default_value_t = 100)]
     pub runs: usize,
     /// Context lengths to time prefill attention at (batch 1; queries = all slots).
-    #[arg(long, value_delimiter = ',', default_value = "4096")]
+    #[arg(long, value_delimiter = ',', default_value = "4096", value_parser = positive)]
     pub prefill_contexts: Vec<usize>,
+}
+
+/// A count of at least one (a shape of zero slots or sequences has nothing to time).
+fn positive(value: &str) -> Result<usize, String> {
+    match value.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 impl AttentionGrid {
