@@ -48,6 +48,7 @@ mod measurements;
 mod memory;
 mod registry;
 mod serve;
+mod shutdown;
 mod spawn;
 mod stats;
 mod worker;
@@ -215,6 +216,11 @@ struct ServeArgs {
     /// Default: `--listen`'s host, which must then not be 0.0.0.0 or ::.
     #[arg(long, value_name = "HOST", requires = "etcd")]
     etcd_advertise: Option<String>,
+    /// On SIGTERM or SIGINT the server leaves the registry at once (it revokes its lease), keeps
+    /// serving for a second, then waits for the requests it holds to be completed by their decode
+    /// workers before it exits: at most this many seconds in all.
+    #[arg(long, default_value_t = 30.0, value_parser = parse_seconds)]
+    drain_secs: f64,
     /// How layers reach decode workers: with `--transport nixl` they may also read them (the
     /// server registers memory with NIXL; workers that pull are served as well).
     #[command(flatten)]

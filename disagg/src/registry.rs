@@ -148,6 +148,13 @@ mod disabled {
     /// Never made: there is no registry without the feature.
     pub enum Registration {}
 
+    impl Registration {
+        /// Unreachable.
+        pub async fn revoke(self) -> Result<(), std::convert::Infallible> {
+            match self {}
+        }
+    }
+
     /// Never made: there is no registry without the feature.
     pub enum Watched {}
 

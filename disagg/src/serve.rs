@@ -24,6 +24,7 @@ use burn_kvtransfer::{
 use kvcompress_cli::backend_choice::KernelBackend;
 
 use crate::registry::{advertised, register};
+use crate::shutdown::{drain, stop_signal};
 use crate::stats::{report_expiries, serve_stats, PairServer, STATS_ON};
 use crate::{runtime, BaseModel, ServeArgs};
 
@@ -82,7 +83,7 @@ where
         }
         // Registered before it says it listens: a server that prints its addresses is in the
         // registry, and one that cannot register exits without a word on stdout.
-        let _registration = match args.registry.given() {
+        let registration = match args.registry.given() {
             true => {
                 let advertise = args.etcd_advertise.as_deref();
                 let addresses = listening.iter().map(|(local, _)| advertised(local, advertise));
@@ -105,9 +106,26 @@ where
             tasks.spawn(serve_stats(listener, pairs.clone()));
         }
         std::io::stdout().flush()?;
-        let reporting = tokio::spawn(report_expiries(pairs, Duration::from_millis(100)));
-        while let Some(done) = tasks.join_next().await {
-            done??;
+        let reporting = tokio::spawn(report_expiries(pairs.clone(), Duration::from_millis(100)));
+        let served = async {
+            while let Some(done) = tasks.join_next().await {
+                done??;
+            }
+            anyhow::Ok(())
+        };
+        tokio::select! {
+            served = served => served?,
+            signal = stop_signal() => {
+                let signal = signal?;
+                if let Some(registration) = registration {
+                    match registration.revoke().await {
+                        Ok(()) => eprintln!("[serve: {signal}: left the registry]"),
+                        Err(e) => eprintln!("[serve: {signal}: could not leave the registry ({e}); its lease will lapse]"),
+                    }
+                }
+                let held = drain(&pairs, Duration::from_secs_f64(args.drain_secs)).await;
+                eprintln!("[serve: {signal}: exiting, {held} requests still held]");
+            }
         }
         reporting.abort();
         anyhow::Ok(())

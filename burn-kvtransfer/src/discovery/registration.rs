@@ -25,10 +25,12 @@ pub struct Registered {
 }
 
 /// Servers registered under one lease, kept alive and their loads reported until this is
-/// dropped (the keys then live on until the lease's TTL runs out).
+/// dropped (the keys then live on until the lease's TTL runs out) or revoked
+/// ([`Registration::revoke`], which deletes them at once).
 pub struct Registration {
     keys: Vec<String>,
     tasks: Vec<JoinHandle<()>>,
+    shared: Arc<Shared>,
 }
 
 /// What the keep-alive and the load reports share.
@@ -71,12 +73,29 @@ impl Registration {
         shared.register().await?;
         let mut tasks = vec![tokio::spawn(shared.clone().keep_alive())];
         tasks.extend(loads.into_iter().enumerate().map(|(i, load)| tokio::spawn(shared.clone().report_load(i, load))));
-        Ok(Self { keys, tasks })
+        Ok(Self { keys, tasks, shared })
     }
 
     /// The servers' keys, in the order given.
     pub fn keys(&self) -> &[String] {
         &self.keys
+    }
+
+    /// Stops keeping the lease alive and reporting loads, and revokes the lease, which deletes
+    /// every key at once: a server that is shutting down leaves the registry now rather than a
+    /// TTL later, so no decode worker picks it in between. Fails if etcd does not answer (the
+    /// keys then go when the lease runs out, as do keys that a re-registration stopped half-way
+    /// had put under a lease of its own).
+    pub async fn revoke(mut self) -> Result<(), DiscoveryError> {
+        // Stopped and gone before the revocation, so that nothing writes under the lease after.
+        for task in std::mem::take(&mut self.tasks) {
+            task.abort();
+            _ = task.await;
+        }
+        let lease = self.shared.lease.load(Ordering::SeqCst);
+        let mut client = self.shared.client.clone();
+        self.shared.config.within("revoke the lease", client.lease_revoke(lease)).await?;
+        Ok(())
     }
 }
 

@@ -1,8 +1,9 @@
 //! The prefill servers' registry in a real etcd (`--etcd`; an etcd process per test,
 //! [`support::etcd`](crate::support::etcd)): a registered server is found and decodes what a
 //! static list decodes; loads are reported and the least loaded server is chosen; a SIGKILLed
-//! server leaves the registry within its lease and is never connected to again; an unreachable
-//! etcd is a clear error at start.
+//! server leaves the registry within its lease and is never connected to again; a SIGTERMed one
+//! leaves it at once and finishes the requests it holds; an unreachable etcd is a clear error at
+//! start.
 
 use std::net::TcpListener;
 use std::process::{Command, Stdio};
@@ -221,6 +222,48 @@ fn a_killed_server_leaves_the_registry_within_its_lease_and_is_never_connected_t
         "{}",
         run.stderr
     );
+}
+
+/// One of two registered servers is sent SIGTERM while a worker of the registry sends them
+/// requests: its key is deleted at once (its lease is revoked, long before its 30 s TTL), it
+/// exits cleanly after the requests it held are completed, and every request of the worker
+/// succeeds at the first try (the one in flight on the stopped server included), the later
+/// ones on the other server.
+#[test]
+fn a_terminated_server_leaves_the_registry_at_once_and_finishes_what_it_holds() {
+    let etcd = Etcd::start();
+    let events = etcd.watch(SERVERS);
+    let (stopping, stopping_key) = registered(&etcd, &["--etcd-lease-secs", "30"]);
+    let (survivor, _) = registered(&etcd, &["--etcd-lease-secs", "30"]);
+    let prompts = vec!["8"; 30].join(",");
+    let args = ["--etcd", &etcd.endpoint, "--prompt-tokens", &prompts, "--request-rate", "5"];
+    let worker = Worker::start("registry-terminated", &[], &args);
+    let limit = Duration::from_secs(60);
+    wait_until(
+        limit,
+        "both servers serving the worker",
+        || (prefills(&stopping), prefills(&survivor)),
+        |&(s, v)| s > 0 && v > 0,
+    );
+
+    let terminated = Instant::now();
+    let status = stopping.terminate(Duration::from_secs(40));
+    assert!(status.success(), "{status:?}: {}", stopping.stderr());
+    let removal = events.deleted(&stopping_key).map(|at| at - terminated);
+    assert!(
+        removal.is_some_and(|r| r < Duration::from_secs(2)),
+        "key deleted {removal:?} after SIGTERM, lease TTL 30 s: {}",
+        stopping.stderr()
+    );
+    let said = stopping.stderr();
+    assert!(said.contains("[serve: SIGTERM: left the registry]"), "{said}");
+    assert!(said.contains("[serve: SIGTERM: exiting, 0 requests still held]"), "{said}");
+
+    let run = worker.finish();
+    assert!(run.status.success(), "{}", run.stderr);
+    assert_eq!(run.records.as_ref().map(Vec::len), Some(30));
+    let retried = (0..30).filter(|&i| run.row(i)[3] != "1").count();
+    assert_eq!(retried, 0, "requests retried:\n{}", run.stdout);
 }
 
 /// An etcd that does not answer (nothing listens at the endpoint): `serve` and `decode` fail at

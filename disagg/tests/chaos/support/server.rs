@@ -135,6 +135,17 @@ impl Server {
         }
     }
 
+    /// Sends the server SIGTERM (as an orchestrator stops it) and waits at most `limit` for it
+    /// to exit; returns how it ended. (Only the registry's tests stop a server so.)
+    #[cfg(feature = "etcd")]
+    pub fn terminate(&self, limit: Duration) -> ExitStatus {
+        let pid = self.child.lock().unwrap().id().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status().expect("kill runs");
+        assert!(sent.success(), "kill -TERM {pid} failed");
+        wait_until(limit, "the terminated prefill server's exit", || self.exited(), Option::is_some);
+        self.exited().unwrap()
+    }
+
     /// How the process ended, if it did.
     pub fn exited(&self) -> Option<ExitStatus> {
         self.child.lock().unwrap().try_wait().unwrap()
