@@ -1,17 +1,18 @@
 //! The float slots (sinks and tail) of a channel-layout decode step, one warp on a run of them,
-//! in f32 (read from f16 or f32 buffers): the tensor-core kernel's last cube
-//! ([`channel_mma_decode_kernel`]) runs its warps on them beside the other cubes' closed blocks.
+//! in f32 (read from f16 or f32 buffers): each warp of the tensor-core kernel
+//! ([`channel_mma_decode_kernel`]) takes a share of its stream's float slots before its closed
+//! blocks, and starts its running softmax from what it found there.
 //!
 //! The warp reads one slot's key and value rows together, lane `l` channels `l + 32k` of each
 //! (coalesced), takes every head's score as a sum over the warp, joins it to the head's running
 //! softmax and adds the weighted value channels to the lane's running outputs. A round issues the
-//! loads of [`ROUND_SLOTS`] slots before it uses any of them: at batch 1 the float cubes are the
-//! step's longest chain, and a row walked one dependent load at a time kept them busy for about
-//! 100 µs at 32K (`results/hack-decode-channel-h200.md`).
+//! loads of [`ROUND_SLOTS`] slots before it uses any of them: a row walked one dependent load at a
+//! time made the float slots the step's longest chain at batch 1, about 100 µs at 32K
+//! (`results/hack-decode-channel-h200.md`).
 //!
 //! [`channel_mma_decode_kernel`]: super::mma_kernel::channel_mma_decode_kernel
 
-use burn_kvcompress::kernels::{masked_score, warp_mma::WARP, SplitOut};
+use burn_kvcompress::kernels::{masked_score, warp_mma::WARP};
 use cubecl::prelude::*;
 
 use super::float_slots::FloatSlotRows;
@@ -20,13 +21,24 @@ use crate::kernels::warp_codes::join_tops;
 /// Slots whose rows a warp loads before it uses the first of them.
 const ROUND_SLOTS: u32 = 4;
 
-/// Attention of the calling warp over float slots `first .. end` of its stream for `group` heads
-/// whose queries sit in `queries` (`[group · head_dim]`), slots at positions from `visible_from`
-/// seen; writes the warp's split of `target` (unnormalized outputs, max and mass per head).
+/// What a warp found over its float slots, for every head `h < group` of its stream:
+/// unnormalized outputs at the lane's channels `lane + 32k` (`acc[h · head_dim / 32 + k]`), and the
+/// max score and mass (`top[h]`, `mass[h]`, the same in every lane).
+#[derive(CubeType)]
+pub struct FloatPartial {
+    pub acc: Array<f32>,
+    pub top: Array<f32>,
+    pub mass: Array<f32>,
+}
+
+/// Attention of the calling warp over float slots `first .. end` of its stream for the `group`
+/// heads whose queries start at `first_query` of `q` (`[group · head_dim]` there), slots at
+/// positions from `visible_from` seen.
 #[allow(clippy::too_many_arguments)]
 #[cube]
 pub fn float_warp<F: Float>(
-    queries: &SharedMemory<f32>,
+    q: &Array<f32>,
+    first_query: u32,
     sinks_k: &Array<F>,
     sinks_v: &Array<F>,
     tail_k: &Array<F>,
@@ -36,28 +48,26 @@ pub fn float_warp<F: Float>(
     end: u32,
     visible_from: u32,
     scale: f32,
-    target: &SplitOut,
-    out: &mut Array<f32>,
-    out_max: &mut Array<f32>,
-    out_sum: &mut Array<f32>,
     #[comptime] group: u32,
     #[comptime] head_dim: u32,
-) {
+) -> FloatPartial {
     let lane = UNIT_POS % WARP;
     let per_lane = comptime!(head_dim / WARP);
     // Head g's query and running outputs at the lane's channels `lane + 32k`: index `g · per_lane + k`.
     let mut own_q = Array::<f32>::new(comptime!((group * per_lane) as usize));
-    let mut acc = Array::<f32>::new(comptime!((group * per_lane) as usize));
-    let mut top = Array::<f32>::new(group as usize);
-    let mut mass = Array::<f32>::new(group as usize);
+    let mut partial = FloatPartial {
+        acc: Array::<f32>::new(comptime!((group * per_lane) as usize)),
+        top: Array::<f32>::new(group as usize),
+        mass: Array::<f32>::new(group as usize),
+    };
     #[unroll]
     for g in 0..group {
-        top[g as usize] = masked_score();
-        mass[g as usize] = 0.0;
+        partial.top[g as usize] = masked_score();
+        partial.mass[g as usize] = 0.0;
         #[unroll]
         for k in 0..per_lane {
-            own_q[comptime!((g * per_lane + k) as usize)] = queries[(g * head_dim + lane + WARP * k) as usize];
-            acc[comptime!((g * per_lane + k) as usize)] = 0.0;
+            own_q[comptime!((g * per_lane + k) as usize)] = q[(first_query + g * head_dim + lane + WARP * k) as usize];
+            partial.acc[comptime!((g * per_lane + k) as usize)] = 0.0;
         }
     }
     let mut round = first;
@@ -89,27 +99,18 @@ pub fn float_warp<F: Float>(
                 }
                 let score = select(seen, plane_sum(part) * scale, masked_score());
                 // The slot joins the head's running max; `keep` rescales what came before.
-                let join = join_tops(top[g as usize], score);
+                let join = join_tops(partial.top[g as usize], score);
                 let (keep, p) = (join.first, join.second);
-                mass[g as usize] = mass[g as usize] * keep + p;
-                top[g as usize] = join.max;
+                partial.mass[g as usize] = partial.mass[g as usize] * keep + p;
+                partial.top[g as usize] = join.max;
                 #[unroll]
                 for k in 0..per_lane {
                     let at = comptime!((g * per_lane + k) as usize);
-                    acc[at] = acc[at] * keep + p * values[comptime!((x * per_lane + k) as usize)];
+                    partial.acc[at] = partial.acc[at] * keep + p * values[comptime!((x * per_lane + k) as usize)];
                 }
             }
         }
         round += ROUND_SLOTS;
     }
-    #[unroll]
-    for g in 0..group {
-        #[unroll]
-        for k in 0..per_lane {
-            target.write_output(out, g, lane + WARP * k, acc[comptime!((g * per_lane + k) as usize)], head_dim);
-        }
-        if lane == 0 {
-            target.write_stats(out_max, out_sum, g, top[g as usize], mass[g as usize]);
-        }
-    }
+    partial
 }

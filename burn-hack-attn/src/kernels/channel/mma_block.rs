@@ -52,7 +52,7 @@ pub(super) fn block_step<W: WordList, P: ParamList>(
     #[comptime] geo: ChannelMmaGeometry,
 ) {
     let (d, pi, per) = comptime!((geo.head_dim, geo.partition, geo.blocks_per_step()));
-    let tile_base = (UNIT_POS / WARP) * comptime!(PRODUCT_COLUMNS * pi);
+    let tile_base = (UNIT_POS / WARP) * comptime!(geo.tile_floats());
     let column_head = g % comptime!(PRODUCT_COLUMNS / per);
     let query = block_query::<P>(own_q, k_params, at.key_params, run.scale, t, geo);
     let mut s = block_scores::<W>(k_words, &query, pair, at, run.visible_from, side, g, t, geo);

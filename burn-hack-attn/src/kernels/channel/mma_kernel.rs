@@ -1,9 +1,12 @@
 //! The channel layout's decode attention with both products on tensor cores (CUDA's `mma.sync`
 //! `16 × 8 × 32` integer warp products): the kernel a decode step runs where the device has them
 //! ([`channel_mma_geometry`](super::channel_mma_geometry)); elsewhere the portable kernel
-//! ([`super::portable_kernel`]) runs. Each warp takes a run of closed blocks of one stream (a sequence's KV
-//! head) and serves the KV head's query heads; the last cube's warps take the float slots (sinks
-//! and tail, [`super::float_warp`]); every warp writes its split's partial outputs for the merge.
+//! ([`super::portable_kernel`]) runs. Each warp takes a share of one stream's (a sequence's KV
+//! head's) float slots (sinks and tail, [`super::float_warp`]), then a run of its closed blocks,
+//! serving the KV head's query heads, and writes its split's partial outputs for the merge. The
+//! float slots are spread over every warp rather than given cubes of their own: such cubes took SMs
+//! from the blocks' cubes (each cube takes an SM's shared memory), so that some blocks' cubes
+//! waited for them.
 //!
 //! Per closed block, the same quantizations as the reference
 //! ([`channel_attention_reference`](super::channel_attention_reference)):
@@ -157,10 +160,16 @@ impl ChannelMmaGeometry {
         self.blocks_per_step() * self.partition * self.value_groups()
     }
 
-    /// Bytes of shared memory: each warp's numerators tile, `[8 × Π]` f32, and where
+    /// Floats of a warp's tile: its float slots' outputs, `[group × head_dim]`, then each block
+    /// step's numerators, `[8 × Π]`.
+    pub fn tile_floats(&self) -> u32 {
+        (self.group * self.head_dim).max(PRODUCT_COLUMNS * self.partition)
+    }
+
+    /// Bytes of shared memory: each warp's tile ([`Self::tile_floats`]) and where
     /// [`Self::staged`] its stage regions and their two copy barriers (8 bytes each).
     pub fn shared_bytes(&self) -> u32 {
-        let tiles = 4 * self.warps * PRODUCT_COLUMNS * self.partition;
+        let tiles = 4 * self.warps * self.tile_floats();
         let step = 16 * (self.step_key_vectors() + self.step_value_vectors())
             + 4 * (self.step_key_params() + self.step_value_params());
         let stage = if self.staged { self.warps * (STAGES * step + 16) } else { 0 };
@@ -176,9 +185,9 @@ impl ChannelMmaGeometry {
 ///   `[streams · blocks · Π · groups]`; `sinks_k`, `sinks_v`: `[streams · sink_rows, head_dim]`;
 ///   `tail_k`, `tail_v`: `[streams · tail_rows, head_dim]` (buffers whose first `sinks`, `tail`
 ///   rows of a stream are filled), in `F`; `key_start`: `[batch]`;
-/// - cube `(x, stream)`, `x` below the last: warp `w` takes closed blocks `(x · warps + w) ·
-///   warp_blocks ..` (at most `warp_blocks`); the last cube's warps take a share each of the float
-///   slots ([`float_warp`]); every warp writes its own split of `CUBE_COUNT_X · warps`.
+/// - cube `(x, stream)`: warp `w` is split `x · warps + w` of `CUBE_COUNT_X · warps`; it takes an
+///   even share of the stream's float slots ([`float_warp`]), then closed blocks `split ·
+///   warp_blocks ..` (at most `warp_blocks`), and writes its split.
 #[allow(clippy::too_many_arguments)]
 #[cube(
     launch_unchecked,
@@ -212,50 +221,127 @@ pub fn channel_mma_decode_kernel<F: Float>(
     #[comptime] geo: ChannelMmaGeometry,
     #[define(F)] _float: StorageType,
 ) {
-    let (group, d, pi) = comptime!((geo.group, geo.head_dim, geo.partition));
+    let (group, pi) = comptime!((geo.group, geo.partition));
     let warp = UNIT_POS / WARP;
     let stream = CUBE_POS_Y;
     let split = CUBE_POS_X * geo.warps + warp;
     let target = SplitOut { first_head: stream * group, split, splits: CUBE_COUNT_X * geo.warps };
     let visible_from = first_visible_slot(len - 1, key_start[(stream / kv_heads) as usize], window);
-    // Each warp's numerators tile; the float cube's queries.
-    let mut tile = SharedMemory::<f32>::new(comptime!((geo.warps * PRODUCT_COLUMNS * pi) as usize));
-    if CUBE_POS_X + 1 == CUBE_COUNT_X {
-        let mut item = UNIT_POS;
-        while item < comptime!(group * d) {
-            tile[item as usize] = q[(stream * comptime!(group * d) + item) as usize];
-            item += CUBE_DIM;
-        }
-        sync_cube();
-        let float_count = sinks + tail;
-        let chunk = float_count.div_ceil(geo.warps);
-        let first = u32::min(warp * chunk, float_count);
-        let slots = FloatSlotRows { stream, sinks, sink_rows, tail_rows, first_tail: sinks + blocks * pi };
-        let end = u32::min(first + chunk, float_count);
-        float_warp(
-            &tile,
+    // Each warp's tile: its float slots' outputs, then its blocks' numerators.
+    let mut tile = SharedMemory::<f32>::new(comptime!((geo.warps * geo.tile_floats()) as usize));
+    let float_count = sinks + tail;
+    let float_chunk = float_count.div_ceil(target.splits);
+    let float_first = u32::min(split * float_chunk, float_count);
+    let slots = FloatSlotRows { stream, sinks, sink_rows, tail_rows, first_tail: sinks + blocks * pi };
+    let floats =
+        FloatShare { first: float_first, end: u32::min(float_first + float_chunk, float_count), visible_from, scale };
+    let mut state = float_start(q, sinks_k, sinks_v, tail_k, tail_v, &slots, &floats, &mut tile, geo);
+    let first = u32::min(split * warp_blocks, blocks);
+    let end = u32::min(first + warp_blocks, blocks);
+    let run = BlockRun { first, end, blocks, sinks, visible_from, scale };
+    block_warp(
+        q, k_words, k_params, v_words, v_params, &mut tile, &run, &mut state, &target, out, out_max, out_sum, geo,
+    );
+}
+
+/// A warp's share `first .. end` of its stream's float slots, whose query sees positions from
+/// `visible_from`, its scores scaled by `scale`.
+#[derive(CubeType)]
+pub(super) struct FloatShare {
+    pub first: u32,
+    pub end: u32,
+    pub visible_from: u32,
+    pub scale: f32,
+}
+
+/// The running softmax the calling warp begins its closed blocks with: its share of the stream's
+/// float slots ([`float_warp`]), moved into the products' lane layout (lane `4g + t`: heads `2t +
+/// e`, channels `16c + g + 8r`, [`RunningSoftmax`]) through the warp's tile; empty where the share
+/// is. Paired, lanes `t ≥ 2` (the odd blocks' side, heads `2t + e ≥ 4`) start empty, so the
+/// float slots count once when the sides join.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn float_start<F: Float>(
+    q: &Array<f32>,
+    sinks_k: &Array<F>,
+    sinks_v: &Array<F>,
+    tail_k: &Array<F>,
+    tail_v: &Array<F>,
+    slots: &FloatSlotRows,
+    share: &FloatShare,
+    tile: &mut SharedMemory<f32>,
+    #[comptime] geo: ChannelMmaGeometry,
+) -> RunningSoftmax {
+    let (group, d) = comptime!((geo.group, geo.head_dim));
+    let lane = UNIT_POS % WARP;
+    let (g, t) = (lane / 4, lane % 4);
+    let mut state = RunningSoftmax {
+        acc: Array::<f32>::new(comptime!((d / 4) as usize)),
+        top: Array::<f32>::new(2usize),
+        mass: Array::<f32>::new(2usize),
+    };
+    #[unroll]
+    for i in 0..comptime!(d / 4) {
+        state.acc[i as usize] = 0.0;
+    }
+    #[unroll]
+    for e in 0..2u32 {
+        state.top[e as usize] = masked_score();
+        state.mass[e as usize] = 0.0;
+    }
+    // Uniform over the warp (its share depends on its split only).
+    if share.first < share.end {
+        let first_query = CUBE_POS_Y * comptime!(group * d);
+        let partial = float_warp::<F>(
+            q,
+            first_query,
             sinks_k,
             sinks_v,
             tail_k,
             tail_v,
-            &slots,
-            first,
-            end,
-            visible_from,
-            scale,
-            &target,
-            out,
-            out_max,
-            out_sum,
+            slots,
+            share.first,
+            share.end,
+            share.visible_from,
+            share.scale,
             group,
             d,
         );
-    } else {
-        let first = u32::min(split * warp_blocks, blocks);
-        let end = u32::min(first + warp_blocks, blocks);
-        let run = BlockRun { first, end, blocks, sinks, visible_from, scale };
-        block_warp(q, k_words, k_params, v_words, v_params, &mut tile, &run, &target, out, out_max, out_sum, geo);
+        let tile_base = (UNIT_POS / WARP) * comptime!(geo.tile_floats());
+        let per_lane = comptime!(d / WARP);
+        #[unroll]
+        for h in 0..group {
+            #[unroll]
+            for k in 0..per_lane {
+                tile[(tile_base + h * d + lane + WARP * k) as usize] =
+                    partial.acc[comptime!((h * per_lane + k) as usize)];
+            }
+        }
+        sync_plane();
+        #[unroll]
+        for e in 0..2u32 {
+            let head = 2 * t + e;
+            if head < group {
+                #[unroll]
+                for h in 0..group {
+                    state.top[e as usize] = select(head == h, partial.top[h as usize], state.top[e as usize]);
+                    state.mass[e as usize] = select(head == h, partial.mass[h as usize], state.mass[e as usize]);
+                }
+                #[unroll]
+                for c in 0..comptime!(d / PRODUCT_ROWS) {
+                    #[unroll]
+                    for r in 0..2u32 {
+                        let channel = PRODUCT_ROWS * c + g + 8 * r;
+                        state.acc[comptime!((4 * c + 2 * r + e) as usize)] =
+                            tile[(tile_base + head * d + channel) as usize];
+                    }
+                }
+            }
+        }
+        // Every lane has read the tile before the blocks' numerators overwrite it.
+        sync_plane();
     }
+    state
 }
 
 /// A warp's run of closed blocks `first .. end` of its stream's `blocks`, after `sinks` float
@@ -270,8 +356,8 @@ pub(super) struct BlockRun {
     pub scale: f32,
 }
 
-/// Attention of the calling warp over its run of closed blocks; writes its split of `target`.
-/// Paired ([`ChannelMmaGeometry::paired`]), lanes `t < 2` hold the run's even blocks' running
+/// Attention of the calling warp over its run of closed blocks, joined to `state` (its float
+/// slots', [`float_start`]); writes its split of `target`. Paired ([`ChannelMmaGeometry::paired`]), lanes `t < 2` hold the run's even blocks' running
 /// outputs and lanes `t ≥ 2` its odd blocks', for the same heads, joined at the end.
 #[allow(clippy::too_many_arguments)]
 #[cube]
@@ -283,6 +369,7 @@ fn block_warp(
     v_params: &Array<u32>,
     tile: &mut SharedMemory<f32>,
     run: &BlockRun,
+    state: &mut RunningSoftmax,
     target: &SplitOut,
     out: &mut Array<f32>,
     out_max: &mut Array<f32>,
@@ -310,21 +397,6 @@ fn block_warp(
             own_q[comptime!((4 * h + b) as usize)] = select(column_head < group, x, 0.0);
         }
     }
-    let mut state = RunningSoftmax {
-        acc: Array::<f32>::new(comptime!((d / 4) as usize)),
-        top: Array::<f32>::new(2usize),
-        mass: Array::<f32>::new(2usize),
-    };
-    #[unroll]
-    for i in 0..comptime!(d / 4) {
-        state.acc[i as usize] = 0.0;
-    }
-    #[unroll]
-    for e in 0..2u32 {
-        state.top[e as usize] = masked_score();
-        state.mass[e as usize] = 0.0;
-    }
-
     let steps = (run.end - run.first).div_ceil(per);
     let base = stream * run.blocks;
     if comptime!(geo.staged) {
@@ -362,7 +434,7 @@ fn block_warp(
                 &at,
                 &pair,
                 tile,
-                &mut state,
+                state,
                 run,
                 side,
                 g,
@@ -375,12 +447,12 @@ fn block_warp(
             let pair = block_pair(base, run.first + per * step, run.end, run.sinks, side, result_side, geo);
             let at = pair_at(pair.first, pair.second, pair.own, geo);
             block_step::<Array<Words>, Array<u32>>(
-                &own_q, k_words, k_params, v_words, v_params, &at, &pair, tile, &mut state, run, side, g, t, geo,
+                &own_q, k_words, k_params, v_words, v_params, &at, &pair, tile, state, run, side, g, t, geo,
             );
         }
     }
     if comptime!(geo.paired()) {
-        join_sides(&mut state, geo);
+        join_sides(state, geo);
     }
 
     #[unroll]

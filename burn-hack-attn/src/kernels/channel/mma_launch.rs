@@ -36,7 +36,8 @@ use super::{
 /// (5 times the splits); 8 warps, 213 and 5; 16 warps (bound 128 registers, spills), 214 and 7:
 /// steps within the spread between calls. 8 keeps every register with few splits to merge. With
 /// two blocks a product step (`ChannelMmaGeometry::paired`), a build that read the queries from
-/// shared memory: pipelined steps of 180, 196 and 187 µs at 8, 12 and 16 warps
+/// shared memory: pipelined steps of 180, 196 and 187 µs at 8, 12 and 16 warps; with the float
+/// slots in every warp, 110 µs at 8 warps and 121 at 10 (31.7 and 33.8 µs at batch 1)
 /// (`results/hack-decode-channel-h200.md`).
 const WARPS: u32 = 8;
 /// Registers a lane of the kernel takes without a launch bound (246 at hack2's shapes on CUDA).
@@ -101,8 +102,6 @@ pub fn channel_mma_geometry(
         && [geo.key_bits, geo.value_bits].iter().all(|b| [2, 4].contains(b))
         && (geo.head_dim * geo.key_bits).is_multiple_of(128)
         && (geo.partition * geo.value_bits).is_multiple_of(128)
-        // The float slots' cube holds its queries in the warps' tiles.
-        && geo.group * geo.head_dim <= geo.warps * PRODUCT_COLUMNS * geo.partition
         && warps > 0;
     applies.then_some(geo)
 }
@@ -132,29 +131,27 @@ pub fn channel_mma_decode_launch<R: CubeRuntime, BT: BoolElement>(
         (streams, blocks),
         client.properties(),
     );
-    // The closed blocks' cubes, then the float slots' cube.
-    let cubes = splits.cubes + 1;
+    let cubes = splits.cubes;
     let partials = SplitPartials::allocate(&q, batch * heads, cubes * geo.warps as usize, d);
     let (keys, values) = (view.keys.expect("closed blocks"), view.values.expect("closed blocks"));
     let floats = FloatSlotArgs::new(view, &q);
     let [sinks_k, sinks_v, tail_k, tail_v] = floats.arrays;
     let key_start = key_start_arg::<R, BT>(&options.key_start, &q);
-    // SAFETY: warp `w` of cube `(x, stream)` below the last reads blocks `b < blocks` of its
-    // stream only (its range is clamped to `blocks`): key rows `(stream · blocks + b) · Π + slot`
-    // (`slot < Π`) of `key_vectors` 16-byte vectors, `[streams · blocks · Π, head_dim · key_bits /
-    // 32]` words; key metadata `(stream · blocks + b) · d + j`; value rows `(stream · blocks + b) ·
-    // d + j` of `value_vectors` vectors; value metadata `((stream · blocks + b) · Π + slot) ·
-    // groups + vg` (the tensors' own shapes, contiguous); queries of head `min(h, group − 1)` (`h` the lane's column head) of
-    // its stream; its own `[8 × Π]` part of the shared tile. Staged, it copies those blocks' key
-    // rows, value rows and metadata whole (16-byte copies inside each block's contiguous parts,
-    // which are multiples of 16 bytes) into its own two stage regions, each sized for one step's
-    // blocks, and reads them there at the same offsets within a block. The last cube's warps read float
-    // slots `i < sinks + tail` of their stream, a sink's row only for `i < sinks` and a tail
-    // row's otherwise (branches; row `stream · rows + i` of a buffer of `streams · rows` rows, `i`
-    // below its filled ones), and the stream's `group · d` queries into the tile, which holds
-    // at least that many (`channel_mma_geometry`). Partial outputs go to heads `< group` of the
-    // stream and splits `< cubes · warps`, which `partials` holds. Bounds validated on CUDA:
-    // `burn_kvcompress::kernels`.
+    // SAFETY: warp `w` of cube `(x, stream)` reads blocks `b < blocks` of its stream only (its
+    // range is clamped to `blocks`): key rows `(stream · blocks + b) · Π + slot` (`slot < Π`) of
+    // `key_vectors` 16-byte vectors, `[streams · blocks · Π, head_dim · key_bits / 32]` words; key
+    // metadata `(stream · blocks + b) · d + j`; value rows `(stream · blocks + b) · d + j` of
+    // `value_vectors` vectors; value metadata `((stream · blocks + b) · Π + slot) · groups + vg`
+    // (the tensors' own shapes, contiguous); queries of its stream's heads `< group`; its own
+    // part of the shared tile (`tile_floats`, at least `group · d` and `8 · Π`). Staged, it copies
+    // those blocks' key rows, value rows and metadata whole (16-byte copies inside each block's
+    // contiguous parts, which are multiples of 16 bytes) into its own two stage regions, each
+    // sized for one step's blocks, and reads them there at the same offsets within a block. Its
+    // float slots are `i < sinks + tail` of its stream (the share is clamped to that count), a
+    // sink's row only for `i < sinks` and a tail row's otherwise (branches; row `stream · rows +
+    // i` of a buffer of `streams · rows` rows, `i` below its filled ones). Partial outputs go to
+    // heads `< group` of the stream and splits `< cubes · warps`, which `partials` holds. Bounds
+    // validated on CUDA: `burn_kvcompress::kernels`.
     unsafe {
         channel_mma_decode_kernel::launch_unchecked::<R>(
             &client,
