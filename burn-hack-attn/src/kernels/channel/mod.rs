@@ -5,9 +5,8 @@
 //! - `portable_kernel` / `portable_launch`: on CUDA cores;
 //! - `mma_kernel` / `mma_launch`: on tensor cores where the device has integer warp products; its
 //!   product steps in `mma_block`, its operand layout in `mma_operands`, its staged blocks in
-//!   `mma_stage`;
-//! - shared by both: `float_slots` (where a stream's float slots lie) and `float_warp` (the float
-//!   slots' attention).
+//!   `mma_stage`, its float slots (a share in every warp) in `float_warp`;
+//! - shared by both: `float_slots` (where a stream's float slots lie).
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 #[allow(missing_docs)]
