@@ -195,4 +195,13 @@ mod tests {
             assert_eq!(direct.shared_bytes(), 4 * 8 * 8 * 128);
         }
     }
+
+    #[test]
+    fn a_warps_tile_holds_its_float_slots_outputs_and_a_blocks_numerators() {
+        // Π = 64: 4 heads × 128 channels and 8 columns × 64 slots are both 512 floats.
+        assert_eq!(geometry(64, 2, 2).tile_floats(), 512);
+        // Π = 32: the float slots' outputs are the larger; Π = 128: the numerators.
+        assert_eq!(geometry(32, 2, 2).tile_floats(), 4 * 128);
+        assert_eq!(geometry(128, 4, 4).tile_floats(), 8 * 128);
+    }
 }
