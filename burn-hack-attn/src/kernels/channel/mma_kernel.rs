@@ -357,8 +357,9 @@ pub(super) struct BlockRun {
 }
 
 /// Attention of the calling warp over its run of closed blocks, joined to `state` (its float
-/// slots', [`float_start`]); writes its split of `target`. Paired ([`ChannelMmaGeometry::paired`]), lanes `t < 2` hold the run's even blocks' running
-/// outputs and lanes `t ≥ 2` its odd blocks', for the same heads, joined at the end.
+/// slots', [`float_start`]); writes its split of `target`. Paired
+/// ([`ChannelMmaGeometry::paired`]), lanes `t < 2` hold the run's even blocks' running outputs and
+/// lanes `t ≥ 2` its odd blocks', for the same heads, joined at the end.
 #[allow(clippy::too_many_arguments)]
 #[cube]
 fn block_warp(
