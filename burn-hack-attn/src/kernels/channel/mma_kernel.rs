@@ -233,32 +233,29 @@ pub fn channel_mma_decode_kernel<F: Float>(
     let float_chunk = float_count.div_ceil(target.splits);
     let float_first = u32::min(split * float_chunk, float_count);
     let slots = FloatSlotRows { stream, sinks, sink_rows, tail_rows, first_tail: sinks + blocks * pi };
-    let floats =
-        FloatShare { first: float_first, end: u32::min(float_first + float_chunk, float_count), visible_from, scale };
-    let mut state = float_start(q, sinks_k, sinks_v, tail_k, tail_v, &slots, &floats, &mut tile, geo);
+    let floats = FloatShare { first: float_first, end: u32::min(float_first + float_chunk, float_count) };
     let first = u32::min(split * warp_blocks, blocks);
     let end = u32::min(first + warp_blocks, blocks);
     let run = BlockRun { first, end, blocks, sinks, visible_from, scale };
+    let mut state = float_start(q, sinks_k, sinks_v, tail_k, tail_v, &slots, &floats, &run, &mut tile, geo);
     block_warp(
         q, k_words, k_params, v_words, v_params, &mut tile, &run, &mut state, &target, out, out_max, out_sum, geo,
     );
 }
 
-/// A warp's share `first .. end` of its stream's float slots, whose query sees positions from
-/// `visible_from`, its scores scaled by `scale`.
+/// A warp's share `first .. end` of its stream's float slots.
 #[derive(CubeType)]
 pub(super) struct FloatShare {
     pub first: u32,
     pub end: u32,
-    pub visible_from: u32,
-    pub scale: f32,
 }
 
 /// The running softmax the calling warp begins its closed blocks with: its share of the stream's
-/// float slots ([`float_warp`]), moved into the products' lane layout (lane `4g + t`: heads `2t +
-/// e`, channels `16c + g + 8r`, [`RunningSoftmax`]) through the warp's tile; empty where the share
-/// is. Paired, lanes `t ≥ 2` (the odd blocks' side, heads `2t + e ≥ 4`) start empty, so the
-/// float slots count once when the sides join.
+/// float slots ([`float_warp`], the query's visibility and score scale those of its `run`), moved
+/// into the products' lane layout (lane `4g + t`: heads `2t + e`, channels `16c + g + 8r`,
+/// [`RunningSoftmax`]) through the warp's tile; empty where the share is. Paired, lanes `t ≥ 2`
+/// (the odd blocks' side, heads `2t + e ≥ 4`) start empty, so the float slots count once when the
+/// sides join.
 #[allow(clippy::too_many_arguments)]
 #[cube]
 fn float_start<F: Float>(
@@ -269,6 +266,7 @@ fn float_start<F: Float>(
     tail_v: &Array<F>,
     slots: &FloatSlotRows,
     share: &FloatShare,
+    run: &BlockRun,
     tile: &mut SharedMemory<f32>,
     #[comptime] geo: ChannelMmaGeometry,
 ) -> RunningSoftmax {
@@ -302,8 +300,8 @@ fn float_start<F: Float>(
             slots,
             share.first,
             share.end,
-            share.visible_from,
-            share.scale,
+            run.visible_from,
+            run.scale,
             group,
             d,
         );
