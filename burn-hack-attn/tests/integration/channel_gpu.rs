@@ -45,7 +45,7 @@ struct Case {
     window: Option<usize>,
 }
 
-const CASES: [Case; 9] = [
+const CASES: [Case; 10] = [
     // SmolLM2's heads: 3 query heads per KV head, 64 channels; the hack2-like format.
     Case { config: "hack2", batch: 2, kv_heads: 3, group: 3, head_dim: 64, len: 300, window: None },
     // Llama-3's heads: 4 per KV head, 128 channels (two value groups at Π = 64); a sliding
@@ -58,6 +58,17 @@ const CASES: [Case; 9] = [
         head_dim: 128,
         len: 400,
         window: Some(250),
+    },
+    // 2-bit keys and values at Π = 128 on Llama-3's heads: one value group a slot, and on CUDA
+    // each warp's step of two 128-slot blocks in its stage's key and value regions.
+    Case {
+        config: "bits=2,pi=128,round=nearest,axes=channel,rot=hadamard,sinks=4,window=64,clip=mse",
+        batch: 2,
+        kv_heads: 2,
+        group: 4,
+        head_dim: 128,
+        len: 1500,
+        window: None,
     },
     // hack3's widths (4-bit keys, 2-bit values, Π = 128) on Llama-3's heads.
     Case { config: "hack3", batch: 1, kv_heads: 2, group: 4, head_dim: 128, len: 700, window: None },

@@ -27,20 +27,28 @@ pub(super) struct RunningSoftmax {
     pub mass: Array<f32>,
 }
 
-/// Attends the step's blocks (`pair`, lying `at` in the key/value words and metadata) and joins
-/// them into the lane's running softmax under the larger max; `own_q` is the lane's column head's
-/// query at its channels, `tile` the cube's numerators tiles. The blocks are read from the caches
-/// themselves or from the warp's stage (`mma_stage`), which keeps the caches' layout: generic over
-/// the container rather than taking slices, whose bounds checks CubeCL's validation mode compiles
-/// to a `min(u32, u64)` that NVRTC rejects.
+/// A step's numerators as the weights' quantization needs them: head `g`'s at the lane's slots
+/// (`own_p[4H + b]` at slot `16H +` [`position`] of its own block, zero for padding columns), and
+/// for the lane's heads `2t + e` the block's weight `join[e]` in the running outputs.
+#[derive(CubeType)]
+pub(super) struct StepNumerators {
+    own_p: Array<f32>,
+    join: Array<f32>,
+}
+
+/// The first half of a product step: scores the step's blocks (`pair`, lying `at` in the key
+/// words and metadata) and joins their softmax to the lane's running one under the larger max,
+/// rescaling its outputs; `own_q` is the lane's column head's query at its channels, `tile` the
+/// cube's numerators tiles. When it returns, every lane of the warp has read the step's keys.
+/// The blocks are read from the caches themselves or from the warp's stage (`mma_stage`), which
+/// keeps the caches' layout: generic over the container rather than taking slices, whose bounds
+/// checks CubeCL's validation mode compiles to a `min(u32, u64)` that NVRTC rejects.
 #[allow(clippy::too_many_arguments)]
 #[cube]
-pub(super) fn block_step<W: WordList, P: ParamList>(
+pub(super) fn attend_keys<W: WordList, P: ParamList>(
     own_q: &Array<f32>,
     k_words: &W,
     k_params: &P,
-    v_words: &W,
-    v_params: &P,
     at: &PairAt,
     pair: &BlockPair,
     tile: &mut SharedMemory<f32>,
@@ -50,7 +58,7 @@ pub(super) fn block_step<W: WordList, P: ParamList>(
     g: u32,
     t: u32,
     #[comptime] geo: ChannelMmaGeometry,
-) {
+) -> StepNumerators {
     let (d, pi, per) = comptime!((geo.head_dim, geo.partition, geo.blocks_per_step()));
     let tile_base = (UNIT_POS / WARP) * comptime!(geo.tile_floats());
     let column_head = g % comptime!(PRODUCT_COLUMNS / per);
@@ -98,7 +106,26 @@ pub(super) fn block_step<W: WordList, P: ParamList>(
         }
     }
     sync_plane();
-    let weights = block_weights::<P>(&own_p, v_params, at.value_params, &join, t, geo);
+    StepNumerators { own_p, join }
+}
+
+/// The second half of a product step: quantizes the step's `numerators` and adds the outputs of
+/// its blocks (their value rows and metadata lying `at` in `v_words` and `v_params`) to the lane's
+/// running ones.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+pub(super) fn attend_values<W: WordList, P: ParamList>(
+    v_words: &W,
+    v_params: &P,
+    at: &PairAt,
+    numerators: &StepNumerators,
+    state: &mut RunningSoftmax,
+    side: u32,
+    g: u32,
+    t: u32,
+    #[comptime] geo: ChannelMmaGeometry,
+) {
+    let weights = block_weights::<P>(&numerators.own_p, v_params, at.value_params, &numerators.join, t, geo);
     block_outputs::<W>(v_words, &weights, &mut state.acc, at, side, g, t, geo);
 }
 

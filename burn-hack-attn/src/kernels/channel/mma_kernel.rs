@@ -51,26 +51,23 @@
 //! over the lanes `t`, `t ± 2` at the end. The products and their operand loads are the same per
 //! block; the work outside them halves.
 //!
-//! **Staged steps** where a warp's two step regions fit in shared memory beside the tiles
-//! ([`ChannelMmaGeometry::staged`]; `hack2`'s shapes, not Π = 128 at 4-bit keys): each warp copies
-//! its next step's blocks into shared memory with asynchronous copies while it attends the current
-//! step ([`super::mma_stage`]), and waits on barriers of its own, so that its loads are in flight
-//! during its products and softmax instead of between them.
+//! **Staged steps** where a warp's stage fits in shared memory beside the tiles
+//! ([`StagePlan`]; 2-bit keys and values at Π up to 128, not 4-bit keys at Π = 128): each warp
+//! copies its next blocks into shared memory with asynchronous copies while it attends the
+//! current ones ([`super::mma_stage`], [`super::mma_runs`]) and waits on barriers of its own, so
+//! that its loads are in flight during its products and softmax instead of between them.
 
 use burn_kvcompress::kernels::{first_visible_slot, masked_score, warp_mma::WARP, SplitOut};
 use cubecl::prelude::*;
 
-use crate::kernels::{
-    copy_barriers::{copy_barriers, CopyGroups},
-    warp_codes::join_tops,
-};
+use crate::kernels::warp_codes::join_tops;
 
 use super::{
     float_slots::FloatSlotRows,
     float_warp::float_warp,
-    mma_block::{block_pair, block_step, RunningSoftmax},
+    mma_block::RunningSoftmax,
     mma_operands::{position, Words, HALF, PRODUCT_COLUMNS, PRODUCT_DEPTH, PRODUCT_ROWS},
-    mma_stage::{copy_step, pair_at, pair_stage, STAGES},
+    mma_runs::{direct_run, halves_run, steps_run, RunLanes},
 };
 
 /// Shapes fixed at compile time.
@@ -90,10 +87,37 @@ pub struct ChannelMmaGeometry {
     pub value_group: u32,
     /// Warps per cube, each on its own run of blocks.
     pub warps: u32,
-    /// Whether each warp stages its next step's blocks in shared memory with asynchronous copies
-    /// while it attends the current step (module `mma_stage`); otherwise its lanes load a step's
-    /// codes and metadata from the caches as its products need them.
-    pub staged: bool,
+    /// Where a warp's lanes read a step's blocks: the caches, or its stage in shared memory.
+    pub stage: StagePlan,
+}
+
+/// Where a warp of the tensor-core channel kernel reads its product steps' blocks (module
+/// `mma_stage`): the largest stage that fits an SM's shared memory beside the tiles at 8 warps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StagePlan {
+    /// Two regions a warp, each a whole step's keys and values: the next step's copies land
+    /// while the warp attends the current one.
+    Steps,
+    /// A key region and a value region a warp, each refilled with the next step's keys (or
+    /// values) once the lanes have read it: the keys land while the warp attends the values, the
+    /// values while it scores the next keys. Half the shared memory of [`Self::Steps`] (two
+    /// 128-slot 2-bit blocks take 18 KiB a step) and a shorter lead: at `hack2`'s 64-slot blocks
+    /// 7 % slower than `Steps` on an H200 (`results/hack-decode-channel-h200.md`, session 55).
+    Halves,
+    /// No stage: the lanes load a step's codes and metadata from the caches as the products need
+    /// them.
+    Direct,
+}
+
+impl StagePlan {
+    /// Stage regions a warp holds, each one step's keys and values.
+    pub fn regions(&self) -> u32 {
+        match self {
+            Self::Steps => 2,
+            Self::Halves => 1,
+            Self::Direct => 0,
+        }
+    }
 }
 
 impl ChannelMmaGeometry {
@@ -166,13 +190,16 @@ impl ChannelMmaGeometry {
         (self.group * self.head_dim).max(PRODUCT_COLUMNS * self.partition)
     }
 
-    /// Bytes of shared memory: each warp's tile ([`Self::tile_floats`]) and where
-    /// [`Self::staged`] its stage regions and their two copy barriers (8 bytes each).
+    /// Bytes of shared memory: each warp's tile ([`Self::tile_floats`]) and, staged, its stage
+    /// regions ([`StagePlan::regions`]) and their two copy barriers (8 bytes each).
     pub fn shared_bytes(&self) -> u32 {
         let tiles = 4 * self.warps * self.tile_floats();
         let step = 16 * (self.step_key_vectors() + self.step_value_vectors())
             + 4 * (self.step_key_params() + self.step_value_params());
-        let stage = if self.staged { self.warps * (STAGES * step + 16) } else { 0 };
+        let stage = match self.stage {
+            StagePlan::Direct => 0,
+            plan => self.warps * (plan.regions() * step + 16),
+        };
         tiles + stage
     }
 }
@@ -396,59 +423,13 @@ fn block_warp(
             own_q[comptime!((4 * h + b) as usize)] = select(column_head < group, x, 0.0);
         }
     }
-    let steps = (run.end - run.first).div_ceil(per);
-    let base = stream * run.blocks;
-    if comptime!(geo.staged) {
-        let mut stage = pair_stage(geo);
-        // The warp's own pair of barriers (initializing them synchronizes the cube).
-        let split = comptime!(CopyGroups { groups: geo.warps, units: WARP });
-        let copies = copy_barriers(split);
-        let first_region = comptime!(STAGES) * (UNIT_POS / WARP);
-        if steps > 0 {
-            let pair = block_pair(base, run.first, run.end, run.sinks, side, result_side, geo);
-            copy_step(k_words, k_params, v_words, v_params, &mut stage, first_region, pair.first, pair.second, geo);
-            copies.commit(false, split);
-        }
-        // Step `i` reads region `i mod 2` while the copies of step `i + 1` land in the other.
-        for step in 0..steps {
-            let second = step % 2 == 1;
-            // Every lane has read the region the next copies overwrite (the last step's).
-            sync_plane();
-            if step + 1 < steps {
-                let next = block_pair(base, run.first + per * (step + 1), run.end, run.sinks, side, result_side, geo);
-                let next_region = first_region + (step + 1) % 2;
-                copy_step(k_words, k_params, v_words, v_params, &mut stage, next_region, next.first, next.second, geo);
-                copies.commit(!second, split);
-            }
-            copies.wait(second, split);
-            let pair = block_pair(base, run.first + per * step, run.end, run.sinks, side, result_side, geo);
-            let staged = per * (first_region + step % 2);
-            let at = pair_at(staged, staged + per - 1, staged + side, geo);
-            block_step::<SharedMemory<Words>, SharedMemory<u32>>(
-                &own_q,
-                &stage.key_words,
-                &stage.key_params,
-                &stage.value_words,
-                &stage.value_params,
-                &at,
-                &pair,
-                tile,
-                state,
-                run,
-                side,
-                g,
-                t,
-                geo,
-            );
-        }
+    let lanes = RunLanes { side, result_side, g, t };
+    if comptime!(geo.stage == StagePlan::Steps) {
+        steps_run(&own_q, k_words, k_params, v_words, v_params, tile, run, state, &lanes, geo);
+    } else if comptime!(geo.stage == StagePlan::Halves) {
+        halves_run(&own_q, k_words, k_params, v_words, v_params, tile, run, state, &lanes, geo);
     } else {
-        for step in 0..steps {
-            let pair = block_pair(base, run.first + per * step, run.end, run.sinks, side, result_side, geo);
-            let at = pair_at(pair.first, pair.second, pair.own, geo);
-            block_step::<Array<Words>, Array<u32>>(
-                &own_q, k_words, k_params, v_words, v_params, &at, &pair, tile, state, run, side, g, t, geo,
-            );
-        }
+        direct_run(&own_q, k_words, k_params, v_words, v_params, tile, run, state, &lanes, geo);
     }
     if comptime!(geo.paired()) {
         join_sides(state, geo);

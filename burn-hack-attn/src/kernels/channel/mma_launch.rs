@@ -21,14 +21,14 @@ use burn_kvcompress::{
 
 use super::{
     float_slots::FloatSlotArgs,
-    mma_kernel::{channel_mma_decode_kernel, ChannelMmaGeometry},
+    mma_kernel::{channel_mma_decode_kernel, ChannelMmaGeometry, StagePlan},
     mma_operands::{PRODUCT_COLUMNS, PRODUCT_DEPTH, PRODUCT_ROWS},
     portable_kernel::ChannelDecodeGeometry,
     ChannelView,
 };
 
 /// The most warps per cube (fewer where their tiles do not fit in shared memory; staged,
-/// `ChannelMmaGeometry::staged`, only where this many warps' stages fit). Each warp runs
+/// [`StagePlan`], only where this many warps' stages fit). Each warp runs
 /// on its own blocks with no cube-wide synchronization; the count sets CUDA's launch bound, which
 /// caps a lane's registers at `SM_REGISTERS / units`. The kernel takes
 /// [`UNBOUNDED_LANE_REGISTERS`], so an SM holds 8 of its warps at any count up to 8. At 32K batch
@@ -40,7 +40,8 @@ use super::{
 /// slots in every warp, 110 µs at 8 warps and 121 at 10 (31.7 and 33.8 µs at batch 1)
 /// (`results/hack-decode-channel-h200.md`).
 const WARPS: u32 = 8;
-/// Registers a lane of the kernel takes without a launch bound (246 at hack2's shapes on CUDA).
+/// Registers a lane of the kernel takes without a launch bound (246 at Llama's heads and 64-slot
+/// 2-bit blocks on CUDA).
 const UNBOUNDED_LANE_REGISTERS: u32 = 246;
 /// The most channels of a head: a lane's running outputs and query take `head_dim / 4`
 /// registers each.
@@ -76,17 +77,19 @@ pub fn channel_mma_geometry(
         value_bits: portable.value_bits,
         value_group: portable.value_group,
         warps: WARPS,
-        staged: true,
+        stage: StagePlan::Steps,
     };
-    // Staged where `WARPS` warps' stages fit; otherwise as many warps as their tiles allow, each
-    // loading from the caches.
+    // The largest stage that `WARPS` warps fit; otherwise as many warps as their tiles allow,
+    // each loading from the caches.
     let device_bytes = properties.hardware.max_shared_memory_size as u32;
-    let geo = if geo.shared_bytes() <= device_bytes {
-        geo
-    } else {
-        let direct = ChannelMmaGeometry { staged: false, warps: 1, ..geo };
+    let staged = [StagePlan::Steps, StagePlan::Halves]
+        .map(|stage| ChannelMmaGeometry { stage, ..geo })
+        .into_iter()
+        .find(|staged| staged.shared_bytes() <= device_bytes);
+    let geo = staged.unwrap_or_else(|| {
+        let direct = ChannelMmaGeometry { stage: StagePlan::Direct, warps: 1, ..geo };
         ChannelMmaGeometry { warps: (device_bytes / direct.shared_bytes()).min(WARPS), ..direct }
-    };
+    });
     let warps = geo.warps;
     let applies = mma.contains(&product(ElemType::Int(IntKind::I8)))
         && mma.contains(&product(ElemType::UInt(UIntKind::U8)))
@@ -145,8 +148,8 @@ pub fn channel_mma_decode_launch<R: CubeRuntime, BT: BoolElement>(
     // (the tensors' own shapes, contiguous); queries of its stream's heads `< group`; its own
     // part of the shared tile (`tile_floats`, at least `group · d` and `8 · Π`). Staged, it copies
     // those blocks' key rows, value rows and metadata whole (16-byte copies inside each block's
-    // contiguous parts, which are multiples of 16 bytes) into its own two stage regions, each
-    // sized for one step's blocks, and reads them there at the same offsets within a block. Its
+    // contiguous parts, which are multiples of 16 bytes) into its own stage regions, each sized
+    // for one step's blocks, and reads them there at the same offsets within a block. Its
     // float slots are `i < sinks + tail` of its stream (the share is clamped to that count), a
     // sink's row only for `i < sinks` and a tail row's otherwise (branches; row `stream · rows +
     // i` of a buffer of `streams · rows` rows, `i` below its filled ones). Partial outputs go to

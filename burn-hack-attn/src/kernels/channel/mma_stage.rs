@@ -1,9 +1,11 @@
 //! The shared-memory stage of the tensor-core channel kernel, where it fits
-//! ([`ChannelMmaGeometry::staged`]): each warp has [`STAGES`] regions, each holding the blocks of
-//! one product step (a pair, or one block), which the warp's lanes fill with asynchronous copies
-//! (`cp.async`) while they attend the step in the other region. Without it, a warp's loads of a
-//! step's codes wait on memory between its products: with 8 warps an SM (the kernel takes every
-//! register), too few loads are in flight to hide the latency.
+//! ([`StagePlan`](super::StagePlan)): each warp has
+//! [`StagePlan::regions`](super::StagePlan::regions) regions, each holding one product step's key
+//! rows and metadata and its value rows and metadata, which the warp's lanes fill with
+//! asynchronous copies (`cp.async`, [`copy_keys`], [`copy_values`]) ahead of the step that reads
+//! them (`mma_runs`). Without it, a warp's loads of a step's codes wait on memory between its
+//! products: with 8 warps an SM (the kernel takes every register), too few loads are in flight to
+//! hide the latency.
 //!
 //! A closed block's four parts are contiguous in the caches, and so in a region, whose blocks
 //! follow each other in each buffer (`per` = [`ChannelMmaGeometry::blocks_per_step`]):
@@ -20,12 +22,16 @@ use cubecl::prelude::{barrier::copy_async, *};
 
 use super::{mma_kernel::ChannelMmaGeometry, mma_operands::Words};
 
-/// Regions a warp stages: one attended while the next lands.
-pub const STAGES: u32 = 2;
+/// The copy barrier (of the warp's two, [`copy_barriers`](crate::kernels::copy_barriers)) on which
+/// its key region's copies land, staged in [`StagePlan::Halves`](super::StagePlan::Halves).
+pub(super) const KEY_BARRIER: bool = false;
+/// The copy barrier on which its value region's copies land, staged in [`StagePlan::Halves`](super::StagePlan::Halves).
+pub(super) const VALUE_BARRIER: bool = true;
 /// Scalars (`u32`) of one 16-byte copy.
 const COPY_WORDS: u32 = 4;
 
-/// The cube's stage, every region's buffers side by side (region `STAGES · w + i` of warp `w`).
+/// The cube's stage, every region's buffers side by side (warp `w`'s regions from
+/// `w · regions`).
 #[derive(CubeType)]
 pub(super) struct PairStage {
     pub key_words: SharedMemory<Words>,
@@ -37,7 +43,7 @@ pub(super) struct PairStage {
 /// The cube's [`PairStage`].
 #[cube]
 pub(super) fn pair_stage(#[comptime] geo: ChannelMmaGeometry) -> PairStage {
-    let regions = comptime!(STAGES * geo.warps);
+    let regions = comptime!(geo.stage.regions() * geo.warps);
     PairStage {
         key_words: SharedMemory::new_aligned(comptime!((regions * geo.step_key_vectors()) as usize), 16usize),
         key_params: SharedMemory::new_aligned(comptime!((regions * geo.step_key_params()) as usize), 16usize),
@@ -79,13 +85,33 @@ pub(super) fn pair_at(first: u32, second: u32, own: u32, #[comptime] geo: Channe
     }
 }
 
-/// Issues the calling lane's copies of closed blocks `first` and (paired) `second` of the caches
-/// into the stage's `region`.
-#[allow(clippy::too_many_arguments)]
+/// Issues the calling lane's copies of the key rows and key metadata of closed blocks `first`
+/// and (paired) `second` of the caches into the stage's key `region`.
 #[cube]
-pub(super) fn copy_step(
+pub(super) fn copy_keys(
     k_words: &Array<Words>,
     k_params: &Array<u32>,
+    stage: &mut PairStage,
+    region: u32,
+    first: u32,
+    second: u32,
+    #[comptime] geo: ChannelMmaGeometry,
+) {
+    let per = comptime!(geo.blocks_per_step());
+    let block_vectors = comptime!(geo.partition * geo.key_vectors());
+    #[unroll]
+    for s in 0..per {
+        let block = select(s == 0u32, first, second);
+        let to = region * per + s;
+        copy_run(k_words, block * block_vectors, &mut stage.key_words, to * block_vectors, block_vectors, 1u32);
+        copy_run(k_params, block * geo.head_dim, &mut stage.key_params, to * geo.head_dim, geo.head_dim, COPY_WORDS);
+    }
+}
+
+/// Issues the calling lane's copies of the value rows and value metadata of closed blocks `first`
+/// and (paired) `second` of the caches into the stage's value `region`.
+#[cube]
+pub(super) fn copy_values(
     v_words: &Array<Words>,
     v_params: &Array<u32>,
     stage: &mut PairStage,
@@ -95,38 +121,14 @@ pub(super) fn copy_step(
     #[comptime] geo: ChannelMmaGeometry,
 ) {
     let per = comptime!(geo.blocks_per_step());
-    let block_key_vectors = comptime!(geo.partition * geo.key_vectors());
-    let block_value_vectors = comptime!(geo.head_dim * geo.value_vectors());
-    let block_value_params = comptime!(geo.partition * geo.value_groups());
+    let block_vectors = comptime!(geo.head_dim * geo.value_vectors());
+    let block_params = comptime!(geo.partition * geo.value_groups());
     #[unroll]
     for s in 0..per {
         let block = select(s == 0u32, first, second);
         let to = region * per + s;
-        copy_run(
-            k_words,
-            block * block_key_vectors,
-            &mut stage.key_words,
-            to * block_key_vectors,
-            block_key_vectors,
-            1u32,
-        );
-        copy_run(k_params, block * geo.head_dim, &mut stage.key_params, to * geo.head_dim, geo.head_dim, COPY_WORDS);
-        copy_run(
-            v_words,
-            block * block_value_vectors,
-            &mut stage.value_words,
-            to * block_value_vectors,
-            block_value_vectors,
-            1u32,
-        );
-        copy_run(
-            v_params,
-            block * block_value_params,
-            &mut stage.value_params,
-            to * block_value_params,
-            block_value_params,
-            COPY_WORDS,
-        );
+        copy_run(v_words, block * block_vectors, &mut stage.value_words, to * block_vectors, block_vectors, 1u32);
+        copy_run(v_params, block * block_params, &mut stage.value_params, to * block_params, block_params, COPY_WORDS);
     }
 }
 
@@ -157,12 +159,12 @@ fn copy_run<E: CubePrimitive>(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{super::StagePlan, *};
 
     /// Shared memory a cube may take on a Hopper GPU (227 KiB).
     const HOPPER_SHARED_BYTES: u32 = 227 * 1024;
 
-    fn geometry(partition: u32, key_bits: u32, value_bits: u32) -> ChannelMmaGeometry {
+    fn geometry(partition: u32, key_bits: u32, value_bits: u32, stage: StagePlan) -> ChannelMmaGeometry {
         ChannelMmaGeometry {
             group: 4,
             head_dim: 128,
@@ -171,27 +173,33 @@ mod tests {
             value_bits,
             value_group: partition.min(128),
             warps: 8,
-            staged: true,
+            stage,
         }
     }
 
     #[test]
-    fn a_region_holds_one_steps_blocks_and_hack2s_stages_fit_a_hopper_cube() {
-        // hack2 at Llama's heads: a pair of 64-slot blocks a step, 2-bit keys and values.
-        let hack2 = geometry(64, 2, 2);
+    fn a_region_holds_one_steps_blocks_and_2_bit_stages_fit_a_hopper_cube() {
+        // hack2 at Llama's heads: a pair of 128-slot blocks a step, 2-bit keys and values.
+        let hack2 = geometry(128, 2, 2, StagePlan::Halves);
         let step =
             [hack2.step_key_vectors(), hack2.step_value_vectors(), hack2.step_key_params(), hack2.step_value_params()];
-        // Key rows: 2 blocks × 64 slots × 2 vectors; value rows: 2 × 128 channels × 1; metadata:
-        // 2 × 128 key words, 2 × 64 slots × 2 value groups.
-        assert_eq!(step, [256, 256, 256, 256]);
-        // Tiles 16 KiB, two regions of 10 KiB per warp and 16 bytes of barriers.
-        assert_eq!(hack2.shared_bytes(), 16 * 1024 + 8 * (2 * 10 * 1024 + 16));
+        // Key rows: 2 blocks × 128 slots × 2 vectors; value rows: 2 × 128 channels × 2; metadata:
+        // 2 × 128 key words, 2 × 128 slots × 1 value group.
+        assert_eq!(step, [512, 512, 256, 256]);
+        // Tiles 32 KiB; per warp one region of 18 KiB (keys and values 9 KiB each) and 16 bytes
+        // of barriers. Two regions a warp would not fit.
+        assert_eq!(hack2.shared_bytes(), 32 * 1024 + 8 * (18 * 1024 + 16));
         assert!(hack2.shared_bytes() <= HOPPER_SHARED_BYTES);
+        assert!(ChannelMmaGeometry { stage: StagePlan::Steps, ..hack2 }.shared_bytes() > HOPPER_SHARED_BYTES);
+        // 64-slot blocks: tiles 16 KiB, two regions of 10 KiB a warp.
+        let narrow = geometry(64, 2, 2, StagePlan::Steps);
+        assert_eq!(narrow.shared_bytes(), 16 * 1024 + 8 * (2 * 10 * 1024 + 16));
+        assert!(narrow.shared_bytes() <= HOPPER_SHARED_BYTES);
         // hack3 and hack4 (Π = 128, 4-bit keys) do not fit at 8 warps; they load from the caches.
         for (kb, vb) in [(4, 2), (4, 4)] {
-            let staged = geometry(128, kb, vb);
+            let staged = geometry(128, kb, vb, StagePlan::Halves);
             assert!(staged.shared_bytes() > HOPPER_SHARED_BYTES);
-            let direct = ChannelMmaGeometry { staged: false, ..staged };
+            let direct = ChannelMmaGeometry { stage: StagePlan::Direct, ..staged };
             assert_eq!(direct.shared_bytes(), 4 * 8 * 8 * 128);
         }
     }
@@ -199,9 +207,9 @@ mod tests {
     #[test]
     fn a_warps_tile_holds_its_float_slots_outputs_and_a_blocks_numerators() {
         // Π = 64: 4 heads × 128 channels and 8 columns × 64 slots are both 512 floats.
-        assert_eq!(geometry(64, 2, 2).tile_floats(), 512);
+        assert_eq!(geometry(64, 2, 2, StagePlan::Steps).tile_floats(), 512);
         // Π = 32: the float slots' outputs are the larger; Π = 128: the numerators.
-        assert_eq!(geometry(32, 2, 2).tile_floats(), 4 * 128);
-        assert_eq!(geometry(128, 4, 4).tile_floats(), 8 * 128);
+        assert_eq!(geometry(32, 2, 2, StagePlan::Steps).tile_floats(), 4 * 128);
+        assert_eq!(geometry(128, 4, 4, StagePlan::Direct).tile_floats(), 8 * 128);
     }
 }

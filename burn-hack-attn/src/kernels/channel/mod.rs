@@ -4,8 +4,9 @@
 //!
 //! - `portable_kernel` / `portable_launch`: on CUDA cores;
 //! - `mma_kernel` / `mma_launch`: on tensor cores where the device has integer warp products; its
-//!   product steps in `mma_block`, its operand layout in `mma_operands`, its staged blocks in
-//!   `mma_stage`, its float slots (a share in every warp) in `float_warp`;
+//!   product steps in `mma_block`, a warp's run of them in `mma_runs`, its operand layout in
+//!   `mma_operands`, its staged blocks in `mma_stage`, its float slots (a share in every warp) in
+//!   `float_warp`;
 //! - shared by both: `float_slots` (where a stream's float slots lie).
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -28,6 +29,9 @@ mod mma_launch;
 mod mma_operands;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 #[allow(missing_docs)]
+mod mma_runs;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[allow(missing_docs)]
 mod mma_stage;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 // `#[cube]` expands the kernel into undocumented helper items.
@@ -41,7 +45,7 @@ pub mod select;
 mod view;
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-pub use mma_kernel::ChannelMmaGeometry;
+pub use mma_kernel::{ChannelMmaGeometry, StagePlan};
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub use mma_launch::{channel_mma_decode_launch, channel_mma_geometry};
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
