@@ -7,7 +7,7 @@
 //!   rounding, [axes](Axes) (the paper's, or keys per channel and values per slot), the
 //!   [rotation](RotationSpec) of queries, keys and values, float sinks and recent window, range
 //!   clipping; its text form is `--kv`'s (`hack:bits=2,pi=64,…`) and the [presets](PRESETS) name
-//!   the most accurate formats at about 2.7, 3.6 and 4.5 bits per element (`hack2`, `hack3`, `hack4`). [`HackScheme`] is the
+//!   the most accurate formats at about 2.6, 3.6 and 4.5 bits per element (`hack2`, `hack3`, `hack4`). [`HackScheme`] is the
 //!   [`KvScheme`](burn_kvcompress::cache::KvScheme) that builds one [`cache::HackCache`] per
 //!   layer and folds the value rotation into the model ([`HackScheme::fold`]).
 //! - [`quant`]: asymmetric min/max quantization of one partition (round-to-nearest or seeded,

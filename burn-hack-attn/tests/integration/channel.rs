@@ -417,7 +417,7 @@ fn a_truncated_or_inconsistent_state_is_a_typed_error() {
         assert!(import(&missing).is_err(), "without {dropped}");
     }
     // A state whose codes are packed as earlier versions packed them (`k_words`, a row per block
-    // and channel) has the same shapes as this packing where Π = head_dim (SmolLM2's hack2):
+    // and channel) has the same shapes as this packing where Π = head_dim (Π = 64 on SmolLM2):
     // refused by name, never read as this packing.
     let mut renamed = state.clone();
     for t in &mut renamed.tensors {
