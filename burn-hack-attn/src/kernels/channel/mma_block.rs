@@ -65,8 +65,8 @@ pub(super) fn attend_keys<W: WordList, P: ParamList>(
     let query = block_query::<P>(own_q, k_params, at.key_params, run.scale, t, geo);
     let mut s = block_scores::<W>(k_words, &query, pair, at, run.visible_from, side, g, t, geo);
     let numerators = block_softmax(&mut s, geo);
-    // `keep` rescales the running outputs and mass, `join` weighs the block's (folded into its
-    // weight factors).
+    // `weights.first` rescales the running outputs and mass, `join` weighs the block's (folded
+    // into its weight factors).
     let mut join = Array::<f32>::new(2usize);
     #[unroll]
     for e in 0..2u32 {

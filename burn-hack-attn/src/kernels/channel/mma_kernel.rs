@@ -101,8 +101,8 @@ pub enum StagePlan {
     /// A key region and a value region a warp, each refilled with the next step's keys (or
     /// values) once the lanes have read it: the keys land while the warp attends the values, the
     /// values while it scores the next keys. Half the shared memory of [`Self::Steps`] (two
-    /// 128-slot 2-bit blocks take 18 KiB a step) and a shorter lead: at `hack2`'s 64-slot blocks
-    /// 7 % slower than `Steps` on an H200 (`results/hack-decode-channel-h200.md`, session 55).
+    /// 128-slot 2-bit blocks take 18 KiB a step) and a shorter lead: at 64-slot 2-bit blocks
+    /// 7–9 % slower than `Steps` on an H200 (`results/hack-decode-channel-h200.md`, session 55).
     Halves,
     /// No stage: the lanes load a step's codes and metadata from the caches as the products need
     /// them.
