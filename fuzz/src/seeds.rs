@@ -227,7 +227,7 @@ pub(crate) fn layer_states() -> Vec<Vec<u8>> {
     push(0, exported(&DenseScheme, &[0, 3, 6]));
     push(1, exported(&DenseScheme, &[0]));
     push(2, exported(&s.hack_paper, &[3, 40]));
-    push(3, exported(&s.hack_channel, &[3, 133]));
+    push(3, exported(&s.hack_channel, &[3, 197]));
     push(4, exported(&s.pq, &[3, 9]));
     push(5, exported(&s.zack, &[3, 9]));
     push(6, exported(&s.zack_hack, &[3, 40]));
