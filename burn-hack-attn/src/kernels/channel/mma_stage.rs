@@ -25,7 +25,8 @@ use super::{mma_kernel::ChannelMmaGeometry, mma_operands::Words};
 /// The copy barrier (of the warp's two, [`copy_barriers`](crate::kernels::copy_barriers)) on which
 /// its key region's copies land, staged in [`StagePlan::Halves`](super::StagePlan::Halves).
 pub(super) const KEY_BARRIER: bool = false;
-/// The copy barrier on which its value region's copies land, staged in [`StagePlan::Halves`](super::StagePlan::Halves).
+/// The copy barrier on which its value region's copies land, staged in
+/// [`StagePlan::Halves`](super::StagePlan::Halves).
 pub(super) const VALUE_BARRIER: bool = true;
 /// Scalars (`u32`) of one 16-byte copy.
 const COPY_WORDS: u32 = 4;
@@ -97,15 +98,8 @@ pub(super) fn copy_keys(
     second: u32,
     #[comptime] geo: ChannelMmaGeometry,
 ) {
-    let per = comptime!(geo.blocks_per_step());
-    let block_vectors = comptime!(geo.partition * geo.key_vectors());
-    #[unroll]
-    for s in 0..per {
-        let block = select(s == 0u32, first, second);
-        let to = region * per + s;
-        copy_run(k_words, block * block_vectors, &mut stage.key_words, to * block_vectors, block_vectors, 1u32);
-        copy_run(k_params, block * geo.head_dim, &mut stage.key_params, to * geo.head_dim, geo.head_dim, COPY_WORDS);
-    }
+    let part = comptime!(BlockPart { vectors: geo.partition * geo.key_vectors(), params: geo.head_dim });
+    copy_blocks(k_words, k_params, &mut stage.key_words, &mut stage.key_params, region, first, second, part, geo);
 }
 
 /// Issues the calling lane's copies of the value rows and value metadata of closed blocks `first`
@@ -120,15 +114,43 @@ pub(super) fn copy_values(
     second: u32,
     #[comptime] geo: ChannelMmaGeometry,
 ) {
+    let part = comptime!(BlockPart {
+        vectors: geo.head_dim * geo.value_vectors(),
+        params: geo.partition * geo.value_groups()
+    });
+    copy_blocks(v_words, v_params, &mut stage.value_words, &mut stage.value_params, region, first, second, part, geo);
+}
+
+/// The size of one part (keys or values) of a closed block: `vectors` 16-byte vectors of rows and
+/// `params` metadata words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct BlockPart {
+    vectors: u32,
+    params: u32,
+}
+
+/// Issues the calling lane's copies of one `part` (rows in `words`, metadata in `params`) of
+/// closed blocks `first` and (paired) `second` into `region` of the stage's buffers of that part.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn copy_blocks(
+    words: &Array<Words>,
+    params: &Array<u32>,
+    stage_words: &mut SharedMemory<Words>,
+    stage_params: &mut SharedMemory<u32>,
+    region: u32,
+    first: u32,
+    second: u32,
+    #[comptime] part: BlockPart,
+    #[comptime] geo: ChannelMmaGeometry,
+) {
     let per = comptime!(geo.blocks_per_step());
-    let block_vectors = comptime!(geo.head_dim * geo.value_vectors());
-    let block_params = comptime!(geo.partition * geo.value_groups());
     #[unroll]
     for s in 0..per {
         let block = select(s == 0u32, first, second);
         let to = region * per + s;
-        copy_run(v_words, block * block_vectors, &mut stage.value_words, to * block_vectors, block_vectors, 1u32);
-        copy_run(v_params, block * block_params, &mut stage.value_params, to * block_params, block_params, COPY_WORDS);
+        copy_run(words, block * part.vectors, stage_words, to * part.vectors, part.vectors, 1u32);
+        copy_run(params, block * part.params, stage_params, to * part.params, part.params, COPY_WORDS);
     }
 }
 
