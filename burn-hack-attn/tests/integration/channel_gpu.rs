@@ -104,14 +104,16 @@ const CASES: [Case; 10] = [
         window: None,
     },
     // 8 query heads per KV head fill the tensor-core products' columns (one block per product
-    // step there; up to 4 heads take two blocks side by side); five closed blocks.
+    // step there; up to 4 heads take two blocks side by side, and one block's depth halves are two
+    // words of a lane's rows, so at least 8 words a row: 128 channels, Π = 128); five closed
+    // blocks.
     Case {
-        config: "bits=2,pi=64,round=nearest,axes=channel,sinks=4,window=16",
+        config: "bits=2,pi=128,round=nearest,axes=channel,sinks=4,window=16",
         batch: 2,
         kv_heads: 1,
         group: 8,
-        head_dim: 64,
-        len: 341,
+        head_dim: 128,
+        len: 661,
         window: None,
     },
     // Exactly one closed block and nothing else in float but the newest slot.

@@ -8,8 +8,8 @@ use cubecl::{cmma::MmaDefinition, prelude::*};
 use super::{
     mma_kernel::{BlockRun, ChannelMmaGeometry},
     mma_operands::{
-        column_max, column_operand, column_sum, heads_of_lane, lift, pair_operand, position, product_rows, Codes, Dots,
-        ParamList, QueryCodes, WordList, HALF, PRODUCT_COLUMNS, PRODUCT_ROWS,
+        column_max, column_operand, column_registers, column_sum, heads_of_lane, next_field, position, product_rows,
+        row_operand, Codes, Dots, QueryCodes, WordList, PRODUCT_COLUMNS, PRODUCT_ROWS,
     },
     mma_stage::PairAt,
 };
@@ -28,7 +28,8 @@ pub(super) struct RunningSoftmax {
 }
 
 /// A step's numerators as the weights' quantization needs them: head `g`'s at the lane's slots
-/// (`own_p[4H + b]` at slot `16H +` [`position`] of its own block, zero for padding columns), and
+/// (`own_p[4 · reg + b]` at the slot [`position`] gives byte `b` of value register `reg` of its
+/// own block, zero for padding columns), and
 /// for the lane's heads `2t + e` the block's weight `join[e]` in the running outputs.
 #[derive(CubeType)]
 pub(super) struct StepNumerators {
@@ -45,10 +46,10 @@ pub(super) struct StepNumerators {
 /// checks CubeCL's validation mode compiles to a `min(u32, u64)` that NVRTC rejects.
 #[allow(clippy::too_many_arguments)]
 #[cube]
-pub(super) fn attend_keys<W: WordList, P: ParamList>(
+pub(super) fn attend_keys<W: WordList>(
     own_q: &Array<f32>,
     k_words: &W,
-    k_params: &P,
+    k_params: &W,
     at: &PairAt,
     pair: &BlockPair,
     tile: &mut SharedMemory<f32>,
@@ -62,8 +63,8 @@ pub(super) fn attend_keys<W: WordList, P: ParamList>(
     let (d, pi, per) = comptime!((geo.head_dim, geo.partition, geo.blocks_per_step()));
     let tile_base = (UNIT_POS / WARP) * comptime!(geo.tile_floats());
     let column_head = g % comptime!(PRODUCT_COLUMNS / per);
-    let query = block_query::<P>(own_q, k_params, at.key_params, run.scale, t, geo);
-    let mut s = block_scores::<W>(k_words, &query, pair, at, run.visible_from, side, g, t, geo);
+    let query = block_query::<W>(own_q, k_params, at.key_params, run.scale, side, t, geo);
+    let mut s = block_scores::<W>(k_words, &query, pair, at, run.visible_from, g, t, geo);
     let numerators = block_softmax(&mut s, geo);
     // `weights.first` rescales the running outputs and mass, `join` weighs the block's (folded
     // into its weight factors).
@@ -95,14 +96,19 @@ pub(super) fn attend_keys<W: WordList, P: ParamList>(
         }
     }
     sync_plane();
+    let values = comptime!(geo.value_depth());
     let mut own_p = Array::<f32>::new(comptime!((pi / 4) as usize));
     #[unroll]
-    for h in 0..comptime!(pi / HALF) {
+    for j in 0..comptime!(values.lane_words()) {
         #[unroll]
-        for b in 0..4u32 {
-            let slot = HALF * h + position(t, b, geo.value_bits);
-            let p = tile[(tile_base + g * pi + slot) as usize];
-            own_p[comptime!((4 * h + b) as usize)] = select(column_head < comptime!(geo.group), p, 0.0);
+        for f in 0..comptime!(values.fields()) {
+            #[unroll]
+            for b in 0..4u32 {
+                let slot = position(t, j, f, b, values);
+                let p = tile[(tile_base + g * pi + slot) as usize];
+                let at = comptime!((4 * values.register(j, f) + b) as usize);
+                own_p[at] = select(column_head < comptime!(geo.group), p, 0.0);
+            }
         }
     }
     sync_plane();
@@ -114,9 +120,9 @@ pub(super) fn attend_keys<W: WordList, P: ParamList>(
 /// running ones.
 #[allow(clippy::too_many_arguments)]
 #[cube]
-pub(super) fn attend_values<W: WordList, P: ParamList>(
+pub(super) fn attend_values<W: WordList>(
     v_words: &W,
-    v_params: &P,
+    v_params: &W,
     at: &PairAt,
     numerators: &StepNumerators,
     state: &mut RunningSoftmax,
@@ -125,8 +131,8 @@ pub(super) fn attend_values<W: WordList, P: ParamList>(
     t: u32,
     #[comptime] geo: ChannelMmaGeometry,
 ) {
-    let weights = block_weights::<P>(&numerators.own_p, v_params, at.value_params, &numerators.join, t, geo);
-    block_outputs::<W>(v_words, &weights, &mut state.acc, at, side, g, t, geo);
+    let weights = block_weights::<W>(&numerators.own_p, v_params, at.value_params, &numerators.join, side, t, geo);
+    block_outputs::<W>(v_words, &weights, &mut state.acc, at, g, t, geo);
 }
 
 /// `1.5 · 2²³`: for `|x| < 2²²`, the bits of `x + ROUND_SIGNED` are those of `0x4B40_0000` plus
@@ -134,9 +140,9 @@ pub(super) fn attend_values<W: WordList, P: ParamList>(
 /// two's complement byte, with no conversion.
 const ROUND_SIGNED: f32 = 12_582_912.0;
 
-/// One block's query operand: per half of the channels a register of head `g`'s codes
-/// (`codes[H]`), and for the lane's heads `2t + e` the score factor `σ · scale / lift` and the
-/// offset `q · m_b · scale`.
+/// One block's query operand: head `g`'s codes as the products take them
+/// ([`column_registers`]), and for the lane's heads `2t + e` the score factor `σ · scale / lift`
+/// and the offset `q · m_b · scale`.
 #[derive(CubeType)]
 pub(super) struct BlockQuery {
     codes: Array<u32>,
@@ -145,56 +151,60 @@ pub(super) struct BlockQuery {
 }
 
 /// The lane's column head's query `q ⊙ s_b` of its own block (whose key metadata starts at
-/// `params_at` of `k_params`) quantized to symmetric 8-bit codes
-/// over its channels (the lane's `head_dim / 4`, `own_q[4H + b]` at channel `16H +`
-/// [`position`]), the scale `σ = max |q′| / 127` and `q · m_b` reduced over the quad. The codes
+/// `params_at` of `k_params`; the pair's `side`) quantized to symmetric 8-bit codes
+/// over its channels (the lane's `head_dim / 4`, `own_q[4 · reg + b]` at the channel
+/// [`position`] gives byte `b` of key register `reg`), the scale `σ = max |q′| / 127` and `q ·
+/// m_b` reduced over the quad. The codes
 /// are `q′ · (1/σ)` rounded to the nearest, ties to even (the reference divides and rounds ties
 /// away from zero: the two differ by one code where a quotient falls within an ulp of a half).
 #[cube]
-pub(super) fn block_query<P: ParamList>(
+pub(super) fn block_query<P: WordList>(
     own_q: &Array<f32>,
     k_params: &P,
     params_at: u32,
     scale: f32,
+    side: u32,
     t: u32,
     #[comptime] geo: ChannelMmaGeometry,
 ) -> BlockQuery {
-    let d = geo.head_dim;
-    let halves = comptime!(d / HALF);
+    let (d, keys) = comptime!((geo.head_dim, geo.key_depth()));
     let mut scaled = Array::<f32>::new(comptime!((d / 4) as usize));
     let mut amax = 0.0f32;
     let mut offset = 0.0f32;
     #[unroll]
-    for h in 0..halves {
+    for j in 0..comptime!(keys.lane_words()) {
         #[unroll]
-        for b in 0..4u32 {
-            let i = comptime!((4 * h + b) as usize);
-            let channel = HALF * h + position(t, b, geo.key_bits);
-            let params = params_pair(k_params[(params_at + channel) as usize]);
-            let x = own_q[i] * params[1];
-            scaled[i] = x;
-            amax = f32::max(amax, f32::abs(x));
-            offset += own_q[i] * params[0];
+        for f in 0..comptime!(keys.fields()) {
+            #[unroll]
+            for b in 0..4u32 {
+                let i = comptime!((4 * keys.register(j, f) + b) as usize);
+                let channel = position(t, j, f, b, keys);
+                let params = params_pair(k_params[(params_at + channel) as usize]);
+                let x = own_q[i] * params[1];
+                scaled[i] = x;
+                amax = f32::max(amax, f32::abs(x));
+                offset += own_q[i] * params[0];
+            }
         }
     }
     let amax = quad_max(amax);
     let offset = quad_sum(offset);
     let sigma = select(amax > 0.0, amax / 127.0, 1.0);
     let inverse = 1.0 / sigma;
-    let mut codes = Array::<u32>::new(halves as usize);
+    let mut codes = Array::<u32>::new(comptime!(keys.registers() as usize));
     #[unroll]
-    for h in 0..halves {
+    for reg in 0..comptime!(keys.registers()) {
         let mut word = 0u32;
         #[unroll]
         for b in 0..4u32 {
-            let rounded = u32::reinterpret(scaled[comptime!((4 * h + b) as usize)] * inverse + ROUND_SIGNED);
+            let rounded = u32::reinterpret(scaled[comptime!((4 * reg + b) as usize)] * inverse + ROUND_SIGNED);
             word |= (rounded & 0xFF) << comptime!(8 * b);
         }
-        codes[h as usize] = word;
+        codes[reg as usize] = word;
     }
     BlockQuery {
-        codes,
-        factor: heads_of_lane(sigma * scale * comptime!(1.0 / lift(geo.key_bits) as f32), t),
+        codes: column_registers(&codes, side, keys),
+        factor: heads_of_lane(sigma * scale * comptime!(1.0 / keys.lift() as f32), t),
         offset: heads_of_lane(offset * scale, t),
     }
 }
@@ -256,26 +266,25 @@ pub(super) fn block_scores<W: WordList>(
     pair: &BlockPair,
     at: &PairAt,
     visible_from: u32,
-    side: u32,
     g: u32,
     t: u32,
     #[comptime] geo: ChannelMmaGeometry,
 ) -> Array<f32> {
-    let (pi, kv, paired) = comptime!((geo.partition, geo.key_vectors(), geo.paired()));
+    let (pi, keys) = comptime!((geo.partition, geo.key_depth()));
     let tiles = comptime!(pi / PRODUCT_ROWS);
-    let steps = comptime!(geo.head_dim / geo.step_depth());
     let product = MmaDefinition::<u8, i8, i32>::new(16usize, 8usize, 32usize);
     let mut s = Array::<f32>::new(comptime!((4 * tiles) as usize));
     #[unroll]
     for i in 0..tiles {
-        let rows = product_rows::<W>(k_words, at.key_rows[0], at.key_rows[1], PRODUCT_ROWS * i + g, kv, paired);
+        let rows = product_rows::<W>(k_words, at.key_rows[0], at.key_rows[1], PRODUCT_ROWS * i + g, t, keys);
         let mut dots = Array::<Dots>::new(2usize);
         dots[0] = Dots::new(0i32);
         dots[1] = Dots::new(0i32);
         #[unroll]
-        for step in 0..steps {
-            let a = pair_operand(&rows, step, t, kv, geo.key_bits, paired);
-            let codes = column_operand(&query.codes, 0u32, step, side, paired);
+        for step in 0..comptime!(keys.products()) {
+            next_field(&mut dots, step, keys);
+            let a = row_operand(&rows, step, keys);
+            let codes = column_operand(&query.codes, 0u32, step, keys);
             let mut b = Array::<QueryCodes>::new(2usize);
             b[0] = QueryCodes::reinterpret(codes[0]);
             b[1] = QueryCodes::reinterpret(codes[1]);
@@ -330,8 +339,9 @@ pub(super) fn block_softmax(s: &mut Array<f32>, #[comptime] geo: ChannelMmaGeome
     BlockSoftmax { top, mass }
 }
 
-/// The weight operands of a block: per value group and k-step two registers of head `g`'s codes
-/// (`codes[(vg · steps + s) · 2 + h]`), and for the lane's heads `2t + e` per group the output
+/// The weight operands of a block: per value group head `g`'s codes as the products take them
+/// (from `codes[vg · column_registers]`, [`column_registers`]), and for the lane's heads `2t + e`
+/// per group the output
 /// factor `τ / lift` (`factor[vg · 2 + e]`) and offset `Σ_t p_t m_t` (`offset[vg · 2 + e]`),
 /// both times `join`, the block's weight in the running output.
 #[derive(CubeType)]
@@ -341,25 +351,26 @@ pub(super) struct BlockWeights {
     offset: Array<f32>,
 }
 
-/// Head `g`'s numerators at the lane's slots (`own_p[4H + b]` at slot `16H +` [`position`], from
-/// the warp's tile) scaled by the slots' value scales per group (the own block's value metadata
-/// from `params_at` of `v_params`) and quantized to 8-bit codes from
+/// Head `g`'s numerators at the lane's slots (`own_p[4 · reg + b]`, [`StepNumerators`]) scaled by
+/// the slots' value scales per group (the own block's value metadata from `params_at` of
+/// `v_params`; the pair's `side`) and quantized to 8-bit codes from
 /// 0 (`τ = max p′ / 255` per group, reduced over the quad; `p′ · (1/τ)` rounded to the nearest,
 /// ties to even, as for the query codes).
 #[allow(clippy::too_many_arguments)]
 #[cube]
-pub(super) fn block_weights<P: ParamList>(
+pub(super) fn block_weights<P: WordList>(
     own_p: &Array<f32>,
     v_params: &P,
     params_at: u32,
     join: &Array<f32>,
+    side: u32,
     t: u32,
     #[comptime] geo: ChannelMmaGeometry,
 ) -> BlockWeights {
-    let (pi, groups) = comptime!((geo.partition, geo.value_groups()));
-    let halves = comptime!(pi / HALF);
+    let (pi, groups, values) = comptime!((geo.partition, geo.value_groups(), geo.value_depth()));
+    let (registers, columns) = comptime!((values.registers(), values.column_registers()));
     let mut weights = BlockWeights {
-        codes: Array::<u32>::new(comptime!((groups * halves) as usize)),
+        codes: Array::<u32>::new(comptime!((groups * columns) as usize)),
         factor: Array::<f32>::new(comptime!((2 * groups) as usize)),
         offset: Array::<f32>::new(comptime!((2 * groups) as usize)),
     };
@@ -369,37 +380,46 @@ pub(super) fn block_weights<P: ParamList>(
         let mut max = 0.0f32;
         let mut offset = 0.0f32;
         #[unroll]
-        for h in 0..halves {
+        for j in 0..comptime!(values.lane_words()) {
             #[unroll]
-            for b in 0..4u32 {
-                let i = comptime!((4 * h + b) as usize);
-                let slot = HALF * h + position(t, b, geo.value_bits);
-                let params = params_pair(v_params[(params_at + slot * groups + vg) as usize]);
-                let x = own_p[i] * params[1];
-                scaled[i] = x;
-                max = f32::max(max, x);
-                offset += own_p[i] * params[0];
+            for f in 0..comptime!(values.fields()) {
+                #[unroll]
+                for b in 0..4u32 {
+                    let i = comptime!((4 * values.register(j, f) + b) as usize);
+                    let slot = position(t, j, f, b, values);
+                    let params = params_pair(v_params[(params_at + slot * groups + vg) as usize]);
+                    let x = own_p[i] * params[1];
+                    scaled[i] = x;
+                    max = f32::max(max, x);
+                    offset += own_p[i] * params[0];
+                }
             }
         }
         let max = quad_max(max);
         let offset = heads_of_lane(quad_sum(offset), t);
         let tau = select(max > 0.0, max / 255.0, 1.0);
         let inverse = 1.0 / tau;
-        let factor = heads_of_lane(tau / comptime!(lift(geo.value_bits) as f32), t);
+        let factor = heads_of_lane(tau / comptime!(values.lift() as f32), t);
         #[unroll]
         for e in 0..2u32 {
             weights.factor[comptime!((2 * vg + e) as usize)] = factor[e as usize] * join[e as usize];
             weights.offset[comptime!((2 * vg + e) as usize)] = offset[e as usize] * join[e as usize];
         }
+        let mut codes = Array::<u32>::new(comptime!(registers as usize));
         #[unroll]
-        for h in 0..halves {
+        for reg in 0..registers {
             let mut word = 0u32;
             #[unroll]
             for b in 0..4u32 {
-                let x = f32::min(scaled[comptime!((4 * h + b) as usize)] * inverse, 255.0);
+                let x = f32::min(scaled[comptime!((4 * reg + b) as usize)] * inverse, 255.0);
                 word |= (u32::reinterpret(x + ROUNDER) & 0xFF) << comptime!(8 * b);
             }
-            weights.codes[comptime!((vg * halves + h) as usize)] = word;
+            codes[reg as usize] = word;
+        }
+        let columns_of_group = column_registers(&codes, side, values);
+        #[unroll]
+        for k in 0..columns {
+            weights.codes[comptime!((vg * columns + k) as usize)] = columns_of_group[k as usize];
         }
     }
     weights
@@ -415,26 +435,24 @@ pub(super) fn block_outputs<W: WordList>(
     weights: &BlockWeights,
     acc: &mut Array<f32>,
     at: &PairAt,
-    side: u32,
     g: u32,
     t: u32,
     #[comptime] geo: ChannelMmaGeometry,
 ) {
-    let (d, vv, paired) = comptime!((geo.head_dim, geo.value_vectors(), geo.paired()));
-    let steps = comptime!(geo.partition / geo.step_depth());
-    let halves = comptime!(geo.partition / HALF);
+    let (d, values) = comptime!((geo.head_dim, geo.value_depth()));
     let product = MmaDefinition::<u8, u8, i32>::new(16usize, 8usize, 32usize);
     #[unroll]
     for c in 0..comptime!(d / PRODUCT_ROWS) {
         let vg = comptime!(PRODUCT_ROWS * c / geo.value_group);
-        let rows = product_rows::<W>(v_words, at.value_rows[0], at.value_rows[1], PRODUCT_ROWS * c + g, vv, paired);
+        let rows = product_rows::<W>(v_words, at.value_rows[0], at.value_rows[1], PRODUCT_ROWS * c + g, t, values);
         let mut dots = Array::<Dots>::new(2usize);
         dots[0] = Dots::new(0i32);
         dots[1] = Dots::new(0i32);
         #[unroll]
-        for step in 0..steps {
-            let a = pair_operand(&rows, step, t, vv, geo.value_bits, paired);
-            let codes = column_operand(&weights.codes, comptime!(vg * halves), step, side, paired);
+        for step in 0..comptime!(values.products()) {
+            next_field(&mut dots, step, values);
+            let a = row_operand(&rows, step, values);
+            let codes = column_operand(&weights.codes, comptime!(vg * values.column_registers()), step, values);
             let mut b = Array::<Codes>::new(2usize);
             b[0] = Codes::reinterpret(codes[0]);
             b[1] = Codes::reinterpret(codes[1]);

@@ -21,15 +21,17 @@
 //!   channel), the second from `p′ = p ⊙ s_t` quantized per head and value group to 8-bit codes
 //!   from 0, `τ` and `Σ_t p_t m_t` the corrections.
 //!
-//! **Operands from packed words**, as in the paper layout's kernel (`decode/mma_kernel.rs`): lane
-//! `4g + t` holds an operand register of four depth indices `4t .. 4t + 4` of a 16-deep half. For
-//! 2-bit codes, `(word · 4^(3 − t)) & 0xC0C0C0C0` puts codes `t, 4 + t, 8 + t, 12 + t` of a word
-//! of 16 at the tops of its bytes (64 times each); for 4-bit codes a half is two words of 8, and
-//! lane `t` takes word `t / 2`'s even (`t` even, times 16) or odd codes (times 1) under `0xF0F0F0F0`
-//! (16 times each). Depth index `4t + b` of a half thus stands for position [`position`]`(t, b)`
-//! of the half's 16 codes, and the other operand (query or weight codes) is built in the same
-//! order: a dot product does not depend on the order of its terms. The lift (64 or 16) is undone
-//! in the corrections, exactly.
+//! **Operands from packed words** ([`PackedDepth`]): lane `4g + t` holds an operand register of
+//! four depth indices `4t .. 4t + 4` of a 16-deep half. It takes words `4j + t` of each packed
+//! row, and a product's register is one field of one word under a mask: `word & (0x03030303 ≪
+//! 2f)` for 2-bit codes, `word & (0x0F0F0F0F ≪ 4f)` for 4-bit, whose bytes are the word's codes
+//! `4b + f` (`2b + f`), each `2^(bits · f)` times its code. Every lane takes the same field in a
+//! product, and before each new field the accumulators are multiplied by `2^bits`, so that every
+//! term ends up weighing 64 (2-bit) or 16 (4-bit), undone in the corrections exactly. The other
+//! operand (query or weight codes) is built in the same order, at the depth positions
+//! [`position`] names: a dot product does not depend on the order of its terms. (The paper
+//! layout's kernel lifts each lane's own field with a multiply and a mask, two instructions a
+//! register where this takes one.)
 //!
 //! **Who holds what.** The products' accumulators leave lane `4g + t` rows `g` and `g + 8` of
 //! columns `2t` and `2t + 1`: the lane scores slots `16i + g`, `16i + g + 8` and keeps the
@@ -66,7 +68,7 @@ use super::{
     float_slots::FloatSlotRows,
     float_warp::float_warp,
     mma_block::RunningSoftmax,
-    mma_operands::{position, Words, HALF, PRODUCT_COLUMNS, PRODUCT_DEPTH, PRODUCT_ROWS},
+    mma_operands::{position, PackedDepth, PRODUCT_COLUMNS, PRODUCT_ROWS},
     mma_runs::{direct_run, halves_run, steps_run, RunLanes},
 };
 
@@ -144,19 +146,24 @@ impl ChannelMmaGeometry {
         }
     }
 
-    /// Channels (or slots) of one block in a product's depth.
-    pub fn step_depth(&self) -> u32 {
-        PRODUCT_DEPTH / self.blocks_per_step()
+    /// Words of a slot's key row.
+    pub fn key_row_words(&self) -> u32 {
+        self.head_dim * self.key_bits / 32
     }
 
-    /// Load vectors (four words) of a slot's key row.
-    pub fn key_vectors(&self) -> u32 {
-        self.head_dim * self.key_bits / 128
+    /// Words of a channel's value row in a block.
+    pub fn value_row_words(&self) -> u32 {
+        self.partition * self.value_bits / 32
     }
 
-    /// Load vectors (four words) of a channel's value row in a block.
-    pub fn value_vectors(&self) -> u32 {
-        self.partition * self.value_bits / 128
+    /// How key rows enter the score products' depth.
+    pub fn key_depth(&self) -> PackedDepth {
+        PackedDepth { bits: self.key_bits, row_words: self.key_row_words(), paired: self.paired() }
+    }
+
+    /// How value rows enter the output products' depth.
+    pub fn value_depth(&self) -> PackedDepth {
+        PackedDepth { bits: self.value_bits, row_words: self.value_row_words(), paired: self.paired() }
     }
 
     /// Value groups per head.
@@ -164,9 +171,9 @@ impl ChannelMmaGeometry {
         self.head_dim / self.value_group
     }
 
-    /// Key vectors of one step's blocks.
-    pub fn step_key_vectors(&self) -> u32 {
-        self.blocks_per_step() * self.partition * self.key_vectors()
+    /// Key row words of one step's blocks.
+    pub fn step_key_words(&self) -> u32 {
+        self.blocks_per_step() * self.partition * self.key_row_words()
     }
 
     /// Key (min, scale) words of one step's blocks.
@@ -174,9 +181,9 @@ impl ChannelMmaGeometry {
         self.blocks_per_step() * self.head_dim
     }
 
-    /// Value vectors of one step's blocks.
-    pub fn step_value_vectors(&self) -> u32 {
-        self.blocks_per_step() * self.head_dim * self.value_vectors()
+    /// Value row words of one step's blocks.
+    pub fn step_value_words(&self) -> u32 {
+        self.blocks_per_step() * self.head_dim * self.value_row_words()
     }
 
     /// Value (min, scale) words of one step's blocks.
@@ -194,8 +201,8 @@ impl ChannelMmaGeometry {
     /// regions ([`StagePlan::regions`]) and their two copy barriers (8 bytes each).
     pub fn shared_bytes(&self) -> u32 {
         let tiles = 4 * self.warps * self.tile_floats();
-        let step = 16 * (self.step_key_vectors() + self.step_value_vectors())
-            + 4 * (self.step_key_params() + self.step_value_params());
+        let step =
+            4 * (self.step_key_words() + self.step_value_words() + self.step_key_params() + self.step_value_params());
         let stage = match self.stage {
             StagePlan::Direct => 0,
             plan => self.warps * (plan.regions() * step + 16),
@@ -207,8 +214,8 @@ impl ChannelMmaGeometry {
 /// One cube of channel-layout decode attention on tensor cores; see the module documentation.
 ///
 /// - `q`: the step's queries, `[streams · group · head_dim]`;
-/// - `k_words`: `[streams · blocks · Π, key_vectors]`; `k_params`: `[streams · blocks ·
-///   head_dim]`; `v_words`: `[streams · blocks · head_dim, value_vectors]`; `v_params`:
+/// - `k_words`: `[streams · blocks · Π, key_row_words]`; `k_params`: `[streams · blocks ·
+///   head_dim]`; `v_words`: `[streams · blocks · head_dim, value_row_words]`; `v_params`:
 ///   `[streams · blocks · Π · groups]`; `sinks_k`, `sinks_v`: `[streams · sink_rows, head_dim]`;
 ///   `tail_k`, `tail_v`: `[streams · tail_rows, head_dim]` (buffers whose first `sinks`, `tail`
 ///   rows of a stream are filled), in `F`; `key_start`: `[batch]`;
@@ -223,9 +230,9 @@ impl ChannelMmaGeometry {
 )]
 pub fn channel_mma_decode_kernel<F: Float>(
     q: &Array<f32>,
-    k_words: &Array<Words>,
+    k_words: &Array<u32>,
     k_params: &Array<u32>,
-    v_words: &Array<Words>,
+    v_words: &Array<u32>,
     v_params: &Array<u32>,
     sinks_k: &Array<F>,
     sinks_v: &Array<F>,
@@ -389,9 +396,9 @@ pub(super) struct BlockRun {
 #[cube]
 fn block_warp(
     q: &Array<f32>,
-    k_words: &Array<Words>,
+    k_words: &Array<u32>,
     k_params: &Array<u32>,
-    v_words: &Array<Words>,
+    v_words: &Array<u32>,
     v_params: &Array<u32>,
     tile: &mut SharedMemory<f32>,
     run: &BlockRun,
@@ -414,13 +421,17 @@ fn block_warp(
     // The query of the lane's column head at the lane's channels (zero for the padding columns).
     let mut own_q = Array::<f32>::new(comptime!((d / 4) as usize));
     let head = u32::min(column_head, comptime!(group - 1));
+    let keys = comptime!(geo.key_depth());
     #[unroll]
-    for h in 0..comptime!(d / HALF) {
+    for j in 0..comptime!(keys.lane_words()) {
         #[unroll]
-        for b in 0..4u32 {
-            let channel = HALF * h + position(t, b, geo.key_bits);
-            let x = q[((stream * group + head) * d + channel) as usize];
-            own_q[comptime!((4 * h + b) as usize)] = select(column_head < group, x, 0.0);
+        for f in 0..comptime!(keys.fields()) {
+            #[unroll]
+            for b in 0..4u32 {
+                let channel = position(t, j, f, b, keys);
+                let x = q[((stream * group + head) * d + channel) as usize];
+                own_q[comptime!((4 * keys.register(j, f) + b) as usize)] = select(column_head < group, x, 0.0);
+            }
         }
     }
     let lanes = RunLanes { side, result_side, g, t };

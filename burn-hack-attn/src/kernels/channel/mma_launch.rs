@@ -53,7 +53,10 @@ const MAX_PARTITION: u32 = 128;
 /// `properties`; `None` where it does not apply: no `u8 × i8` and `u8 × u8 → i32` `16 × 8 × 32`
 /// warp products with registers managed by the kernel, or planes of other than 32 lanes; more than
 /// 8 query heads per KV head; a head dimension or Π not a multiple of 32 or above 128; value
-/// groups not a multiple of 16 channels; key or value rows not whole 16-byte loads.
+/// groups not a multiple of 16 channels; key or value rows not a multiple of 4 words (16-byte
+/// copies, a word per lane of a quad), or, with more than 4 query heads per KV head (one block a
+/// product), of fewer than 8 words (a product's depth halves are two words of a lane's row,
+/// [`PackedDepth`](super::mma_operands::PackedDepth)).
 /// (`portable` is the portable kernel's geometry, from which the tensor-core kernel takes its
 /// shapes; the dispatch tries this kernel first.)
 pub fn channel_mma_geometry(
@@ -105,6 +108,7 @@ pub fn channel_mma_geometry(
         && [geo.key_bits, geo.value_bits].iter().all(|b| [2, 4].contains(b))
         && (geo.head_dim * geo.key_bits).is_multiple_of(128)
         && (geo.partition * geo.value_bits).is_multiple_of(128)
+        && (geo.paired() || geo.key_row_words().min(geo.value_row_words()) >= 8)
         && warps > 0;
     applies.then_some(geo)
 }
@@ -142,9 +146,9 @@ pub fn channel_mma_decode_launch<R: CubeRuntime, BT: BoolElement>(
     let key_start = key_start_arg::<R, BT>(&options.key_start, &q);
     // SAFETY: warp `w` of cube `(x, stream)` reads blocks `b < blocks` of its stream only (its
     // range is clamped to `blocks`): key rows `(stream · blocks + b) · Π + slot` (`slot < Π`) of
-    // `key_vectors` 16-byte vectors, `[streams · blocks · Π, head_dim · key_bits / 32]` words; key
+    // `key_row_words` words, `[streams · blocks · Π, head_dim · key_bits / 32]` words; key
     // metadata `(stream · blocks + b) · d + j`; value rows `(stream · blocks + b) · d + j` of
-    // `value_vectors` vectors; value metadata `((stream · blocks + b) · Π + slot) · groups + vg`
+    // `value_row_words` words; value metadata `((stream · blocks + b) · Π + slot) · groups + vg`
     // (the tensors' own shapes, contiguous); queries of its stream's heads `< group`; its own
     // part of the shared tile (`tile_floats`, at least `group · d` and `8 · Π`). Staged, it copies
     // those blocks' key rows, value rows and metadata whole (16-byte copies inside each block's

@@ -1,28 +1,22 @@
-//! The tensor-core channel kernel's operand registers and warp reductions: how lane `4g + t`
-//! builds an operand register from packed words ([`lifted_half`], [`position`]) and reduces over
-//! its column of lanes (the quad reductions and the 2-bit lift are `kernels/warp_codes.rs`', shared
-//! with the paper layout's kernel). See [`super::mma_kernel`] for the layout.
+//! The tensor-core channel kernel's operand registers and warp reductions: which words of a
+//! block's packed rows lane `4g + t` takes ([`product_rows`]), how it masks one field of them into
+//! an operand register ([`row_operand`], [`PackedDepth`]), the depth positions its second operand
+//! holds ([`PackedDepth::position`]) and its reductions over a column of lanes. See
+//! [`super::mma_kernel`] for the layout.
 
 use cubecl::prelude::*;
 
-use crate::kernels::warp_codes::{lifted_codes, LIFT};
-
-/// An operand register of four byte codes (key or value codes, lifted; weight codes).
+/// An operand register of four byte codes (key or value codes, one field of a word; weight codes).
 pub(super) type Codes = Vector<u8, Const<4>>;
 /// An operand register of four signed query codes.
 pub(super) type QueryCodes = Vector<i8, Const<4>>;
 /// Half an accumulator fragment: two `i32` dot products.
 pub(super) type Dots = Vector<i32, Const<2>>;
-/// Four packed words, the width of one load.
-pub(super) type Words = Vector<u32, Const<4>>;
 
-/// Where a product step reads packed key or value rows: a cache's array or a warp's stage.
-pub(super) trait WordList: CubeIndex<Output = Words, Idx = usize> {}
-impl<L: CubeIndex<Output = Words, Idx = usize>> WordList for L {}
-
-/// Where a product step reads key or value metadata words: a cache's array or a warp's stage.
-pub(super) trait ParamList: CubeIndex<Output = u32, Idx = usize> {}
-impl<L: CubeIndex<Output = u32, Idx = usize>> ParamList for L {}
+/// Where a product step reads packed words (key or value rows) or metadata words: a cache's
+/// array or a warp's stage.
+pub(super) trait WordList: CubeIndex<Output = u32, Idx = usize> {}
+impl<L: CubeIndex<Output = u32, Idx = usize>> WordList for L {}
 
 /// Rows of a warp product.
 pub const PRODUCT_ROWS: u32 = 16;
@@ -30,70 +24,233 @@ pub const PRODUCT_ROWS: u32 = 16;
 pub const PRODUCT_COLUMNS: u32 = 8;
 /// Depth of a warp product.
 pub const PRODUCT_DEPTH: u32 = 32;
-/// Codes of a 16-deep half of a product's depth.
-pub(super) const HALF: u32 = 16;
+/// Lanes of a column of a warp product's fragments (`t` of lane `4g + t`).
+const QUAD: u32 = 4;
 
-/// The lift of `bits`-bit codes: what an operand register's byte holds per unit of code.
-pub(super) fn lift(bits: u32) -> u32 {
-    if bits == 2 {
-        LIFT
-    } else {
-        16
+/// How a block's packed rows enter a product's depth: key rows (rows of slots, depth over
+/// channels) or value rows (rows of channels, depth over slots), `bits`-bit codes, `row_words`
+/// words a row (a multiple of 4), one block or (`paired`) two side by side.
+///
+/// A word holds `32 / bits` codes, `fields = 8 / bits` to a byte: byte `b`'s field `f` is the
+/// word's code `fields · b + f`. Lane `4g + t` takes words `4j + t` of each row (`j < row_words /
+/// 4`), and a product's register of it is one field of one word under one mask, `word & (mask ≪
+/// bits · f)`: its four bytes are codes `fields · b + f`, each `2^(bits · f)` times its code.
+/// Every lane takes the same field in a product, so a product's terms share one weight, and the
+/// products of a row tile go field by field: before each new field the accumulators are
+/// multiplied by `2^bits` ([`next_field`]), so that at the end every term weighs `2^(bits ·
+/// (fields − 1))` = [`Self::lift`] (64 for 2-bit codes, 16 for 4-bit), undone in the corrections.
+/// The second operand's byte `b` of the register of word `j`, field `f` is the query (or weight)
+/// at the code's position ([`Self::position`]): a dot product does not depend on the order of its
+/// terms, so the two operands only have to agree.
+///
+/// Paired, a product's depth halves are the two blocks, each the same word and field; otherwise
+/// the halves are two words of the one block (`row_words ≥ 8`; the launch checks it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PackedDepth {
+    pub bits: u32,
+    pub row_words: u32,
+    pub paired: bool,
+}
+
+impl PackedDepth {
+    /// Codes to a byte.
+    pub fn fields(&self) -> u32 {
+        8 / self.bits
+    }
+
+    /// Words of a row the lane takes.
+    pub fn lane_words(&self) -> u32 {
+        self.row_words / QUAD
+    }
+
+    /// The lane's second-operand registers of a block (or value group): one per word and field.
+    pub fn registers(&self) -> u32 {
+        self.lane_words() * self.fields()
+    }
+
+    /// The registers [`column_registers`] gives: both halves' where paired.
+    pub fn column_registers(&self) -> u32 {
+        if self.paired {
+            2 * self.registers()
+        } else {
+            self.registers()
+        }
+    }
+
+    /// Products per field of a row tile.
+    pub fn per_field(&self) -> u32 {
+        if self.paired {
+            self.lane_words()
+        } else {
+            self.lane_words() / 2
+        }
+    }
+
+    /// Products of a row tile: the block's whole depth.
+    pub fn products(&self) -> u32 {
+        self.fields() * self.per_field()
+    }
+
+    /// The field product `product` of a row tile takes.
+    pub fn field(&self, product: u32) -> u32 {
+        product / self.per_field()
+    }
+
+    /// The lane's word of product `product`'s depth half `half` (the same in both halves where
+    /// paired).
+    pub fn word(&self, product: u32, half: u32) -> u32 {
+        let k = product % self.per_field();
+        if self.paired {
+            k
+        } else {
+            2 * k + half
+        }
+    }
+
+    /// The lane's register (of [`Self::registers`]) holding word `word`, field `field`.
+    pub fn register(&self, word: u32, field: u32) -> u32 {
+        word * self.fields() + field
+    }
+
+    /// The weight of a code in the products' sums: `2^(bits · (fields − 1))`.
+    pub fn lift(&self) -> u32 {
+        1 << (self.bits * (self.fields() - 1))
+    }
+
+    /// Codes of a word.
+    pub fn word_codes(&self) -> u32 {
+        32 / self.bits
+    }
+
+    /// The depth position within a block (channel of a key row, slot of a value row) of byte `b`
+    /// of lane `4g + t`'s register of word `word`, field `field`: code `fields · b + field` of the
+    /// row's word `4 · word + t`.
+    pub fn position(&self, t: u32, word: u32, field: u32, b: u32) -> u32 {
+        self.word_codes() * (QUAD * word + t) + self.fields() * b + field
+    }
+
+    /// The mask of field 0 in every byte.
+    fn field_mask(&self) -> u32 {
+        ((1u32 << self.bits) - 1) * 0x0101_0101
+    }
+
+    /// The mask of field `field` in every byte.
+    pub fn mask(&self, field: u32) -> u32 {
+        self.field_mask() << (self.bits * field)
     }
 }
 
-/// The position among a half's 16 codes that lane `4g + t`'s byte `b` holds for `bits`-bit codes:
-/// `4b + t` (2-bit), `8 (t / 2) + 2b + t mod 2` (4-bit).
+/// [`PackedDepth::position`] for the calling lane's `t` (positions step by a word's codes per
+/// lane).
 #[cube]
-pub(super) fn position(t: u32, #[comptime] b: u32, #[comptime] bits: u32) -> u32 {
-    if comptime!(bits == 2) {
-        4 * b + t
-    } else {
-        8 * (t / 2) + 2 * b + t % 2
-    }
+pub(super) fn position(
+    t: u32,
+    #[comptime] word: u32,
+    #[comptime] field: u32,
+    #[comptime] b: u32,
+    #[comptime] depth: PackedDepth,
+) -> u32 {
+    comptime!(depth.position(0, word, field, b)) + comptime!(depth.word_codes()) * t
 }
 
-/// The lane's rows of a product's first operand: rows `row` and `row + 8` of block `first`'s
-/// rows, then (`paired`) the same rows of block `second`'s, each `4 · vectors` packed words from
-/// vector `row · vectors` of `words` (`first` and `second` are the blocks' first rows).
+/// The lane's words of rows `row` and `row + 8` of block `first`'s rows, then (paired) of block
+/// `second`'s (`first` and `second` are the blocks' first rows in `words`): word `j` of row
+/// `row + 8r` of block `s` at `[(2s + r) · lane_words + j]`.
 #[cube]
 pub(super) fn product_rows<W: WordList>(
     words: &W,
     first: u32,
     second: u32,
     row: u32,
-    #[comptime] vectors: u32,
-    #[comptime] paired: bool,
+    t: u32,
+    #[comptime] depth: PackedDepth,
 ) -> Array<u32> {
-    let blocks = comptime!(if paired { 2u32 } else { 1u32 });
-    let mut out = Array::<u32>::new(comptime!((blocks * 8 * vectors) as usize));
+    let blocks = comptime!(if depth.paired { 2u32 } else { 1u32 });
+    let (row_words, lane_words) = comptime!((depth.row_words, depth.lane_words()));
+    let mut out = Array::<u32>::new(comptime!((blocks * 2 * lane_words) as usize));
     #[unroll]
     for block in 0..blocks {
         let base = select(block == 0u32, first, second);
         #[unroll]
         for r in 0..2u32 {
             #[unroll]
-            for v in 0..vectors {
-                let four = words[((base + row + 8 * r) * vectors + v) as usize];
-                #[unroll]
-                for w in 0..4u32 {
-                    out[comptime!((((2 * block + r) * vectors + v) * 4 + w) as usize)] = four[w as usize];
-                }
+            for j in 0..lane_words {
+                out[comptime!(((2 * block + r) * lane_words + j) as usize)] =
+                    words[((base + row + 8 * r) * row_words + QUAD * j + t) as usize];
             }
         }
     }
     out
 }
 
-/// Lane `4g + t`'s operand register of half `half` of `row` (16 codes from position `16 · half`),
-/// each code times [`lift`]`(bits)`.
+/// Lane `4g + t`'s first operand of product `product` of a row tile over `rows` ([`product_rows`]):
+/// register `reg` for row `g + 8 (reg mod 2)`, depth half `reg / 2`, one field of one word.
 #[cube]
-pub(super) fn lifted_half(row: &Array<u32>, #[comptime] half: u32, t: u32, #[comptime] bits: u32) -> Codes {
-    if comptime!(bits == 2) {
-        lifted_codes(row[half as usize], LIFT >> (2 * t))
-    } else {
-        let word = select(t >= 2, row[comptime!(2 * half + 1) as usize], row[comptime!(2 * half) as usize]);
-        Codes::reinterpret((word * select((t & 1) == 0, 16u32, 1u32)) & 0xF0F0_F0F0u32)
+pub(super) fn row_operand(rows: &Array<u32>, #[comptime] product: u32, #[comptime] depth: PackedDepth) -> Array<Codes> {
+    let (lane_words, mask) = comptime!((depth.lane_words(), depth.mask(depth.field(product))));
+    let mut a = Array::<Codes>::new(4usize);
+    #[unroll]
+    for reg in 0..4u32 {
+        let (r, half) = comptime!((reg % 2, reg / 2));
+        let block = comptime!(if depth.paired { half } else { 0 });
+        let word = comptime!(depth.word(product, half));
+        a[reg as usize] = Codes::reinterpret(rows[comptime!(((2 * block + r) * lane_words + word) as usize)] & mask);
+    }
+    a
+}
+
+/// Lane `4g + t`'s second operand of product `product` from its column's registers `codes`
+/// ([`column_registers`], a block's or value group's from `first`).
+#[cube]
+pub(super) fn column_operand(
+    codes: &Array<u32>,
+    #[comptime] first: u32,
+    #[comptime] product: u32,
+    #[comptime] depth: PackedDepth,
+) -> Array<u32> {
+    let field = comptime!(depth.field(product));
+    let mut b = Array::<u32>::new(2usize);
+    #[unroll]
+    for half in 0..2u32 {
+        let reg = comptime!(depth.register(depth.word(product, half), field));
+        let at = comptime!(if depth.paired { half * depth.registers() + reg } else { reg });
+        b[half as usize] = codes[comptime!((first + at) as usize)];
+    }
+    b
+}
+
+/// The lane's second-operand registers of a block (or value group) as its products take them,
+/// from its block's `own` ones: paired, a depth half is one block and a column sees only its own
+/// block (`side`), so `[half · registers + reg]` is `own[reg]` in its block's half and zero in
+/// the other's, once per block rather than once per product; otherwise `own` itself.
+#[cube]
+pub(super) fn column_registers(own: &Array<u32>, side: u32, #[comptime] depth: PackedDepth) -> Array<u32> {
+    let registers = comptime!(depth.registers());
+    let mut out = Array::<u32>::new(comptime!(depth.column_registers() as usize));
+    #[unroll]
+    for half in 0..comptime!(depth.column_registers() / registers) {
+        #[unroll]
+        for reg in 0..registers {
+            let code = own[reg as usize];
+            let at = comptime!((half * registers + reg) as usize);
+            if comptime!(depth.paired) {
+                out[at] = select(side == half, code, 0u32);
+            } else {
+                out[at] = code;
+            }
+        }
+    }
+    out
+}
+
+/// Before product `product` of a row tile: where it begins a new field, the accumulators times
+/// `2^bits` (see [`PackedDepth`]).
+#[cube]
+pub(super) fn next_field(dots: &mut Array<Dots>, #[comptime] product: u32, #[comptime] depth: PackedDepth) {
+    if comptime!(product > 0 && depth.field(product) != depth.field(product - 1)) {
+        let weight = Dots::new(comptime!(1i32 << depth.bits));
+        dots[0] = dots[0] * weight;
+        dots[1] = dots[1] * weight;
     }
 }
 
@@ -122,51 +279,89 @@ pub(super) fn heads_of_lane(v: f32, t: u32) -> Array<f32> {
     out
 }
 
-/// Lane `4g + t`'s first operand of k-step `step` of a product over `rows` ([`product_rows`] of
-/// `vectors` vectors a row): registers `r` for row `g + 8 (r mod 2)`, depth half `r / 2`. A half
-/// is 16 codes of the rows: `paired`, half `h` is codes `16 · step ..` of block `h`'s rows (the
-/// two blocks side by side in the depth); otherwise codes `32 · step + 16h ..` of the one block's.
-#[cube]
-pub(super) fn pair_operand(
-    rows: &Array<u32>,
-    #[comptime] step: u32,
-    t: u32,
-    #[comptime] vectors: u32,
-    #[comptime] bits: u32,
-    #[comptime] paired: bool,
-) -> Array<Codes> {
-    // 16-code chunks of a row.
-    let chunks = comptime!(8 * vectors / bits);
-    let mut a = Array::<Codes>::new(4usize);
-    #[unroll]
-    for reg in 0..4u32 {
-        let row = comptime!(if paired { reg } else { reg % 2 });
-        let chunk = comptime!(if paired { step } else { 2 * step + reg / 2 });
-        a[reg as usize] = lifted_half(rows, comptime!(row * chunks + chunk), t, bits);
-    }
-    a
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{rngs::StdRng, Rng, SeedableRng};
 
-/// Lane `4g + t`'s second operand of k-step `step` from its column's 16-code registers `codes`
-/// (from register `first`): `paired`, the register of chunk `step` in the half of the lane's block
-/// `side` and zeros in the other (the column sees only its own block's half of the depth);
-/// otherwise chunks `2 · step` and `2 · step + 1`.
-#[cube]
-pub(super) fn column_operand(
-    codes: &Array<u32>,
-    #[comptime] first: u32,
-    #[comptime] step: u32,
-    side: u32,
-    #[comptime] paired: bool,
-) -> Array<u32> {
-    let mut b = Array::<u32>::new(2usize);
-    if comptime!(paired) {
-        let own = codes[comptime!((first + step) as usize)];
-        b[0] = select(side == 0u32, own, 0u32);
-        b[1] = select(side == 1u32, own, 0u32);
-    } else {
-        b[0] = codes[comptime!((first + 2 * step) as usize)];
-        b[1] = codes[comptime!((first + 2 * step + 1) as usize)];
+    /// A row's code at `position` (codes packed from the low bits of each word).
+    fn code_at(row: &[u32], position: u32, bits: u32) -> i64 {
+        let per_word = 32 / bits;
+        ((row[(position / per_word) as usize] >> (bits * (position % per_word))) & ((1 << bits) - 1)) as i64
     }
-    b
+
+    /// One row tile's products for one row and one column as the lanes hold them, emulated on the
+    /// host: a product adds, over the lanes `t` of the column's quad and both depth halves, the
+    /// bytes of the first operand (one field of one word of the half's block, masked) times those
+    /// of the second (the column's codes at the byte's [`PackedDepth::position`], zero in the
+    /// other block's half where paired); before each new field the sum is multiplied by
+    /// `2^bits`. It must equal `lift` times the plain dot product of the column's block's row.
+    fn emulated_dot(depth: PackedDepth, rows: &[Vec<u32>; 2], codes: &[Vec<i64>; 2], side: usize) -> i64 {
+        let mut acc = 0i64;
+        for product in 0..depth.products() {
+            if product > 0 && depth.field(product) != depth.field(product - 1) {
+                acc <<= depth.bits;
+            }
+            let field = depth.field(product);
+            for t in 0..QUAD {
+                for half in 0..2 {
+                    let block = if depth.paired { half } else { 0 };
+                    let word = depth.word(product, half);
+                    let a = rows[block as usize][(QUAD * word + t) as usize] & depth.mask(field);
+                    for b in 0..4 {
+                        let byte = ((a >> (8 * b)) & 0xFF) as i64;
+                        let column_block = if depth.paired { side } else { 0 };
+                        let seen = !depth.paired || half as usize == side;
+                        let q = codes[column_block][depth.position(t, word, field, b) as usize];
+                        acc += byte * if seen { q } else { 0 };
+                    }
+                }
+            }
+        }
+        acc
+    }
+
+    #[test]
+    fn masked_fields_weighed_field_by_field_give_the_lifted_dot_product() {
+        let mut rng = StdRng::seed_from_u64(7);
+        // hack2's keys at SmolLM2's and Llama's heads, 4-bit keys, 2-bit values at Π = 128, and
+        // one block a product (more than 4 query heads a KV head).
+        let shapes = [(2, 4, true), (2, 8, true), (4, 16, true), (4, 8, true), (2, 8, false), (4, 16, false)];
+        for (bits, row_words, paired) in shapes {
+            let depth = PackedDepth { bits, row_words, paired };
+            let positions = row_words * depth.word_codes();
+            assert_eq!(depth.products() * if paired { 16 } else { 32 }, positions, "{depth:?}");
+            for _ in 0..20 {
+                let rows: [Vec<u32>; 2] = std::array::from_fn(|_| (0..row_words).map(|_| rng.random()).collect());
+                let codes: [Vec<i64>; 2] =
+                    std::array::from_fn(|_| (0..positions).map(|_| rng.random_range(-127..=127)).collect());
+                for side in 0..if paired { 2 } else { 1 } {
+                    let dot: i64 =
+                        (0..positions).map(|p| code_at(&rows[side], p, bits) * codes[side][p as usize]).sum();
+                    assert_eq!(emulated_dot(depth, &rows, &codes, side), depth.lift() as i64 * dot, "{depth:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_lanes_registers_cover_its_quarter_of_the_depth_once() {
+        for (bits, row_words) in [(2, 4), (2, 8), (4, 16), (4, 8)] {
+            let depth = PackedDepth { bits, row_words, paired: true };
+            let mut seen = vec![0; (row_words * depth.word_codes()) as usize];
+            for t in 0..QUAD {
+                for word in 0..depth.lane_words() {
+                    for field in 0..depth.fields() {
+                        for b in 0..4 {
+                            seen[depth.position(t, word, field, b) as usize] += 1;
+                        }
+                    }
+                }
+            }
+            assert!(seen.iter().all(|&n| n == 1), "{depth:?}");
+            assert_eq!(4 * depth.registers() * QUAD, seen.len() as u32);
+        }
+        assert_eq!(PackedDepth { bits: 2, row_words: 8, paired: true }.lift(), 64);
+        assert_eq!(PackedDepth { bits: 4, row_words: 16, paired: true }.lift(), 16);
+    }
 }

@@ -11,7 +11,6 @@ use crate::kernels::copy_barriers::{copy_barriers, CopyGroups};
 use super::{
     mma_block::{attend_keys, attend_values, block_pair, BlockPair, RunningSoftmax},
     mma_kernel::{BlockRun, ChannelMmaGeometry},
-    mma_operands::Words,
     mma_stage::{copy_keys, copy_values, pair_at, pair_stage, KEY_BARRIER, VALUE_BARRIER},
 };
 
@@ -44,9 +43,9 @@ fn run_steps(run: &BlockRun, #[comptime] geo: ChannelMmaGeometry) -> u32 {
 #[cube]
 pub(super) fn direct_run(
     own_q: &Array<f32>,
-    k_words: &Array<Words>,
+    k_words: &Array<u32>,
     k_params: &Array<u32>,
-    v_words: &Array<Words>,
+    v_words: &Array<u32>,
     v_params: &Array<u32>,
     tile: &mut SharedMemory<f32>,
     run: &BlockRun,
@@ -58,10 +57,9 @@ pub(super) fn direct_run(
     for step in 0..run_steps(run, geo) {
         let pair = step_pair(run, lanes, step, geo);
         let at = pair_at(pair.first, pair.second, pair.own, geo);
-        let numerators = attend_keys::<Array<Words>, Array<u32>>(
-            own_q, k_words, k_params, &at, &pair, tile, state, run, side, g, t, geo,
-        );
-        attend_values::<Array<Words>, Array<u32>>(v_words, v_params, &at, &numerators, state, side, g, t, geo);
+        let numerators =
+            attend_keys::<Array<u32>>(own_q, k_words, k_params, &at, &pair, tile, state, run, side, g, t, geo);
+        attend_values::<Array<u32>>(v_words, v_params, &at, &numerators, state, side, g, t, geo);
     }
 }
 
@@ -71,9 +69,9 @@ pub(super) fn direct_run(
 #[cube]
 pub(super) fn steps_run(
     own_q: &Array<f32>,
-    k_words: &Array<Words>,
+    k_words: &Array<u32>,
     k_params: &Array<u32>,
-    v_words: &Array<Words>,
+    v_words: &Array<u32>,
     v_params: &Array<u32>,
     tile: &mut SharedMemory<f32>,
     run: &BlockRun,
@@ -109,7 +107,7 @@ pub(super) fn steps_run(
         let pair = step_pair(run, lanes, step, geo);
         let staged = per * (first_region + step % 2);
         let at = pair_at(staged, staged + per - 1, staged + side, geo);
-        let numerators = attend_keys::<SharedMemory<Words>, SharedMemory<u32>>(
+        let numerators = attend_keys::<SharedMemory<u32>>(
             own_q,
             &stage.key_words,
             &stage.key_params,
@@ -123,7 +121,7 @@ pub(super) fn steps_run(
             t,
             geo,
         );
-        attend_values::<SharedMemory<Words>, SharedMemory<u32>>(
+        attend_values::<SharedMemory<u32>>(
             &stage.value_words,
             &stage.value_params,
             &at,
@@ -144,9 +142,9 @@ pub(super) fn steps_run(
 #[cube]
 pub(super) fn halves_run(
     own_q: &Array<f32>,
-    k_words: &Array<Words>,
+    k_words: &Array<u32>,
     k_params: &Array<u32>,
-    v_words: &Array<Words>,
+    v_words: &Array<u32>,
     v_params: &Array<u32>,
     tile: &mut SharedMemory<f32>,
     run: &BlockRun,
@@ -176,7 +174,7 @@ pub(super) fn halves_run(
         let more = step + 1 < steps;
         copies.wait(KEY_BARRIER, split);
         // Returns once every lane has read the key region.
-        let numerators = attend_keys::<SharedMemory<Words>, SharedMemory<u32>>(
+        let numerators = attend_keys::<SharedMemory<u32>>(
             own_q,
             &stage.key_words,
             &stage.key_params,
@@ -195,7 +193,7 @@ pub(super) fn halves_run(
             copies.commit(KEY_BARRIER, split);
         }
         copies.wait(VALUE_BARRIER, split);
-        attend_values::<SharedMemory<Words>, SharedMemory<u32>>(
+        attend_values::<SharedMemory<u32>>(
             &stage.value_words,
             &stage.value_params,
             &at,

@@ -9,9 +9,9 @@
 //!
 //! A closed block's four parts are contiguous in the caches, and so in a region, whose blocks
 //! follow each other in each buffer (`per` = [`ChannelMmaGeometry::blocks_per_step`]):
-//! - `key_words`: `[per · Π, key_vectors]` 16-byte vectors, slot rows;
+//! - `key_words`: `[per · Π, key_row_words]` words, slot rows;
 //! - `key_params`: `[per · head_dim]` words, the channels' (min, scale) pairs;
-//! - `value_words`: `[per · head_dim, value_vectors]` vectors, channel rows;
+//! - `value_words`: `[per · head_dim, value_row_words]` words, channel rows;
 //! - `value_params`: `[per · Π · groups]` words, the slots' (min, scale) pairs per value group.
 //!
 //! The reads keep the caches' addressing ([`PairAt`]): a region is laid out as a run of `per`
@@ -20,7 +20,7 @@
 use burn_kvcompress::kernels::warp_mma::WARP;
 use cubecl::prelude::{barrier::copy_async, *};
 
-use super::{mma_kernel::ChannelMmaGeometry, mma_operands::Words};
+use super::mma_kernel::ChannelMmaGeometry;
 
 /// The copy barrier (of the warp's two, [`copy_barriers`](crate::kernels::copy_barriers)) on which
 /// its key region's copies land, staged in [`StagePlan::Halves`](super::StagePlan::Halves).
@@ -35,9 +35,9 @@ const COPY_WORDS: u32 = 4;
 /// `w · regions`).
 #[derive(CubeType)]
 pub(super) struct PairStage {
-    pub key_words: SharedMemory<Words>,
+    pub key_words: SharedMemory<u32>,
     pub key_params: SharedMemory<u32>,
-    pub value_words: SharedMemory<Words>,
+    pub value_words: SharedMemory<u32>,
     pub value_params: SharedMemory<u32>,
 }
 
@@ -46,9 +46,9 @@ pub(super) struct PairStage {
 pub(super) fn pair_stage(#[comptime] geo: ChannelMmaGeometry) -> PairStage {
     let regions = comptime!(geo.stage.regions() * geo.warps);
     PairStage {
-        key_words: SharedMemory::new_aligned(comptime!((regions * geo.step_key_vectors()) as usize), 16usize),
+        key_words: SharedMemory::new_aligned(comptime!((regions * geo.step_key_words()) as usize), 16usize),
         key_params: SharedMemory::new_aligned(comptime!((regions * geo.step_key_params()) as usize), 16usize),
-        value_words: SharedMemory::new_aligned(comptime!((regions * geo.step_value_vectors()) as usize), 16usize),
+        value_words: SharedMemory::new_aligned(comptime!((regions * geo.step_value_words()) as usize), 16usize),
         value_params: SharedMemory::new_aligned(comptime!((regions * geo.step_value_params()) as usize), 16usize),
     }
 }
@@ -90,7 +90,7 @@ pub(super) fn pair_at(first: u32, second: u32, own: u32, #[comptime] geo: Channe
 /// and (paired) `second` of the caches into the stage's key `region`.
 #[cube]
 pub(super) fn copy_keys(
-    k_words: &Array<Words>,
+    k_words: &Array<u32>,
     k_params: &Array<u32>,
     stage: &mut PairStage,
     region: u32,
@@ -98,7 +98,7 @@ pub(super) fn copy_keys(
     second: u32,
     #[comptime] geo: ChannelMmaGeometry,
 ) {
-    let part = comptime!(BlockPart { vectors: geo.partition * geo.key_vectors(), params: geo.head_dim });
+    let part = comptime!(BlockPart { words: geo.partition * geo.key_row_words(), params: geo.head_dim });
     copy_blocks(k_words, k_params, &mut stage.key_words, &mut stage.key_params, region, first, second, part, geo);
 }
 
@@ -106,7 +106,7 @@ pub(super) fn copy_keys(
 /// and (paired) `second` of the caches into the stage's value `region`.
 #[cube]
 pub(super) fn copy_values(
-    v_words: &Array<Words>,
+    v_words: &Array<u32>,
     v_params: &Array<u32>,
     stage: &mut PairStage,
     region: u32,
@@ -115,17 +115,17 @@ pub(super) fn copy_values(
     #[comptime] geo: ChannelMmaGeometry,
 ) {
     let part = comptime!(BlockPart {
-        vectors: geo.head_dim * geo.value_vectors(),
+        words: geo.head_dim * geo.value_row_words(),
         params: geo.partition * geo.value_groups()
     });
     copy_blocks(v_words, v_params, &mut stage.value_words, &mut stage.value_params, region, first, second, part, geo);
 }
 
-/// The size of one part (keys or values) of a closed block: `vectors` 16-byte vectors of rows and
-/// `params` metadata words.
+/// The size of one part (keys or values) of a closed block: `words` words of rows and `params`
+/// metadata words.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct BlockPart {
-    vectors: u32,
+    words: u32,
     params: u32,
 }
 
@@ -134,9 +134,9 @@ struct BlockPart {
 #[allow(clippy::too_many_arguments)]
 #[cube]
 fn copy_blocks(
-    words: &Array<Words>,
+    words: &Array<u32>,
     params: &Array<u32>,
-    stage_words: &mut SharedMemory<Words>,
+    stage_words: &mut SharedMemory<u32>,
     stage_params: &mut SharedMemory<u32>,
     region: u32,
     first: u32,
@@ -149,7 +149,7 @@ fn copy_blocks(
     for s in 0..per {
         let block = select(s == 0u32, first, second);
         let to = region * per + s;
-        copy_run(words, block * part.vectors, stage_words, to * part.vectors, part.vectors, 1u32);
+        copy_run(words, block * part.words, stage_words, to * part.words, part.words, COPY_WORDS);
         copy_run(params, block * part.params, stage_params, to * part.params, part.params, COPY_WORDS);
     }
 }
@@ -204,10 +204,10 @@ mod tests {
         // hack2 at Llama's heads: a pair of 128-slot blocks a step, 2-bit keys and values.
         let hack2 = geometry(128, 2, 2, StagePlan::Halves);
         let step =
-            [hack2.step_key_vectors(), hack2.step_value_vectors(), hack2.step_key_params(), hack2.step_value_params()];
-        // Key rows: 2 blocks × 128 slots × 2 vectors; value rows: 2 × 128 channels × 2; metadata:
+            [hack2.step_key_words(), hack2.step_value_words(), hack2.step_key_params(), hack2.step_value_params()];
+        // Key rows: 2 blocks × 128 slots × 8 words; value rows: 2 × 128 channels × 8; metadata:
         // 2 × 128 key words, 2 × 128 slots × 1 value group.
-        assert_eq!(step, [512, 512, 256, 256]);
+        assert_eq!(step, [2048, 2048, 256, 256]);
         // Tiles 32 KiB; per warp one region of 18 KiB (keys and values 9 KiB each) and 16 bytes
         // of barriers. Two regions a warp would not fit.
         assert_eq!(hack2.shared_bytes(), 32 * 1024 + 8 * (18 * 1024 + 16));

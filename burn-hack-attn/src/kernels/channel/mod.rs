@@ -49,6 +49,8 @@ pub use mma_kernel::{ChannelMmaGeometry, StagePlan};
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub use mma_launch::{channel_mma_decode_launch, channel_mma_geometry};
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub use mma_operands::PackedDepth;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub use portable_kernel::ChannelDecodeGeometry;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub use portable_launch::{block_splits, channel_decode_geometry, channel_decode_launch};
