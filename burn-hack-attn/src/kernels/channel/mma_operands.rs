@@ -47,8 +47,11 @@ const QUAD: u32 = 4;
 /// the halves are two words of the one block (`row_words ≥ 8`; the launch checks it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PackedDepth {
+    /// Code width (2 or 4).
     pub bits: u32,
+    /// Words of a packed row of one block (a multiple of 4).
     pub row_words: u32,
+    /// Whether a product takes two blocks side by side.
     pub paired: bool,
 }
 
