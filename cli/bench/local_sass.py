@@ -11,9 +11,10 @@ The compilers come from PyPI wheels (no CUDA install needed); unzip them into on
         nvidia-cuda-nvdisasm nvidia-cuda-cuobjdump
     for w in *.whl; do unzip -qo $w -d CUDA_DIR; done
 
-    local_sass.py extract LOG mma_decode_kernel --block-size 384 -o kernel.cu
+    local_sass.py extract LOG mma_decode_kernel --block-size 384 [--match N] -o kernel.cu
     local_sass.py compile kernel.cu --cuda-dir CUDA_DIR [--launch-bounds 512]
     local_sass.py regions kernel.lsass keys:1342-2577,values:3226-6800
+    local_sass.py loop kernel.lsass
 
 `compile` writes `kernel.ptx`, `kernel.cubin` and `kernel.lsass` (SASS with line numbers) beside
 the source. Static counts: a region's instructions once, whatever the loop trip counts; Nsight's
@@ -29,17 +30,19 @@ import sys
 
 
 def extract(args):
-    """Writes the source of the first kernel named `name` with cube size `block_size` in `log`."""
+    """Writes the source of the `match`-th kernel named `name` with cube size `block_size` in `log`
+    (one compilation a shape: the log's `name:` block above each source says which)."""
     text = open(args.log).read().split("\n")
     header = re.compile(rf"__launch_bounds__\({args.block_size}\)\s*{re.escape(args.name)}")
-    for i, line in enumerate(text):
-        if header.search(line):
-            start = max(n for n in range(i) if text[n].startswith("```cpp")) + 1
-            end = next(n for n in range(i, len(text)) if text[n].startswith("```"))
-            pathlib.Path(args.output).write_text("\n".join(text[start:end]) + "\n")
-            print(f"{args.output}: lines {start + 1}..{end} of {args.log}")
-            return
-    sys.exit(f"no kernel {args.name} with __launch_bounds__({args.block_size}) in {args.log}")
+    found = [i for i, line in enumerate(text) if header.search(line)]
+    if len(found) < args.match:
+        sys.exit(f"{len(found)} kernels {args.name} with __launch_bounds__({args.block_size}) in {args.log}")
+    print("matches at lines " + ", ".join(str(i + 1) for i in found))
+    i = found[args.match - 1]
+    start = max(n for n in range(i) if text[n].startswith("```cpp")) + 1
+    end = next(n for n in range(i, len(text)) if text[n].startswith("```"))
+    pathlib.Path(args.output).write_text("\n".join(text[start:end]) + "\n")
+    print(f"{args.output}: lines {start + 1}..{end} of {args.log}")
 
 
 def compile_source(args):
@@ -93,6 +96,36 @@ def instructions(lines):
             yield line, found.group(2)
 
 
+def loop(args):
+    """Opcode counts (with modifiers) of the widest loop: the instructions between a backward
+    branch and its target, the widest such span (a kernel's loop over its steps)."""
+    text = open(args.lsass).read().splitlines()
+    label_at, pending, body = {}, [], []
+    for line in text:
+        label = re.match(r"\s*(\.L_x_\d+):", line)
+        if label:
+            pending.append(label.group(1))
+            continue
+        found = re.match(r"\s+/\*([0-9a-f]+)\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9.]*)([^;]*)", line)
+        if found:
+            address = int(found.group(1), 16)
+            label_at.update((name, address) for name in pending)
+            pending = []
+            body.append((address, found.group(3), found.group(4)))
+    spans = []
+    for address, opcode, operands in body:
+        target = re.search(r"(\.L_x_\d+)", operands)
+        if opcode.startswith("BRA") and target and label_at.get(target.group(1), address) < address:
+            spans.append((label_at[target.group(1)], address))
+    if not spans:
+        sys.exit("no backward branch")
+    first, last = max(spans, key=lambda span: span[1] - span[0])
+    opcodes = collections.Counter(op for address, op, _ in body if first <= address <= last)
+    print(f"loop {first:#x}..{last:#x}: {sum(opcodes.values())} instructions")
+    for opcode, count in opcodes.most_common(args.top):
+        print(f"{count:6d}  {opcode}")
+
+
 def regions(args):
     """Opcode counts per named region `name:first-last` of source lines, the rest as `other`."""
     spans = []
@@ -118,6 +151,7 @@ def main():
     p.add_argument("name", help="the kernel's function name (or its start)")
     p.add_argument("--block-size", type=int, required=True, help="its cube size (units), as in __launch_bounds__")
     p.add_argument("-o", "--output", required=True, help="where to write the .cu source")
+    p.add_argument("--match", type=int, default=1, help="which of the kernels so named (1: the first)")
     p.set_defaults(run=extract)
     p = commands.add_parser("compile", help="NVRTC + ptxas for sm_90a; registers, spills, SASS with lines")
     p.add_argument("source", help="a .cu file from `extract`")
@@ -129,6 +163,10 @@ def main():
     p.add_argument("regions", help="comma-separated name:first-last source line ranges")
     p.add_argument("--top", type=int, default=12, help="opcodes listed per region")
     p.set_defaults(run=regions)
+    p = commands.add_parser("loop", help="SASS opcode counts of the widest loop (static)")
+    p.add_argument("lsass", help="the .lsass file `compile` wrote")
+    p.add_argument("--top", type=int, default=40, help="opcodes listed")
+    p.set_defaults(run=loop)
     args = parser.parse_args()
     args.run(args)
 
