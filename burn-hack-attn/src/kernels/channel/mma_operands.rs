@@ -37,7 +37,7 @@ const QUAD: u32 = 4;
 /// bits · f)`: its four bytes are codes `fields · b + f`, each `2^(bits · f)` times its code.
 /// Every lane takes the same field in a product, so a product's terms share one weight, and the
 /// products of a row tile go field by field: before each new field the accumulators are
-/// multiplied by `2^bits` ([`next_field`]), so that at the end every term weighs `2^(bits ·
+/// multiplied by `2^bits` (`next_field`), so that at the end every term weighs `2^(bits ·
 /// (fields − 1))` = [`Self::lift`] (64 for 2-bit codes, 16 for 4-bit), undone in the corrections.
 /// The second operand's byte `b` of the register of word `j`, field `f` is the query (or weight)
 /// at the code's position ([`Self::position`]): a dot product does not depend on the order of its
@@ -71,7 +71,7 @@ impl PackedDepth {
         self.lane_words() * self.fields()
     }
 
-    /// The registers [`column_registers`] gives: both halves' where paired.
+    /// The registers `column_registers` gives: both halves' where paired.
     pub fn column_registers(&self) -> u32 {
         if self.paired {
             2 * self.registers()
