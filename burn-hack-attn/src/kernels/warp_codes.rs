@@ -1,9 +1,10 @@
 //! Lane-level pieces the two tensor-core decode kernels share (the paper layout's,
 //! `attention/mma_kernel.rs`, and the channel layout's, `channel/mma_kernel.rs`): reductions over a
-//! quad of lanes (`4g .. 4g + 4`, the lanes of one row of a warp product's fragments), the lift
-//! that turns a word of 2-bit codes into an operand register, the float-add rounding of 8-bit
-//! codes, the floor that tells real scores from masked ones and the log-sum-exp join of two
-//! running softmaxes.
+//! quad of lanes (`4g .. 4g + 4`, the lanes of one row of a warp product's fragments), the
+//! float-add rounding of 8-bit codes, the floor that tells real scores from masked ones and the
+//! log-sum-exp join of two running softmaxes; and the paper layout's lift, which turns a word of
+//! 2-bit codes into an operand register (the channel layout masks one field of a lane's own
+//! words instead, `channel/mma_operands.rs`).
 
 use cubecl::prelude::*;
 

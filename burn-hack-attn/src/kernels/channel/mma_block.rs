@@ -28,9 +28,9 @@ pub(super) struct RunningSoftmax {
 }
 
 /// A step's numerators as the weights' quantization needs them: head `g`'s at the lane's slots
-/// (`own_p[4 · reg + b]` at the slot [`position`] gives byte `b` of value register `reg` of its
-/// own block, zero for padding columns), and
-/// for the lane's heads `2t + e` the block's weight `join[e]` in the running outputs.
+/// (`own_p[i]` at the slot [`position`] gives the lane's code `i` of its own block's value
+/// registers, zero for padding columns), and for the lane's heads `2t + e` the block's weight
+/// `join[e]` in the running outputs.
 #[derive(CubeType)]
 pub(super) struct StepNumerators {
     own_p: Array<f32>,
@@ -97,19 +97,11 @@ pub(super) fn attend_keys<W: WordList>(
     }
     sync_plane();
     let values = comptime!(geo.value_depth());
-    let mut own_p = Array::<f32>::new(comptime!((pi / 4) as usize));
+    let mut own_p = Array::<f32>::new(comptime!(values.lane_codes() as usize));
     #[unroll]
-    for j in 0..comptime!(values.lane_words()) {
-        #[unroll]
-        for f in 0..comptime!(values.fields()) {
-            #[unroll]
-            for b in 0..4u32 {
-                let slot = position(t, j, f, b, values);
-                let p = tile[(tile_base + g * pi + slot) as usize];
-                let at = comptime!((4 * values.register(j, f) + b) as usize);
-                own_p[at] = select(column_head < comptime!(geo.group), p, 0.0);
-            }
-        }
+    for i in 0..comptime!(values.lane_codes()) {
+        let p = tile[(tile_base + g * pi + position(t, i, values)) as usize];
+        own_p[i as usize] = select(column_head < comptime!(geo.group), p, 0.0);
     }
     sync_plane();
     StepNumerators { own_p, join }
@@ -152,10 +144,9 @@ pub(super) struct BlockQuery {
 
 /// The lane's column head's query `q ⊙ s_b` of its own block (whose key metadata starts at
 /// `params_at` of `k_params`; the pair's `side`) quantized to symmetric 8-bit codes
-/// over its channels (the lane's `head_dim / 4`, `own_q[4 · reg + b]` at the channel
-/// [`position`] gives byte `b` of key register `reg`), the scale `σ = max |q′| / 127` and `q ·
-/// m_b` reduced over the quad. The codes
-/// are `q′ · (1/σ)` rounded to the nearest, ties to even (the reference divides and rounds ties
+/// over its channels (the lane's `head_dim / 4`, `own_q[i]` at the channel [`position`] gives
+/// its key code `i`), the scale `σ = max |q′| / 127` and `q · m_b` reduced over the quad. The
+/// codes are `q′ · (1/σ)` rounded to the nearest, ties to even (the reference divides and rounds ties
 /// away from zero: the two differ by one code where a quotient falls within an ulp of a half).
 #[cube]
 pub(super) fn block_query<P: WordList>(
@@ -167,25 +158,17 @@ pub(super) fn block_query<P: WordList>(
     t: u32,
     #[comptime] geo: ChannelMmaGeometry,
 ) -> BlockQuery {
-    let (d, keys) = comptime!((geo.head_dim, geo.key_depth()));
-    let mut scaled = Array::<f32>::new(comptime!((d / 4) as usize));
+    let keys = comptime!(geo.key_depth());
+    let mut scaled = Array::<f32>::new(comptime!(keys.lane_codes() as usize));
     let mut amax = 0.0f32;
     let mut offset = 0.0f32;
     #[unroll]
-    for j in 0..comptime!(keys.lane_words()) {
-        #[unroll]
-        for f in 0..comptime!(keys.fields()) {
-            #[unroll]
-            for b in 0..4u32 {
-                let i = comptime!((4 * keys.register(j, f) + b) as usize);
-                let channel = position(t, j, f, b, keys);
-                let params = params_pair(k_params[(params_at + channel) as usize]);
-                let x = own_q[i] * params[1];
-                scaled[i] = x;
-                amax = f32::max(amax, f32::abs(x));
-                offset += own_q[i] * params[0];
-            }
-        }
+    for i in 0..comptime!(keys.lane_codes()) {
+        let params = params_pair(k_params[(params_at + position(t, i, keys)) as usize]);
+        let x = own_q[i as usize] * params[1];
+        scaled[i as usize] = x;
+        amax = f32::max(amax, f32::abs(x));
+        offset += own_q[i as usize] * params[0];
     }
     let amax = quad_max(amax);
     let offset = quad_sum(offset);
@@ -351,7 +334,7 @@ pub(super) struct BlockWeights {
     offset: Array<f32>,
 }
 
-/// Head `g`'s numerators at the lane's slots (`own_p[4 · reg + b]`, [`StepNumerators`]) scaled by
+/// Head `g`'s numerators at the lane's slots (`own_p[i]`, [`StepNumerators`]) scaled by
 /// the slots' value scales per group (the own block's value metadata from `params_at` of
 /// `v_params`; the pair's `side`) and quantized to 8-bit codes from
 /// 0 (`τ = max p′ / 255` per group, reduced over the quad; `p′ · (1/τ)` rounded to the nearest,
@@ -367,7 +350,7 @@ pub(super) fn block_weights<P: WordList>(
     t: u32,
     #[comptime] geo: ChannelMmaGeometry,
 ) -> BlockWeights {
-    let (pi, groups, values) = comptime!((geo.partition, geo.value_groups(), geo.value_depth()));
+    let (groups, values) = comptime!((geo.value_groups(), geo.value_depth()));
     let (registers, columns) = comptime!((values.registers(), values.column_registers()));
     let mut weights = BlockWeights {
         codes: Array::<u32>::new(comptime!((groups * columns) as usize)),
@@ -376,24 +359,17 @@ pub(super) fn block_weights<P: WordList>(
     };
     #[unroll]
     for vg in 0..groups {
-        let mut scaled = Array::<f32>::new(comptime!((pi / 4) as usize));
+        let mut scaled = Array::<f32>::new(comptime!(values.lane_codes() as usize));
         let mut max = 0.0f32;
         let mut offset = 0.0f32;
         #[unroll]
-        for j in 0..comptime!(values.lane_words()) {
-            #[unroll]
-            for f in 0..comptime!(values.fields()) {
-                #[unroll]
-                for b in 0..4u32 {
-                    let i = comptime!((4 * values.register(j, f) + b) as usize);
-                    let slot = position(t, j, f, b, values);
-                    let params = params_pair(v_params[(params_at + slot * groups + vg) as usize]);
-                    let x = own_p[i] * params[1];
-                    scaled[i] = x;
-                    max = f32::max(max, x);
-                    offset += own_p[i] * params[0];
-                }
-            }
+        for i in 0..comptime!(values.lane_codes()) {
+            let slot = position(t, i, values);
+            let params = params_pair(v_params[(params_at + slot * groups + vg) as usize]);
+            let x = own_p[i as usize] * params[1];
+            scaled[i as usize] = x;
+            max = f32::max(max, x);
+            offset += own_p[i as usize] * params[0];
         }
         let max = quad_max(max);
         let offset = heads_of_lane(quad_sum(offset), t);

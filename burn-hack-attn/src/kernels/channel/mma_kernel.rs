@@ -419,20 +419,13 @@ fn block_warp(
     let stream = CUBE_POS_Y;
 
     // The query of the lane's column head at the lane's channels (zero for the padding columns).
-    let mut own_q = Array::<f32>::new(comptime!((d / 4) as usize));
-    let head = u32::min(column_head, comptime!(group - 1));
     let keys = comptime!(geo.key_depth());
+    let mut own_q = Array::<f32>::new(comptime!(keys.lane_codes() as usize));
+    let head = u32::min(column_head, comptime!(group - 1));
     #[unroll]
-    for j in 0..comptime!(keys.lane_words()) {
-        #[unroll]
-        for f in 0..comptime!(keys.fields()) {
-            #[unroll]
-            for b in 0..4u32 {
-                let channel = position(t, j, f, b, keys);
-                let x = q[((stream * group + head) * d + channel) as usize];
-                own_q[comptime!((4 * keys.register(j, f) + b) as usize)] = select(column_head < group, x, 0.0);
-            }
-        }
+    for i in 0..comptime!(keys.lane_codes()) {
+        let x = q[((stream * group + head) * d + position(t, i, keys)) as usize];
+        own_q[i as usize] = select(column_head < group, x, 0.0);
     }
     let lanes = RunLanes { side, result_side, g, t };
     if comptime!(geo.stage == StagePlan::Steps) {

@@ -132,6 +132,18 @@ impl PackedDepth {
         self.word_codes() * (QUAD * word + t) + self.fields() * b + field
     }
 
+    /// The lane's codes of a block (or value group), four to each of its [`Self::registers`]:
+    /// code `4 · register(word, field) + b` is byte `b` of that register.
+    pub fn lane_codes(&self) -> u32 {
+        4 * self.registers()
+    }
+
+    /// [`Self::position`] of the lane's code `code` (of [`Self::lane_codes`]).
+    pub fn code_position(&self, t: u32, code: u32) -> u32 {
+        let (register, b) = (code / 4, code % 4);
+        self.position(t, register / self.fields(), register % self.fields(), b)
+    }
+
     /// The mask of field 0 in every byte.
     fn field_mask(&self) -> u32 {
         ((1u32 << self.bits) - 1) * 0x0101_0101
@@ -143,17 +155,11 @@ impl PackedDepth {
     }
 }
 
-/// [`PackedDepth::position`] for the calling lane's `t` (positions step by a word's codes per
-/// lane).
+/// [`PackedDepth::code_position`] for the calling lane's `t` (positions step by a word's codes
+/// per lane).
 #[cube]
-pub(super) fn position(
-    t: u32,
-    #[comptime] word: u32,
-    #[comptime] field: u32,
-    #[comptime] b: u32,
-    #[comptime] depth: PackedDepth,
-) -> u32 {
-    comptime!(depth.position(0, word, field, b)) + comptime!(depth.word_codes()) * t
+pub(super) fn position(t: u32, #[comptime] code: u32, #[comptime] depth: PackedDepth) -> u32 {
+    comptime!(depth.code_position(0, code)) + comptime!(depth.word_codes()) * t
 }
 
 /// The lane's words of rows `row` and `row + 8` of block `first`'s rows, then (paired) of block
@@ -362,7 +368,19 @@ mod tests {
                 }
             }
             assert!(seen.iter().all(|&n| n == 1), "{depth:?}");
-            assert_eq!(4 * depth.registers() * QUAD, seen.len() as u32);
+            assert_eq!(depth.lane_codes() * QUAD, seen.len() as u32);
+            // The kernel builds the lane's codes in `code_position`'s order: byte `b` of the
+            // register of word `word`, field `field` is the code the products take there.
+            for t in 0..QUAD {
+                for word in 0..depth.lane_words() {
+                    for field in 0..depth.fields() {
+                        for b in 0..4 {
+                            let code = 4 * depth.register(word, field) + b;
+                            assert_eq!(depth.code_position(t, code), depth.position(t, word, field, b));
+                        }
+                    }
+                }
+            }
         }
         assert_eq!(PackedDepth { bits: 2, row_words: 8, paired: true }.lift(), 64);
         assert_eq!(PackedDepth { bits: 4, row_words: 16, paired: true }.lift(), 16);
