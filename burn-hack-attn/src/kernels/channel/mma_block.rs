@@ -3,13 +3,14 @@
 //! weight operands and the outputs. See [`super::mma_kernel`].
 
 use burn_kvcompress::kernels::{masked_score, warp_mma::WARP};
-use cubecl::{cmma::MmaDefinition, prelude::*};
+use cubecl::prelude::*;
 
 use super::{
+    mma_chains::{chain, chains, chains_max, chains_sum},
     mma_kernel::{BlockRun, ChannelMmaGeometry},
     mma_operands::{
-        column_max, column_operand, column_registers, column_sum, heads_of_lane, next_field, position, product_rows,
-        row_operand, Codes, Dots, QueryCodes, WordList, PRODUCT_COLUMNS, PRODUCT_ROWS,
+        column_max, column_registers, column_sum, heads_of_lane, position, product_rows, tile_products, WordList,
+        PRODUCT_COLUMNS, PRODUCT_ROWS,
     },
     mma_stage::PairAt,
 };
@@ -160,18 +161,19 @@ pub(super) fn block_query<P: WordList>(
 ) -> BlockQuery {
     let keys = comptime!(geo.key_depth());
     let mut scaled = Array::<f32>::new(comptime!(keys.lane_codes() as usize));
-    let mut amax = 0.0f32;
-    let mut offset = 0.0f32;
+    let mut amax = chains(0.0);
+    let mut offset = chains(0.0);
     #[unroll]
     for i in 0..comptime!(keys.lane_codes()) {
         let params = params_pair(k_params[(params_at + position(t, i, keys)) as usize]);
         let x = own_q[i as usize] * params[1];
         scaled[i as usize] = x;
-        amax = f32::max(amax, f32::abs(x));
-        offset += own_q[i as usize] * params[0];
+        let c = comptime!(chain(i));
+        amax[c] = f32::max(amax[c], f32::abs(x));
+        offset[c] += own_q[i as usize] * params[0];
     }
-    let amax = quad_max(amax);
-    let offset = quad_sum(offset);
+    let amax = quad_max(chains_max(&amax));
+    let offset = quad_sum(chains_sum(&offset));
     let sigma = select(amax > 0.0, amax / 127.0, 1.0);
     let inverse = 1.0 / sigma;
     let mut codes = Array::<u32>::new(comptime!(keys.registers() as usize));
@@ -255,24 +257,11 @@ pub(super) fn block_scores<W: WordList>(
 ) -> Array<f32> {
     let (pi, keys) = comptime!((geo.partition, geo.key_depth()));
     let tiles = comptime!(pi / PRODUCT_ROWS);
-    let product = MmaDefinition::<u8, i8, i32>::new(16usize, 8usize, 32usize);
     let mut s = Array::<f32>::new(comptime!((4 * tiles) as usize));
     #[unroll]
     for i in 0..tiles {
         let rows = product_rows::<W>(k_words, at.key_rows[0], at.key_rows[1], PRODUCT_ROWS * i + g, t, keys);
-        let mut dots = Array::<Dots>::new(2usize);
-        dots[0] = Dots::new(0i32);
-        dots[1] = Dots::new(0i32);
-        #[unroll]
-        for step in 0..comptime!(keys.products()) {
-            next_field(&mut dots, step, keys);
-            let a = row_operand(&rows, step, keys);
-            let codes = column_operand(&query.codes, 0u32, step, keys);
-            let mut b = Array::<QueryCodes>::new(2usize);
-            b[0] = QueryCodes::reinterpret(codes[0]);
-            b[1] = QueryCodes::reinterpret(codes[1]);
-            product.execute_inplace(&a, &b, &mut dots);
-        }
+        let dots = tile_products::<i8>(&rows, &query.codes, 0u32, keys);
         #[unroll]
         for r in 0..2u32 {
             let seen = pair.live && pair.first_slot + PRODUCT_ROWS * i + g + 8 * r >= visible_from;
@@ -302,22 +291,24 @@ pub(super) fn block_softmax(s: &mut Array<f32>, #[comptime] geo: ChannelMmaGeome
     let mut mass = Array::<f32>::new(2usize);
     #[unroll]
     for e in 0..2u32 {
-        let mut m = masked_score();
+        let mut m = chains(masked_score());
         #[unroll]
         for x in 0..comptime!(count / 2) {
-            m = f32::max(m, s[comptime!((2 * x + e) as usize)]);
+            let c = comptime!(chain(x));
+            m[c] = f32::max(m[c], s[comptime!((2 * x + e) as usize)]);
         }
-        let m = column_max(m);
-        let mut l = 0.0f32;
+        let m = column_max(chains_max(&m));
+        let mut l = chains(0.0);
         #[unroll]
         for x in 0..comptime!(count / 2) {
             let at = comptime!((2 * x + e) as usize);
             let p = select(s[at] > VISIBLE_FLOOR, f32::exp(s[at] - m), 0.0);
             s[at] = p;
-            l += p;
+            let c = comptime!(chain(x));
+            l[c] += p;
         }
         top[e as usize] = m;
-        mass[e as usize] = column_sum(l);
+        mass[e as usize] = column_sum(chains_sum(&l));
     }
     BlockSoftmax { top, mass }
 }
@@ -360,19 +351,20 @@ pub(super) fn block_weights<P: WordList>(
     #[unroll]
     for vg in 0..groups {
         let mut scaled = Array::<f32>::new(comptime!(values.lane_codes() as usize));
-        let mut max = 0.0f32;
-        let mut offset = 0.0f32;
+        let mut max = chains(0.0);
+        let mut offset = chains(0.0);
         #[unroll]
         for i in 0..comptime!(values.lane_codes()) {
             let slot = position(t, i, values);
             let params = params_pair(v_params[(params_at + slot * groups + vg) as usize]);
             let x = own_p[i as usize] * params[1];
             scaled[i as usize] = x;
-            max = f32::max(max, x);
-            offset += own_p[i as usize] * params[0];
+            let c = comptime!(chain(i));
+            max[c] = f32::max(max[c], x);
+            offset[c] += own_p[i as usize] * params[0];
         }
-        let max = quad_max(max);
-        let offset = heads_of_lane(quad_sum(offset), t);
+        let max = quad_max(chains_max(&max));
+        let offset = heads_of_lane(quad_sum(chains_sum(&offset)), t);
         let tau = select(max > 0.0, max / 255.0, 1.0);
         let inverse = 1.0 / tau;
         let factor = heads_of_lane(tau / comptime!(values.lift() as f32), t);
@@ -416,24 +408,11 @@ pub(super) fn block_outputs<W: WordList>(
     #[comptime] geo: ChannelMmaGeometry,
 ) {
     let (d, values) = comptime!((geo.head_dim, geo.value_depth()));
-    let product = MmaDefinition::<u8, u8, i32>::new(16usize, 8usize, 32usize);
     #[unroll]
     for c in 0..comptime!(d / PRODUCT_ROWS) {
         let vg = comptime!(PRODUCT_ROWS * c / geo.value_group);
         let rows = product_rows::<W>(v_words, at.value_rows[0], at.value_rows[1], PRODUCT_ROWS * c + g, t, values);
-        let mut dots = Array::<Dots>::new(2usize);
-        dots[0] = Dots::new(0i32);
-        dots[1] = Dots::new(0i32);
-        #[unroll]
-        for step in 0..comptime!(values.products()) {
-            next_field(&mut dots, step, values);
-            let a = row_operand(&rows, step, values);
-            let codes = column_operand(&weights.codes, comptime!(vg * values.column_registers()), step, values);
-            let mut b = Array::<Codes>::new(2usize);
-            b[0] = Codes::reinterpret(codes[0]);
-            b[1] = Codes::reinterpret(codes[1]);
-            product.execute_inplace(&a, &b, &mut dots);
-        }
+        let dots = tile_products::<u8>(&rows, &weights.codes, comptime!(vg * values.column_registers()), values);
         #[unroll]
         for r in 0..2u32 {
             #[unroll]

@@ -26,8 +26,9 @@
 //! row, and a product's register is one field of one word under a mask: `word & (0x03030303 ≪
 //! 2f)` for 2-bit codes, `word & (0x0F0F0F0F ≪ 4f)` for 4-bit, whose bytes are the word's codes
 //! `4b + f` (`2b + f`), each `2^(bits · f)` times its code. Every lane takes the same field in a
-//! product, and before each new field the accumulators are multiplied by `2^bits`, so that every
-//! term ends up weighing 64 (2-bit) or 16 (4-bit), undone in the corrections exactly. The other
+//! product; each field sums in its own accumulators (independent chains of products), joined at
+//! the end by Horner's rule, times `2^bits` before each next field, so that every term ends up
+//! weighing 64 (2-bit) or 16 (4-bit), undone in the corrections exactly. The other
 //! operand (query or weight codes) is built in the same order, at the depth positions
 //! [`position`] names: a dot product does not depend on the order of its terms. (The paper
 //! layout's kernel lifts each lane's own field with a multiply and a mask, two instructions a

@@ -4,12 +4,11 @@
 //! holds ([`PackedDepth::position`]) and its reductions over a column of lanes. See
 //! [`super::mma_kernel`] for the layout.
 
-use cubecl::prelude::*;
+use cubecl::{cmma::MmaDefinition, prelude::*};
 
-/// An operand register of four byte codes (key or value codes, one field of a word; weight codes).
-pub(super) type Codes = Vector<u8, Const<4>>;
-/// An operand register of four signed query codes.
-pub(super) type QueryCodes = Vector<i8, Const<4>>;
+/// An operand register of four byte codes: key or value codes (one field of a word), weight
+/// codes (`u8`), query codes (`i8`).
+pub(super) type Codes<B> = Vector<B, Const<4>>;
 /// Half an accumulator fragment: two `i32` dot products.
 pub(super) type Dots = Vector<i32, Const<2>>;
 
@@ -35,10 +34,12 @@ const QUAD: u32 = 4;
 /// word's code `fields · b + f`. Lane `4g + t` takes words `4j + t` of each row (`j < row_words /
 /// 4`), and a product's register of it is one field of one word under one mask, `word & (mask ≪
 /// bits · f)`: its four bytes are codes `fields · b + f`, each `2^(bits · f)` times its code.
-/// Every lane takes the same field in a product, so a product's terms share one weight, and the
-/// products of a row tile go field by field: before each new field the accumulators are
-/// multiplied by `2^bits` (`next_field`), so that at the end every term weighs `2^(bits ·
-/// (fields − 1))` = [`Self::lift`] (64 for 2-bit codes, 16 for 4-bit), undone in the corrections.
+/// Every lane takes the same field in a product, so a product's terms share one weight. Each
+/// field of a row tile sums in its own accumulators ([`field_dots`]), so that a tile's products
+/// form `fields` independent chains rather than one, and the fields are joined at the end by
+/// Horner's rule, times `2^bits` before each next field ([`join_fields`]): every term then weighs
+/// `2^(bits · (fields − 1))` = [`Self::lift`] (64 for 2-bit codes, 16 for 4-bit), undone in the
+/// corrections.
 /// The second operand's byte `b` of the register of word `j`, field `f` is the query (or weight)
 /// at the code's position ([`Self::position`]): a dot product does not depend on the order of its
 /// terms, so the two operands only have to agree.
@@ -192,18 +193,53 @@ pub(super) fn product_rows<W: WordList>(
     out
 }
 
+/// A row tile's products over a block's whole depth (or a value group's): lane `4g + t`'s words
+/// `rows` ([`product_rows`]) against its column registers `codes` from `first`
+/// ([`column_registers`]) of `B` codes (`i8` query codes, `u8` weight codes), word by word and
+/// each word's fields into their own accumulators, so that consecutive products are independent;
+/// the sums lifted to [`PackedDepth::lift`] ([`join_fields`]).
+#[cube]
+pub(super) fn tile_products<B: Int>(
+    rows: &Array<u32>,
+    codes: &Array<u32>,
+    #[comptime] first: u32,
+    #[comptime] depth: PackedDepth,
+) -> Array<Dots> {
+    let product = MmaDefinition::<u8, B, i32>::new(16usize, 8usize, 32usize);
+    let mut fields = field_dots(depth);
+    #[unroll]
+    for k in 0..comptime!(depth.per_field()) {
+        #[unroll]
+        for f in 0..comptime!(depth.fields()) {
+            let step = comptime!(f * depth.per_field() + k);
+            let a = row_operand(rows, step, depth);
+            let registers = column_operand(codes, first, step, depth);
+            let mut b = Array::<Codes<B>>::new(2usize);
+            b[0] = Codes::<B>::reinterpret(registers[0]);
+            b[1] = Codes::<B>::reinterpret(registers[1]);
+            product.execute_inplace(&a, &b, fields.index_mut(comptime!(f as usize)));
+        }
+    }
+    join_fields(&fields, depth)
+}
+
 /// Lane `4g + t`'s first operand of product `product` of a row tile over `rows` ([`product_rows`]):
 /// register `reg` for row `g + 8 (reg mod 2)`, depth half `reg / 2`, one field of one word.
 #[cube]
-pub(super) fn row_operand(rows: &Array<u32>, #[comptime] product: u32, #[comptime] depth: PackedDepth) -> Array<Codes> {
+pub(super) fn row_operand(
+    rows: &Array<u32>,
+    #[comptime] product: u32,
+    #[comptime] depth: PackedDepth,
+) -> Array<Codes<u8>> {
     let (lane_words, mask) = comptime!((depth.lane_words(), depth.mask(depth.field(product))));
-    let mut a = Array::<Codes>::new(4usize);
+    let mut a = Array::<Codes<u8>>::new(4usize);
     #[unroll]
     for reg in 0..4u32 {
         let (r, half) = comptime!((reg % 2, reg / 2));
         let block = comptime!(if depth.paired { half } else { 0 });
         let word = comptime!(depth.word(product, half));
-        a[reg as usize] = Codes::reinterpret(rows[comptime!(((2 * block + r) * lane_words + word) as usize)] & mask);
+        a[reg as usize] =
+            Codes::<u8>::reinterpret(rows[comptime!(((2 * block + r) * lane_words + word) as usize)] & mask);
     }
     a
 }
@@ -252,15 +288,39 @@ pub(super) fn column_registers(own: &Array<u32>, side: u32, #[comptime] depth: P
     out
 }
 
-/// Before product `product` of a row tile: where it begins a new field, the accumulators times
-/// `2^bits` (see [`PackedDepth`]).
+/// A row tile's accumulators, one half-fragment pair per field (see [`PackedDepth`]), zero.
+/// The products of one field depend on each other through their accumulators, those of
+/// different fields do not: with 2 warps a scheduler, a tile's products in one chain waited for
+/// each other's results.
 #[cube]
-pub(super) fn next_field(dots: &mut Array<Dots>, #[comptime] product: u32, #[comptime] depth: PackedDepth) {
-    if comptime!(product > 0 && depth.field(product) != depth.field(product - 1)) {
-        let weight = Dots::new(comptime!(1i32 << depth.bits));
-        dots[0] = dots[0] * weight;
-        dots[1] = dots[1] * weight;
+fn field_dots(#[comptime] depth: PackedDepth) -> Sequence<Array<Dots>> {
+    let mut fields = Sequence::new();
+    #[unroll]
+    for _ in 0..comptime!(depth.fields()) {
+        let mut dots = Array::<Dots>::new(2usize);
+        dots[0] = Dots::new(0i32);
+        dots[1] = Dots::new(0i32);
+        fields.push(dots);
     }
+    fields
+}
+
+/// A row tile's sums from its [`field_dots`], each term lifted to [`PackedDepth::lift`]: field
+/// `f`'s terms weigh `2^(bits · f)`, so field `f`'s sum is multiplied by `2^bits` once for each
+/// later field (Horner's rule, from field 0).
+#[cube]
+fn join_fields(fields: &Sequence<Array<Dots>>, #[comptime] depth: PackedDepth) -> Array<Dots> {
+    let weight = Dots::new(comptime!(1i32 << depth.bits));
+    let mut dots = Array::<Dots>::new(2usize);
+    dots[0] = fields.index(0usize)[0];
+    dots[1] = fields.index(0usize)[1];
+    #[unroll]
+    for f in 1..comptime!(depth.fields()) {
+        let field = fields.index(comptime!(f as usize));
+        dots[0] = dots[0] * weight + field[0];
+        dots[1] = dots[1] * weight + field[1];
+    }
+    dots
 }
 
 /// Max over the lanes of the caller's `t` (`t, 4 + t, …, 28 + t`).
@@ -303,15 +363,14 @@ mod tests {
     /// host: a product adds, over the lanes `t` of the column's quad and both depth halves, the
     /// bytes of the first operand (one field of one word of the half's block, masked) times those
     /// of the second (the column's codes at the byte's [`PackedDepth::position`], zero in the
-    /// other block's half where paired); before each new field the sum is multiplied by
-    /// `2^bits`. It must equal `lift` times the plain dot product of the column's block's row.
+    /// other block's half where paired), into the sum of its field; the fields' sums are joined
+    /// by Horner's rule, times `2^bits` before each next field. It must equal `lift` times the
+    /// plain dot product of the column's block's row.
     fn emulated_dot(depth: PackedDepth, rows: &[Vec<u32>; 2], codes: &[Vec<i64>; 2], side: usize) -> i64 {
-        let mut acc = 0i64;
+        let mut fields = vec![0i64; depth.fields() as usize];
         for product in 0..depth.products() {
-            if product > 0 && depth.field(product) != depth.field(product - 1) {
-                acc <<= depth.bits;
-            }
             let field = depth.field(product);
+            let acc = &mut fields[field as usize];
             for t in 0..QUAD {
                 for half in 0..2 {
                     let block = if depth.paired { half } else { 0 };
@@ -322,16 +381,16 @@ mod tests {
                         let column_block = if depth.paired { side } else { 0 };
                         let seen = !depth.paired || half as usize == side;
                         let q = codes[column_block][depth.position(t, word, field, b) as usize];
-                        acc += byte * if seen { q } else { 0 };
+                        *acc += byte * if seen { q } else { 0 };
                     }
                 }
             }
         }
-        acc
+        fields.iter().fold(0, |acc, field| (acc << depth.bits) + field)
     }
 
     #[test]
-    fn masked_fields_weighed_field_by_field_give_the_lifted_dot_product() {
+    fn masked_fields_summed_apart_and_joined_give_the_lifted_dot_product() {
         let mut rng = StdRng::seed_from_u64(7);
         // hack2's keys at SmolLM2's and Llama's heads, 4-bit keys, 2-bit values at Π = 128, and
         // one block a product (more than 4 query heads a KV head).

@@ -4,9 +4,9 @@
 //!
 //! - `portable_kernel` / `portable_launch`: on CUDA cores;
 //! - `mma_kernel` / `mma_launch`: on tensor cores where the device has integer warp products; its
-//!   product steps in `mma_block`, a warp's run of them in `mma_runs`, its operand layout in
-//!   `mma_operands`, its staged blocks in `mma_stage`, its float slots (a share in every warp) in
-//!   `float_warp`;
+//!   product steps in `mma_block` (their reductions in `mma_chains`), a warp's run of them in
+//!   `mma_runs`, its operand layout in `mma_operands`, its staged blocks in `mma_stage`, its float
+//!   slots (a share in every warp) in `float_warp`;
 //! - shared by both: `float_slots` (where a stream's float slots lie).
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -18,6 +18,9 @@ mod float_warp;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 #[allow(missing_docs)]
 mod mma_block;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[allow(missing_docs)]
+mod mma_chains;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 // `#[cube]` expands the kernel into undocumented helper items.
 #[allow(missing_docs)]
