@@ -35,9 +35,9 @@ const QUAD: u32 = 4;
 /// 4`), and a product's register of it is one field of one word under one mask, `word & (mask ≪
 /// bits · f)`: its four bytes are codes `fields · b + f`, each `2^(bits · f)` times its code.
 /// Every lane takes the same field in a product, so a product's terms share one weight. Each
-/// field of a row tile sums in its own accumulators ([`field_dots`]), so that a tile's products
+/// field of a row tile sums in its own accumulators (`field_dots`), so that a tile's products
 /// form `fields` independent chains rather than one, and the fields are joined at the end by
-/// Horner's rule, times `2^bits` before each next field ([`join_fields`]): every term then weighs
+/// Horner's rule, times `2^bits` before each next field (`join_fields`): every term then weighs
 /// `2^(bits · (fields − 1))` = [`Self::lift`] (64 for 2-bit codes, 16 for 4-bit), undone in the
 /// corrections.
 /// The second operand's byte `b` of the register of word `j`, field `f` is the query (or weight)
