@@ -4,11 +4,11 @@
 //! blocks, and starts its running softmax from what it found there.
 //!
 //! The warp reads one slot's key and value rows together, lane `l` channels `l + 32k` of each
-//! (coalesced), takes every head's score as a sum over the warp, joins it to the head's running
-//! softmax and adds the weighted value channels to the lane's running outputs. A round issues the
-//! loads of [`ROUND_SLOTS`] slots before it uses any of them: a row walked one dependent load at a
-//! time made the float slots the step's longest chain at batch 1, about 100 µs at 32K
-//! (`results/hack-decode-channel-h200.md`).
+//! (coalesced). A round issues the loads of [`ROUND_SLOTS`] slots before it uses any of them (a
+//! row walked one dependent load at a time made the float slots the step's longest chain at batch
+//! 1, about 100 µs at 32K, `results/hack-decode-channel-h200.md`), takes every head's score of
+//! each of its slots as a sum over the warp, then joins the round's slots to each head's running
+//! softmax at once and adds the weighted value channels to the lane's running outputs.
 //!
 //! [`channel_mma_decode_kernel`]: super::mma_kernel::channel_mma_decode_kernel
 
@@ -16,7 +16,7 @@ use burn_kvcompress::kernels::{masked_score, warp_mma::WARP};
 use cubecl::prelude::*;
 
 use super::float_slots::FloatSlotRows;
-use crate::kernels::warp_codes::join_tops;
+use crate::kernels::warp_codes::VISIBLE_FLOOR;
 
 /// Slots whose rows a warp loads before it uses the first of them.
 const ROUND_SLOTS: u32 = 4;
@@ -85,6 +85,9 @@ pub fn float_warp<F: Float>(
                 values[comptime!((x * per_lane + k) as usize)] = slots.read(sinks_v, tail_v, slot, base + WARP * k);
             }
         }
+        // Every slot's score for every head first: independent sums over the warp, so that their
+        // shuffles overlap instead of each slot's join waiting on the last one's.
+        let mut scores = Array::<f32>::new(comptime!((ROUND_SLOTS * group) as usize));
         #[unroll]
         for x in 0..ROUND_SLOTS {
             let i = round + x;
@@ -97,20 +100,52 @@ pub fn float_warp<F: Float>(
                     part +=
                         own_q[comptime!((g * per_lane + k) as usize)] * keys[comptime!((x * per_lane + k) as usize)];
                 }
-                let score = select(seen, plane_sum(part) * scale, masked_score());
-                // The slot joins the head's running max; `keep` rescales what came before.
-                let join = join_tops(partial.top[g as usize], score);
-                let (keep, p) = (join.first, join.second);
-                partial.mass[g as usize] = partial.mass[g as usize] * keep + p;
-                partial.top[g as usize] = join.max;
+                scores[comptime!((x * group + g) as usize)] = select(seen, warp_sum(part) * scale, masked_score());
+            }
+        }
+        // Then each head joins the round's slots at once, under their max and its running one.
+        #[unroll]
+        for g in 0..group {
+            let before = partial.top[g as usize];
+            let mut top = before;
+            #[unroll]
+            for x in 0..ROUND_SLOTS {
+                top = f32::max(top, scores[comptime!((x * group + g) as usize)]);
+            }
+            let keep = select(before > VISIBLE_FLOOR, f32::exp(before - top), 0.0);
+            let mut mass = partial.mass[g as usize] * keep;
+            #[unroll]
+            for k in 0..per_lane {
+                partial.acc[comptime!((g * per_lane + k) as usize)] *= keep;
+            }
+            #[unroll]
+            for x in 0..ROUND_SLOTS {
+                let score = scores[comptime!((x * group + g) as usize)];
+                let p = select(score > VISIBLE_FLOOR, f32::exp(score - top), 0.0);
+                mass += p;
                 #[unroll]
                 for k in 0..per_lane {
                     let at = comptime!((g * per_lane + k) as usize);
-                    partial.acc[at] = partial.acc[at] * keep + p * values[comptime!((x * per_lane + k) as usize)];
+                    partial.acc[at] += p * values[comptime!((x * per_lane + k) as usize)];
                 }
             }
+            partial.mass[g as usize] = mass;
+            partial.top[g as usize] = top;
         }
         round += ROUND_SLOTS;
     }
     partial
+}
+
+/// Sums `v` over the warp's 32 lanes in five exchanges written out: CubeCL's `plane_sum` compiles to
+/// a loop over the warp size read at run time, a branch and a dependent shuffle an iteration,
+/// which the compiler cannot interleave with other sums (on an H200 the float slots' sums were
+/// loops of `SHFL.BFLY` and `BRA` between the rounds' loads and the softmax).
+#[cube]
+fn warp_sum(v: f32) -> f32 {
+    let v = v + plane_shuffle_xor(v, 16);
+    let v = v + plane_shuffle_xor(v, 8);
+    let v = v + plane_shuffle_xor(v, 4);
+    let v = v + plane_shuffle_xor(v, 2);
+    v + plane_shuffle_xor(v, 1)
 }
