@@ -1,6 +1,7 @@
 //! HACK attention on a GPU: checks the kernels against their references on this backend, then
 //! times decode attention (and prefill attention) on random K/V over a grid of contexts and batch
-//! sizes, with device-synchronized timing; prints medians, the bytes the kernel reads and the
+//! sizes, with device-synchronized timing, from queries already rotated as a model's RoPE launch
+//! rotates them (the cache's `attend_rotated`); prints medians, the bytes the kernel reads and the
 //! achieved bandwidth. The PyTorch SDPA fp16 anchor is `cli/bench/sdpa_anchor.py`, run in the
 //! same session (see `results/hack-bench-*.md`).
 
@@ -197,8 +198,11 @@ fn run<B: HackBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
                 key_start: vec![0; batch],
                 window: None,
             };
+            // What a model's layer runs: its query comes rotated from RoPE's launch
+            // (`SelfAttention::forward`), as SDPA's comes from RoPE's.
+            let q = cache.rotated(q);
             let timing = time::<B>(&device, args.grid.runs, || {
-                let _ = cache.attend(q.clone(), &options).expect("attend");
+                let _ = cache.attend_rotated(q.clone(), &options).expect("attend");
             });
             let bytes = device_bytes(args, batch, len);
             println!("| {batch} | {len} | {} |", decode_cells(timing, bytes));
@@ -220,8 +224,9 @@ fn run<B: HackBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
         );
         let options =
             AttendOptions { scale: 1.0 / (args.grid.head_dim as f32).sqrt(), key_start: vec![0], window: None };
+        let q = cache.rotated(q);
         let median = time::<B>(&device, 5.max(args.grid.runs / 20), || {
-            let _ = cache.attend(q.clone(), &options).expect("attend");
+            let _ = cache.attend_rotated(q.clone(), &options).expect("attend");
         })
         .median;
         println!("| {len} | {:.2} |", median / 1e3);
