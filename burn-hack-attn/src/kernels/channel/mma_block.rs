@@ -9,8 +9,8 @@ use super::{
     mma_chains::{chain, chains, chains_max, chains_sum},
     mma_kernel::{BlockRun, ChannelMmaGeometry},
     mma_operands::{
-        column_max, column_registers, column_sum, heads_of_lane, position, product_rows, tile_products, WordList,
-        PRODUCT_COLUMNS, PRODUCT_ROWS,
+        column_max, column_registers, column_sum, heads_of_lane, lane_position, lane_rows, product_rows, tile_products,
+        WordList, PRODUCT_COLUMNS, PRODUCT_ROWS,
     },
     mma_stage::PairAt,
 };
@@ -29,7 +29,7 @@ pub(super) struct RunningSoftmax {
 }
 
 /// A step's numerators as the weights' quantization needs them: head `g`'s at the lane's slots
-/// (`own_p[i]` at the slot [`position`] gives the lane's code `i` of its own block's value
+/// (`own_p[i]` at the slot [`position`](super::mma_operands::position) gives the lane's code `i` of its own block's value
 /// registers, zero for padding columns), and for the lane's heads `2t + e` the block's weight
 /// `join[e]` in the running outputs.
 #[derive(CubeType)]
@@ -84,24 +84,27 @@ pub(super) fn attend_keys<W: WordList>(
             }
         }
     }
-    // The numerators to column g's lanes through the warp's tile.
+    // The numerators to column g's lanes through the warp's tile: head `2t + e`'s slot `16i + g +
+    // 8r` at `(2t + e) · Π + slot` (indices in 64 bits, as for `LaneRows`).
+    let written = (tile_base + 2 * t * pi + g) as usize;
     #[unroll]
     for i in 0..comptime!(pi / PRODUCT_ROWS) {
         #[unroll]
         for r in 0..2u32 {
             #[unroll]
             for e in 0..2u32 {
-                let slot = PRODUCT_ROWS * i + g + 8 * r;
-                tile[(tile_base + (2 * t + e) * pi + slot) as usize] = s[comptime!(((2 * i + r) * 2 + e) as usize)];
+                let offset = comptime!((e * pi + PRODUCT_ROWS * i + 8 * r) as usize);
+                tile[written + offset] = s[comptime!(((2 * i + r) * 2 + e) as usize)];
             }
         }
     }
     sync_plane();
     let values = comptime!(geo.value_depth());
     let mut own_p = Array::<f32>::new(comptime!(values.lane_codes() as usize));
+    let read = (tile_base + g * pi + lane_position(t, values)) as usize;
     #[unroll]
     for i in 0..comptime!(values.lane_codes()) {
-        let p = tile[(tile_base + g * pi + position(t, i, values)) as usize];
+        let p = tile[read + comptime!(values.code_position(0, i) as usize)];
         own_p[i as usize] = select(column_head < comptime!(geo.group), p, 0.0);
     }
     sync_plane();
@@ -145,7 +148,7 @@ pub(super) struct BlockQuery {
 
 /// The lane's column head's query `q ⊙ s_b` of its own block (whose key metadata starts at
 /// `params_at` of `k_params`; the pair's `side`) quantized to symmetric 8-bit codes
-/// over its channels (the lane's `head_dim / 4`, `own_q[i]` at the channel [`position`] gives
+/// over its channels (the lane's `head_dim / 4`, `own_q[i]` at the channel [`position`](super::mma_operands::position) gives
 /// its key code `i`), the scale `σ = max |q′| / 127` and `q · m_b` reduced over the quad. The
 /// codes are `q′ · (1/σ)` rounded to the nearest, ties to even (the reference divides and rounds ties
 /// away from zero: the two differ by one code where a quotient falls within an ulp of a half).
@@ -163,9 +166,10 @@ pub(super) fn block_query<P: WordList>(
     let mut scaled = Array::<f32>::new(comptime!(keys.lane_codes() as usize));
     let mut amax = chains(0.0);
     let mut offset = chains(0.0);
+    let lane_params = (params_at + lane_position(t, keys)) as usize;
     #[unroll]
     for i in 0..comptime!(keys.lane_codes()) {
-        let params = params_pair(k_params[(params_at + position(t, i, keys)) as usize]);
+        let params = params_pair(k_params[lane_params + comptime!(keys.code_position(0, i) as usize)]);
         let x = own_q[i as usize] * params[1];
         scaled[i as usize] = x;
         let c = comptime!(chain(i));
@@ -258,9 +262,10 @@ pub(super) fn block_scores<W: WordList>(
     let (pi, keys) = comptime!((geo.partition, geo.key_depth()));
     let tiles = comptime!(pi / PRODUCT_ROWS);
     let mut s = Array::<f32>::new(comptime!((4 * tiles) as usize));
+    let lanes = lane_rows(at.key_rows[0], at.key_rows[1], g, t, keys);
     #[unroll]
     for i in 0..tiles {
-        let rows = product_rows::<W>(k_words, at.key_rows[0], at.key_rows[1], PRODUCT_ROWS * i + g, t, keys);
+        let rows = product_rows::<W>(k_words, &lanes, comptime!(PRODUCT_ROWS * i), keys);
         let dots = tile_products::<i8>(&rows, &query.codes, 0u32, keys);
         #[unroll]
         for r in 0..2u32 {
@@ -348,6 +353,8 @@ pub(super) fn block_weights<P: WordList>(
         factor: Array::<f32>::new(comptime!((2 * groups) as usize)),
         offset: Array::<f32>::new(comptime!((2 * groups) as usize)),
     };
+    // The lane's slots' metadata: slot `position(t, i)`'s group `vg` at `slot · groups + vg`.
+    let lane_params = (params_at + lane_position(t, values) * groups) as usize;
     #[unroll]
     for vg in 0..groups {
         let mut scaled = Array::<f32>::new(comptime!(values.lane_codes() as usize));
@@ -355,8 +362,8 @@ pub(super) fn block_weights<P: WordList>(
         let mut offset = chains(0.0);
         #[unroll]
         for i in 0..comptime!(values.lane_codes()) {
-            let slot = position(t, i, values);
-            let params = params_pair(v_params[(params_at + slot * groups + vg) as usize]);
+            let at = comptime!((values.code_position(0, i) * groups + vg) as usize);
+            let params = params_pair(v_params[lane_params + at]);
             let x = own_p[i as usize] * params[1];
             scaled[i as usize] = x;
             let c = comptime!(chain(i));
@@ -408,10 +415,11 @@ pub(super) fn block_outputs<W: WordList>(
     #[comptime] geo: ChannelMmaGeometry,
 ) {
     let (d, values) = comptime!((geo.head_dim, geo.value_depth()));
+    let lanes = lane_rows(at.value_rows[0], at.value_rows[1], g, t, values);
     #[unroll]
     for c in 0..comptime!(d / PRODUCT_ROWS) {
         let vg = comptime!(PRODUCT_ROWS * c / geo.value_group);
-        let rows = product_rows::<W>(v_words, at.value_rows[0], at.value_rows[1], PRODUCT_ROWS * c + g, t, values);
+        let rows = product_rows::<W>(v_words, &lanes, comptime!(PRODUCT_ROWS * c), values);
         let dots = tile_products::<u8>(&rows, &weights.codes, comptime!(vg * values.column_registers()), values);
         #[unroll]
         for r in 0..2u32 {

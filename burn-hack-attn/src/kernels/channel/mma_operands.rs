@@ -160,33 +160,59 @@ impl PackedDepth {
 /// per lane).
 #[cube]
 pub(super) fn position(t: u32, #[comptime] code: u32, #[comptime] depth: PackedDepth) -> u32 {
-    comptime!(depth.code_position(0, code)) + comptime!(depth.word_codes()) * t
+    comptime!(depth.code_position(0, code)) + lane_position(t, depth)
 }
 
-/// The lane's words of rows `row` and `row + 8` of block `first`'s rows, then (paired) of block
-/// `second`'s (`first` and `second` are the blocks' first rows in `words`): word `j` of row
-/// `row + 8r` of block `s` at `[(2s + r) · lane_words + j]`.
+/// The lane's part of its [`position`]s, the same for all its codes: a hot loop adds it to its
+/// list's start, widens that to 64 bits once and adds each code's compile-time part,
+/// `code_position(0, code)`, in 64 bits (see [`LaneRows`]).
+#[cube]
+pub(super) fn lane_position(t: u32, #[comptime] depth: PackedDepth) -> u32 {
+    comptime!(depth.word_codes()) * t
+}
+
+/// Where lane `4g + t`'s words of a step's packed rows lie in the list it reads: the index of
+/// word `t` of row `g` of the pair's first block and (paired) of its second. 64-bit, so that a
+/// word's index is this plus a compile-time offset, which the CUDA compiler folds into the load's
+/// address: a 32-bit sum may wrap before it is widened, so it cost one or two instructions a load.
+/// On an H200 this gained 4–6 % for `hack2` and `hack4` at 32K batch 8 and cost `hack3` (4-bit keys
+/// loaded from the caches) 20 %: ptxas then scheduled its kernel into 173 registers instead of
+/// 255; 32-bit sums for cache loads alone did not win it back (`results/hack-decode-channel-h200.md`,
+/// sessions 58–59).
+#[derive(CubeType)]
+pub(super) struct LaneRows {
+    pub first: usize,
+    pub second: usize,
+}
+
+/// [`LaneRows`] of blocks whose first rows are `first` and `second` in the list.
+#[cube]
+pub(super) fn lane_rows(first: u32, second: u32, g: u32, t: u32, #[comptime] depth: PackedDepth) -> LaneRows {
+    let row_words = comptime!(depth.row_words);
+    LaneRows { first: ((first + g) * row_words + t) as usize, second: ((second + g) * row_words + t) as usize }
+}
+
+/// The lane's words of rows `tile_row + g` and `tile_row + g + 8` of the pair's first block
+/// (`lanes`), then (paired) of its second: word `j` of row `tile_row + g + 8r` of block `s` at
+/// `[(2s + r) · lane_words + j]`.
 #[cube]
 pub(super) fn product_rows<W: WordList>(
     words: &W,
-    first: u32,
-    second: u32,
-    row: u32,
-    t: u32,
+    lanes: &LaneRows,
+    #[comptime] tile_row: u32,
     #[comptime] depth: PackedDepth,
 ) -> Array<u32> {
     let blocks = comptime!(if depth.paired { 2u32 } else { 1u32 });
     let (row_words, lane_words) = comptime!((depth.row_words, depth.lane_words()));
     let mut out = Array::<u32>::new(comptime!((blocks * 2 * lane_words) as usize));
     #[unroll]
-    for block in 0..blocks {
-        let base = select(block == 0u32, first, second);
+    for r in 0..2u32 {
         #[unroll]
-        for r in 0..2u32 {
-            #[unroll]
-            for j in 0..lane_words {
-                out[comptime!(((2 * block + r) * lane_words + j) as usize)] =
-                    words[((base + row + 8 * r) * row_words + QUAD * j + t) as usize];
+        for j in 0..lane_words {
+            let offset = comptime!(((tile_row + 8 * r) * row_words + QUAD * j) as usize);
+            out[comptime!((r * lane_words + j) as usize)] = words[lanes.first + offset];
+            if comptime!(depth.paired) {
+                out[comptime!(((2 + r) * lane_words + j) as usize)] = words[lanes.second + offset];
             }
         }
     }

@@ -155,7 +155,10 @@ fn copy_blocks(
 }
 
 /// Issues the calling lane's share of the 16-byte copies of `count` elements from element `from`
-/// of `source` to element `to` of `target`, `per_copy` elements a copy (a multiple of it).
+/// of `source` to element `to` of `target`, `per_copy` elements a copy (a multiple of it). The
+/// lane's copies are `per_copy · WARP` elements apart: their indices are the lane's first ones,
+/// widened to 64 bits once, plus compile-time offsets (see `LaneRows` in `mma_operands`), and
+/// only a round past the last full one checks which lanes still have a copy.
 #[cube]
 fn copy_run<E: CubePrimitive>(
     source: &Array<E>,
@@ -167,14 +170,18 @@ fn copy_run<E: CubePrimitive>(
 ) {
     let lane = UNIT_POS % WARP;
     let copies = comptime!(count / per_copy);
+    let (src, dst) = ((from + per_copy * lane) as usize, (to + per_copy * lane) as usize);
+    let n = comptime!(per_copy as usize);
     #[unroll]
     for i in 0..comptime!(copies.div_ceil(WARP)) {
-        let copy = WARP * i + lane;
-        if copy < copies {
-            let at = per_copy * copy;
-            let (src, dst) = ((from + at) as usize, (to + at) as usize);
-            let n = comptime!(per_copy as usize);
-            copy_async(&source.slice(src, src + n), &mut target.slice_mut(dst, dst + n), COPY_WORDS);
+        let full = comptime!((i + 1) * WARP <= copies);
+        if full || WARP * i + lane < copies {
+            let at = comptime!((per_copy * WARP * i) as usize);
+            copy_async(
+                &source.slice(src + at, src + at + n),
+                &mut target.slice_mut(dst + at, dst + at + n),
+                COPY_WORDS,
+            );
         }
     }
 }
