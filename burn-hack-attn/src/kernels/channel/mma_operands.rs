@@ -175,10 +175,10 @@ pub(super) fn lane_position(t: u32, #[comptime] depth: PackedDepth) -> u32 {
 /// word `t` of row `g` of the pair's first block and (paired) of its second. 64-bit, so that a
 /// word's index is this plus a compile-time offset, which the CUDA compiler folds into the load's
 /// address: a 32-bit sum may wrap before it is widened, so it cost one or two instructions a load.
-/// On an H200 this gained 4–6 % for `hack2` and `hack4` at 32K batch 8 and cost `hack3` (4-bit keys
-/// loaded from the caches) 20 %: ptxas then scheduled its kernel into 173 registers instead of
-/// 255; 32-bit sums for cache loads alone did not win it back (`results/hack-decode-channel-h200.md`,
-/// sessions 58–59).
+/// On an H200 this gained 4–6 % for `hack2` and `hack4` at 32K batch 8 and cost `hack3` (4-bit
+/// keys loaded from the caches) 20 %: ptxas then scheduled its kernel into 173 registers instead
+/// of 255; 32-bit sums for cache loads alone did not win it back
+/// (`results/hack-decode-channel-h200.md`, sessions 58–59).
 #[derive(CubeType)]
 pub(super) struct LaneRows {
     pub first: usize,
