@@ -1,9 +1,9 @@
-//! HACK attention on a GPU: checks the kernels against their references on this backend, then
-//! times decode attention (and prefill attention) on random K/V over a grid of contexts and batch
-//! sizes, with device-synchronized timing, from queries already rotated as a model's RoPE launch
-//! rotates them (the cache's `attend_rotated`); prints medians, the bytes the kernel reads and the
-//! achieved bandwidth. The PyTorch SDPA fp16 anchor is `cli/bench/sdpa_anchor.py`, run in the
-//! same session (see `results/hack-bench-*.md`).
+//! HACK attention on a GPU: checks the kernels against their references on this backend (unless
+//! `--timing-only`), then times decode attention (and prefill attention) on random K/V over a grid
+//! of contexts and batch sizes, with device-synchronized timing, from queries already rotated as a
+//! model's RoPE launch rotates them (the cache's `attend_rotated`); prints medians, the bytes the
+//! kernel reads and the achieved bandwidth. The PyTorch SDPA fp16 anchor is
+//! `cli/bench/sdpa_anchor.py`, run in the same session (see `results/hack-bench-*.md`).
 
 use anyhow::ensure;
 use burn::tensor::{Distribution, Tensor};
@@ -36,6 +36,10 @@ struct Args {
     /// The grid of shapes and how often to time each.
     #[command(flatten)]
     grid: AttentionGrid,
+    /// Time only, without the kernels' checks against the host references first: for repeated
+    /// timing runs of a build whose checks have passed on this machine.
+    #[arg(long)]
+    timing_only: bool,
 }
 
 /// A cache of `len` random slots as a decode step finds it: on the channel axes, the blocks the
@@ -146,14 +150,24 @@ fn reads_code_sums(_: &Args) -> (bool, bool) {
 }
 
 fn run<B: HackBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
-    check_against_cpu::<B>(&device)?;
-    // 1. The decode kernel against the reference on this backend, on the benchmark's geometry.
+    if args.timing_only {
+        println!("checks against the host references skipped (--timing-only)");
+    } else {
+        check_against_cpu::<B>(&device)?;
+        check_decode_kernel::<B>(&device, args)?;
+    }
+    time_decode::<B>(&device, args)?;
+    time_prefill::<B>(&device, args)
+}
+
+/// The decode kernel against the reference on this backend, on the benchmark's geometry.
+fn check_decode_kernel<B: HackBackend>(device: &B::Device, args: &Args) -> anyhow::Result<()> {
     for (batch, len) in [(1, 1), (2, 300), (3, 1000)] {
-        let cache = filled_cache::<B>(args, batch, len, &device)?;
+        let cache = filled_cache::<B>(args, batch, len, device)?;
         let q = Tensor::<B, 4>::random(
             [batch, args.grid.heads, 1, args.grid.head_dim],
             Distribution::Normal(0.0, 1.0),
-            &device,
+            device,
         );
         let key_start: Vec<usize> = (0..batch).map(|b| b * len / 4).collect();
         let options = AttendOptions { scale: 1.0 / (args.grid.head_dim as f32).sqrt(), key_start, window: None };
@@ -181,17 +195,20 @@ fn run<B: HackBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
         // ~2^-11 Σ p|v| ≈ 2e-3 for these N(0, 1) values.
         ensure!(max < 1e-2 && mean < 1e-3, "decode kernel differs from the reference");
     }
+    Ok(())
+}
 
-    // 2. Decode attention timing.
+/// Decode attention timing over the grid.
+fn time_decode<B: HackBackend>(device: &B::Device, args: &Args) -> anyhow::Result<()> {
     println!("\n| batch | context | {DECODE_COLUMNS} |");
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
     for &batch in &args.grid.batches {
         for &len in &args.grid.contexts {
-            let cache = filled_cache::<B>(args, batch, len, &device)?;
+            let cache = filled_cache::<B>(args, batch, len, device)?;
             let q = Tensor::<B, 4>::random(
                 [batch, args.grid.heads, 1, args.grid.head_dim],
                 Distribution::Normal(0.0, 1.0),
-                &device,
+                device,
             );
             let options = AttendOptions {
                 scale: 1.0 / (args.grid.head_dim as f32).sqrt(),
@@ -201,31 +218,34 @@ fn run<B: HackBackend>(device: B::Device, args: &Args) -> anyhow::Result<()> {
             // What a model's layer runs: its query comes rotated from RoPE's launch
             // (`SelfAttention::forward`), as SDPA's comes from RoPE's.
             let q = cache.rotated(q);
-            let timing = time::<B>(&device, args.grid.runs, || {
+            let timing = time::<B>(device, args.grid.runs, || {
                 let _ = cache.attend_rotated(q.clone(), &options).expect("attend");
             });
             let bytes = device_bytes(args, batch, len);
             println!("| {batch} | {len} | {} |", decode_cells(timing, bytes));
         }
     }
+    Ok(())
+}
 
-    // 3. Prefill attention timing (the paper's axes: the fused prefill kernel where it fits, Q/P
-    //    8-bit, homomorphic products, causal; the channel axes: attention on the float slots).
+/// Prefill attention timing (the paper's axes: the fused prefill kernel where it fits, Q/P 8-bit,
+/// homomorphic products, causal; the channel axes: attention on the float slots).
+fn time_prefill<B: HackBackend>(device: &B::Device, args: &Args) -> anyhow::Result<()> {
     println!("\n| prefill context | median ms |");
     println!("|---:|---:|");
     for &len in &args.grid.prefill_contexts {
         // As a prompt's prefill finds it: on the channel axes nothing is closed yet and attention
         // runs on the float slots.
-        let cache = bench::filled_cache(&HackScheme::new(args.config.clone())?, args.grid.geometry(1), len, &device)?;
+        let cache = bench::filled_cache(&HackScheme::new(args.config.clone())?, args.grid.geometry(1), len, device)?;
         let q = Tensor::<B, 4>::random(
             [1, args.grid.heads, len, args.grid.head_dim],
             Distribution::Normal(0.0, 1.0),
-            &device,
+            device,
         );
         let options =
             AttendOptions { scale: 1.0 / (args.grid.head_dim as f32).sqrt(), key_start: vec![0], window: None };
         let q = cache.rotated(q);
-        let median = time::<B>(&device, 5.max(args.grid.runs / 20), || {
+        let median = time::<B>(device, 5.max(args.grid.runs / 20), || {
             let _ = cache.attend_rotated(q.clone(), &options).expect("attend");
         })
         .median;
