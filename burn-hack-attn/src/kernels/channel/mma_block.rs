@@ -149,9 +149,10 @@ pub(super) struct BlockQuery {
 /// The lane's column head's query `q ⊙ s_b` of its own block (whose key metadata starts at
 /// `params_at` of `k_params`; the pair's `side`) quantized to symmetric 8-bit codes over its
 /// channels (the lane's `head_dim / 4`, `own_q[i]` at the channel
-/// [`position`](super::mma_operands::position) gives its key code `i`), the scale `σ = max |q′| / 127` and `q · m_b` reduced over the quad. The
-/// codes are `q′ · (1/σ)` rounded to the nearest, ties to even (the reference divides and rounds ties
-/// away from zero: the two differ by one code where a quotient falls within an ulp of a half).
+/// [`position`](super::mma_operands::position) gives its key code `i`), the scale
+/// `σ = max |q′| / 127` and `q · m_b` reduced over the quad. The codes are `q′ · (1/σ)` rounded to
+/// the nearest, ties to even (the reference divides and rounds ties away from zero: the two differ
+/// by one code where a quotient falls within an ulp of a half).
 #[cube]
 pub(super) fn block_query<P: WordList>(
     own_q: &Array<f32>,
