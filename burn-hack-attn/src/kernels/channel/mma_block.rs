@@ -2,7 +2,7 @@
 //! step: the blocks' query operands, their scores, their softmax joined to the running one, the
 //! weight operands and the outputs. See [`super::mma_kernel`].
 
-use burn_kvcompress::kernels::{masked_score, warp_mma::WARP};
+use burn_kvcompress::kernels::masked_score;
 use cubecl::prelude::*;
 
 use super::{
@@ -38,13 +38,21 @@ pub(super) struct StepNumerators {
     join: Array<f32>,
 }
 
+/// A scored step: the lane's numerators in the products' layout (`s[(2i + r) · 2 + e]` for slot
+/// `16i + g + 8r` of its result block, column `2t + e`) and the blocks' weights `join[e]` in the
+/// running outputs.
+#[derive(CubeType)]
+pub(super) struct ScoredStep {
+    s: Array<f32>,
+    join: Array<f32>,
+}
+
 /// The first half of a product step: scores the step's blocks (`pair`, lying `at` in the key
 /// words and metadata) and joins their softmax to the lane's running one under the larger max,
-/// rescaling its outputs; `own_q` is the lane's column head's query at its channels, `tile` the
-/// cube's numerators tiles. When it returns, every lane of the warp has read the step's keys.
-/// The blocks are read from the caches themselves or from the warp's stage (`mma_stage`), which
-/// keeps the caches' layout: generic over the container rather than taking slices, whose bounds
-/// checks CubeCL's validation mode compiles to a `min(u32, u64)` that NVRTC rejects.
+/// rescaling its outputs; `own_q` is the lane's column head's query at its channels. The blocks
+/// are read from the caches themselves or from the warp's stage (`mma_stage`), which keeps the
+/// caches' layout: generic over the container rather than taking slices, whose bounds checks
+/// CubeCL's validation mode compiles to a `min(u32, u64)` that NVRTC rejects.
 #[allow(clippy::too_many_arguments)]
 #[cube]
 pub(super) fn attend_keys<W: WordList>(
@@ -53,17 +61,14 @@ pub(super) fn attend_keys<W: WordList>(
     k_params: &W,
     at: &PairAt,
     pair: &BlockPair,
-    tile: &mut SharedMemory<f32>,
     state: &mut RunningSoftmax,
     run: &BlockRun,
     side: u32,
     g: u32,
     t: u32,
     #[comptime] geo: ChannelMmaGeometry,
-) -> StepNumerators {
-    let (d, pi, per) = comptime!((geo.head_dim, geo.partition, geo.blocks_per_step()));
-    let tile_base = (UNIT_POS / WARP) * comptime!(geo.tile_floats());
-    let column_head = g % comptime!(PRODUCT_COLUMNS / per);
+) -> ScoredStep {
+    let d = comptime!(geo.head_dim);
     let query = block_query::<W>(own_q, k_params, at.key_params, run.scale, side, t, geo);
     let mut s = block_scores::<W>(k_words, &query, pair, at, run.visible_from, g, t, geo);
     let numerators = block_softmax(&mut s, geo);
@@ -84,8 +89,25 @@ pub(super) fn attend_keys<W: WordList>(
             }
         }
     }
-    // The numerators to column g's lanes through the warp's tile: head `2t + e`'s slot `16i + g +
-    // 8r` at `(2t + e) · Π + slot` (indices in 64 bits, as for `LaneRows`).
+    ScoredStep { s, join }
+}
+
+/// The `scored` step's numerators to column `g`'s lanes through the warp's tile (from `tile_base`
+/// of `tile`, f32 bits): head `2t + e`'s slot `16i + g + 8r` at `(2t + e) · Π + slot` (indices in
+/// 64 bits, as for `LaneRows`). Staged, the tile lies in the key rows the step has scored: it
+/// first waits for every lane to have read them. When it returns, every lane has read the tile.
+#[cube]
+pub(super) fn exchange_numerators(
+    tile: &mut SharedMemory<u32>,
+    tile_base: u32,
+    scored: ScoredStep,
+    g: u32,
+    t: u32,
+    #[comptime] geo: ChannelMmaGeometry,
+) -> StepNumerators {
+    let (pi, per) = comptime!((geo.partition, geo.blocks_per_step()));
+    let column_head = g % comptime!(PRODUCT_COLUMNS / per);
+    sync_plane();
     let written = (tile_base + 2 * t * pi + g) as usize;
     #[unroll]
     for i in 0..comptime!(pi / PRODUCT_ROWS) {
@@ -94,7 +116,7 @@ pub(super) fn attend_keys<W: WordList>(
             #[unroll]
             for e in 0..2u32 {
                 let offset = comptime!((e * pi + PRODUCT_ROWS * i + 8 * r) as usize);
-                tile[written + offset] = s[comptime!(((2 * i + r) * 2 + e) as usize)];
+                tile[written + offset] = u32::reinterpret(scored.s[comptime!(((2 * i + r) * 2 + e) as usize)]);
             }
         }
     }
@@ -104,11 +126,11 @@ pub(super) fn attend_keys<W: WordList>(
     let read = (tile_base + g * pi + lane_position(t, values)) as usize;
     #[unroll]
     for i in 0..comptime!(values.lane_codes()) {
-        let p = tile[read + comptime!(values.code_position(0, i) as usize)];
+        let p = f32::reinterpret(tile[read + comptime!(values.code_position(0, i) as usize)]);
         own_p[i as usize] = select(column_head < comptime!(geo.group), p, 0.0);
     }
     sync_plane();
-    StepNumerators { own_p, join }
+    StepNumerators { own_p, join: scored.join }
 }
 
 /// The second half of a product step: quantizes the step's `numerators` and adds the outputs of

@@ -54,11 +54,14 @@
 //! over the lanes `t`, `t ± 2` at the end. The products and their operand loads are the same per
 //! block; the work outside them halves.
 //!
-//! **Staged steps** where a warp's stage fits in shared memory beside the tiles
-//! ([`StagePlan`]; 2-bit keys and values at Π up to 128, not 4-bit keys at Π = 128): each warp
-//! copies its next blocks into shared memory with asynchronous copies while it attends the
-//! current ones ([`super::mma_stage`], [`super::mma_runs`]) and waits on barriers of its own, so
-//! that its loads are in flight during its products and softmax instead of between them.
+//! **Staged steps** where a warp's stage fits in shared memory ([`StagePlan`]; 2-bit values at Π
+//! up to 128, not 4-bit keys and values at Π = 128): each warp copies its next blocks into shared
+//! memory with asynchronous copies while it attends the current ones ([`super::mma_stage`],
+//! [`super::mma_runs`]) and waits on barriers of its own, so that its loads are in flight during
+//! its products and softmax instead of between them. Its tile lies in the key rows of the region
+//! it reads, which it has scored by the time it writes the numerators there
+//! ([`ChannelMmaGeometry::tile_fits_keys`]): the tiles of 8 warps would take the shared memory
+//! that `hack3`'s stage needs.
 
 use burn_kvcompress::kernels::{first_visible_slot, masked_score, warp_mma::WARP, SplitOut};
 use cubecl::prelude::*;
@@ -71,6 +74,7 @@ use super::{
     mma_block::RunningSoftmax,
     mma_operands::{position, PackedDepth, PRODUCT_COLUMNS, PRODUCT_ROWS},
     mma_runs::{direct_run, halves_run, steps_run, RunLanes},
+    mma_stage::{pair_stage, PairStage},
 };
 
 /// Shapes fixed at compile time.
@@ -95,7 +99,7 @@ pub struct ChannelMmaGeometry {
 }
 
 /// Where a warp of the tensor-core channel kernel reads its product steps' blocks (module
-/// `mma_stage`): the largest stage that fits an SM's shared memory beside the tiles at 8 warps.
+/// `mma_stage`): the largest stage that fits an SM's shared memory at 8 warps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum StagePlan {
     /// Two regions a warp, each a whole step's keys and values: the next step's copies land
@@ -198,17 +202,33 @@ impl ChannelMmaGeometry {
         (self.group * self.head_dim).max(PRODUCT_COLUMNS * self.partition)
     }
 
-    /// Bytes of shared memory: each warp's tile ([`Self::tile_floats`]) and, staged, its stage
-    /// regions ([`StagePlan::regions`]) and their two copy barriers (8 bytes each).
+    /// Whether a step's key rows can hold a warp's tile: staged, the tile lives in the key rows of
+    /// the region the warp reads (the float slots' outputs in its first region, before any copy
+    /// lands there; a step's numerators once its lanes have scored the region's keys), so that
+    /// the tiles take no shared memory of their own.
+    pub fn tile_fits_keys(&self) -> bool {
+        self.step_key_words() >= self.tile_floats()
+    }
+
+    /// Words of a warp's part of the stage's key rows buffer (`PairStage::key_words`): its
+    /// regions' key rows (holding its tile), or unstaged its tile alone.
+    pub fn warp_key_words(&self) -> u32 {
+        match self.stage {
+            StagePlan::Direct => self.tile_floats(),
+            plan => plan.regions() * self.step_key_words(),
+        }
+    }
+
+    /// Bytes of shared memory: staged, each warp's stage regions ([`StagePlan::regions`], which
+    /// hold its tile) and their two copy barriers (8 bytes each); unstaged, each warp's tile
+    /// ([`Self::tile_floats`]) and one 16-byte copy's words of each other stage buffer (unused).
     pub fn shared_bytes(&self) -> u32 {
-        let tiles = 4 * self.warps * self.tile_floats();
         let step =
             4 * (self.step_key_words() + self.step_value_words() + self.step_key_params() + self.step_value_params());
-        let stage = match self.stage {
-            StagePlan::Direct => 0,
+        match self.stage {
+            StagePlan::Direct => 4 * self.warps * self.tile_floats() + 3 * 16,
             plan => self.warps * (plan.regions() * step + 16),
-        };
-        tiles + stage
+        }
     }
 }
 
@@ -262,8 +282,8 @@ pub fn channel_mma_decode_kernel<F: Float>(
     let split = CUBE_POS_X * geo.warps + warp;
     let target = SplitOut { first_head: stream * group, split, splits: CUBE_COUNT_X * geo.warps };
     let visible_from = first_visible_slot(len - 1, key_start[(stream / kv_heads) as usize], window);
-    // Each warp's tile: its float slots' outputs, then its blocks' numerators.
-    let mut tile = SharedMemory::<f32>::new(comptime!((geo.warps * geo.tile_floats()) as usize));
+    // The warps' stage regions, whose key rows hold each warp's tile (unstaged, the tiles alone).
+    let mut stage = pair_stage(geo);
     let float_count = sinks + tail;
     let float_chunk = float_count.div_ceil(target.splits);
     let float_first = u32::min(split * float_chunk, float_count);
@@ -272,9 +292,9 @@ pub fn channel_mma_decode_kernel<F: Float>(
     let first = u32::min(split * warp_blocks, blocks);
     let end = u32::min(first + warp_blocks, blocks);
     let run = BlockRun { first, end, blocks, sinks, visible_from, scale };
-    let mut state = float_start(q, sinks_k, sinks_v, tail_k, tail_v, &slots, &floats, &run, &mut tile, geo);
+    let mut state = float_start(q, sinks_k, sinks_v, tail_k, tail_v, &slots, &floats, &run, &mut stage.key_words, geo);
     block_warp(
-        q, k_words, k_params, v_words, v_params, &mut tile, &run, &mut state, &target, out, out_max, out_sum, geo,
+        q, k_words, k_params, v_words, v_params, &mut stage, &run, &mut state, &target, out, out_max, out_sum, geo,
     );
 }
 
@@ -302,7 +322,7 @@ fn float_start<F: Float>(
     slots: &FloatSlotRows,
     share: &FloatShare,
     run: &BlockRun,
-    tile: &mut SharedMemory<f32>,
+    tile: &mut SharedMemory<u32>,
     #[comptime] geo: ChannelMmaGeometry,
 ) -> RunningSoftmax {
     let (group, d) = comptime!((geo.group, geo.head_dim));
@@ -340,14 +360,14 @@ fn float_start<F: Float>(
             group,
             d,
         );
-        let tile_base = (UNIT_POS / WARP) * comptime!(geo.tile_floats());
+        let tile_base = (UNIT_POS / WARP) * comptime!(geo.warp_key_words());
         let per_lane = comptime!(d / WARP);
         #[unroll]
         for h in 0..group {
             #[unroll]
             for k in 0..per_lane {
                 tile[(tile_base + h * d + lane + WARP * k) as usize] =
-                    partial.acc[comptime!((h * per_lane + k) as usize)];
+                    u32::reinterpret(partial.acc[comptime!((h * per_lane + k) as usize)]);
             }
         }
         sync_plane();
@@ -366,7 +386,7 @@ fn float_start<F: Float>(
                     for r in 0..2u32 {
                         let channel = PRODUCT_ROWS * c + g + 8 * r;
                         state.acc[comptime!((4 * c + 2 * r + e) as usize)] =
-                            tile[(tile_base + head * d + channel) as usize];
+                            f32::reinterpret(tile[(tile_base + head * d + channel) as usize]);
                     }
                 }
             }
@@ -401,7 +421,7 @@ fn block_warp(
     k_params: &Array<u32>,
     v_words: &Array<u32>,
     v_params: &Array<u32>,
-    tile: &mut SharedMemory<f32>,
+    stage: &mut PairStage,
     run: &BlockRun,
     state: &mut RunningSoftmax,
     target: &SplitOut,
@@ -430,11 +450,11 @@ fn block_warp(
     }
     let lanes = RunLanes { side, result_side, g, t };
     if comptime!(geo.stage == StagePlan::Steps) {
-        steps_run(&own_q, k_words, k_params, v_words, v_params, tile, run, state, &lanes, geo);
+        steps_run(&own_q, k_words, k_params, v_words, v_params, stage, run, state, &lanes, geo);
     } else if comptime!(geo.stage == StagePlan::Halves) {
-        halves_run(&own_q, k_words, k_params, v_words, v_params, tile, run, state, &lanes, geo);
+        halves_run(&own_q, k_words, k_params, v_words, v_params, stage, run, state, &lanes, geo);
     } else {
-        direct_run(&own_q, k_words, k_params, v_words, v_params, tile, run, state, &lanes, geo);
+        direct_run(&own_q, k_words, k_params, v_words, v_params, stage, run, state, &lanes, geo);
     }
     if comptime!(geo.paired()) {
         join_sides(state, geo);

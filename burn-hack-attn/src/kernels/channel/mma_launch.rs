@@ -27,19 +27,21 @@ use super::{
     ChannelView,
 };
 
-/// The most warps per cube (fewer where their tiles do not fit in shared memory; staged,
-/// [`StagePlan`], only where this many warps' stages fit). Each warp runs
-/// on its own blocks with no cube-wide synchronization; the count sets CUDA's launch bound, which
-/// caps a lane's registers at `SM_REGISTERS / units`. The kernel takes
-/// [`UNBOUNDED_LANE_REGISTERS`], so an SM holds 8 of its warps at any count up to 8. At 32K batch
-/// 8 on an H200 (`results/hack-decode-channel-h200.md`): 4 warps, kernel 191 µs and merge 13 µs
-/// (5 times the splits); 8 warps, 213 and 5; 16 warps (bound 128 registers, spills), 214 and 7:
-/// steps within the spread between calls. 8 keeps every register with few splits to merge. With
-/// two blocks a product step (`ChannelMmaGeometry::paired`), a build that read the queries from
+/// Warps per cube where a stage fits ([`StagePlan`]). Each warp runs on its own blocks with no
+/// cube-wide synchronization; the count sets CUDA's launch bound, which caps a lane's registers
+/// at `SM_REGISTERS / units`. At 32K batch 8 on an H200 (`results/hack-decode-channel-h200.md`):
+/// 4 warps, kernel 191 µs and merge 13 µs (5 times the splits); 8 warps, 213 and 5; 16 warps
+/// (bound 128 registers, spills), 214 and 7: steps within the spread between calls. With two
+/// blocks a product step (`ChannelMmaGeometry::paired`), a build that read the queries from
 /// shared memory: pipelined steps of 180, 196 and 187 µs at 8, 12 and 16 warps; with the float
-/// slots in every warp, 110 µs at 8 warps and 121 at 10 (31.7 and 33.8 µs at batch 1)
-/// (`results/hack-decode-channel-h200.md`).
-const WARPS: u32 = 8;
+/// slots in every warp, 110 µs at 8 warps and 121 at 10. Staged `hack2` (session 61): 73–75 µs
+/// at 8 warps, 88–90 at 10 and 85–89 at 12; at 64K about the same at 8 and 12 (fewer steps a
+/// warp, each slower: the SM's issue, not the warps' latency, bounds a staged step).
+const STAGED_WARPS: u32 = 8;
+/// The most warps per cube that load their blocks from the caches (where no stage fits): more
+/// warps keep more loads in flight. 12 is the most whose launch bound (170 registers) holds the
+/// kernel without spills; `hack4` (session 61): 102 µs at 32K batch 8 against 111 at 8 warps.
+const DIRECT_WARPS: u32 = 12;
 /// Registers a lane of the kernel takes without a launch bound (246 at Llama's heads and 64-slot
 /// 2-bit blocks on CUDA).
 const UNBOUNDED_LANE_REGISTERS: u32 = 246;
@@ -79,19 +81,20 @@ pub fn channel_mma_geometry(
         key_bits: portable.key_bits,
         value_bits: portable.value_bits,
         value_group: portable.value_group,
-        warps: WARPS,
+        warps: STAGED_WARPS,
         stage: StagePlan::Steps,
     };
-    // The largest stage that `WARPS` warps fit; otherwise as many warps as their tiles allow,
-    // each loading from the caches.
+    // The largest stage that `STAGED_WARPS` warps fit (each warp's tile in its key rows);
+    // otherwise up to `DIRECT_WARPS` warps, as many as their tiles allow, each loading from the
+    // caches.
     let device_bytes = properties.hardware.max_shared_memory_size as u32;
     let staged = [StagePlan::Steps, StagePlan::Halves]
         .map(|stage| ChannelMmaGeometry { stage, ..geo })
         .into_iter()
-        .find(|staged| staged.shared_bytes() <= device_bytes);
+        .find(|staged| staged.tile_fits_keys() && staged.shared_bytes() <= device_bytes);
     let geo = staged.unwrap_or_else(|| {
         let direct = ChannelMmaGeometry { stage: StagePlan::Direct, warps: 1, ..geo };
-        ChannelMmaGeometry { warps: (device_bytes / direct.shared_bytes()).min(WARPS), ..direct }
+        ChannelMmaGeometry { warps: (device_bytes / direct.shared_bytes()).min(DIRECT_WARPS), ..direct }
     });
     let warps = geo.warps;
     let applies = mma.contains(&product(ElemType::Int(IntKind::I8)))
@@ -150,10 +153,12 @@ pub fn channel_mma_decode_launch<R: CubeRuntime, BT: BoolElement>(
     // metadata `(stream · blocks + b) · d + j`; value rows `(stream · blocks + b) · d + j` of
     // `value_row_words` words; value metadata `((stream · blocks + b) · Π + slot) · groups + vg`
     // (the tensors' own shapes, contiguous); queries of its stream's heads `< group`; its own
-    // part of the shared tile (`tile_floats`, at least `group · d` and `8 · Π`). Staged, it copies
-    // those blocks' key rows, value rows and metadata whole (16-byte copies inside each block's
-    // contiguous parts, which are multiples of 16 bytes) into its own stage regions, each sized
-    // for one step's blocks, and reads them there at the same offsets within a block. Its
+    // tile (`tile_floats` words, at least `group · d` and `8 · Π`: unstaged its part of the key
+    // rows buffer, staged the key rows of the region it reads, which `tile_fits_keys` holds).
+    // Staged, it copies those blocks' key rows, value rows and metadata whole (16-byte copies
+    // inside each block's contiguous parts, which are multiples of 16 bytes) into its own stage
+    // regions, each sized for one step's blocks, and reads them there at the same offsets within
+    // a block. Its
     // float slots are `i < sinks + tail` of its stream (the share is clamped to that count), a
     // sink's row only for `i < sinks` and a tail row's otherwise (branches; row `stream · rows +
     // i` of a buffer of `streams · rows` rows, `i` below its filled ones). Partial outputs go to

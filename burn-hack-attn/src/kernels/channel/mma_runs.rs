@@ -9,9 +9,9 @@ use cubecl::prelude::*;
 use crate::kernels::copy_barriers::{copy_barriers, CopyGroups};
 
 use super::{
-    mma_block::{attend_keys, attend_values, block_pair, BlockPair, RunningSoftmax},
+    mma_block::{attend_keys, attend_values, block_pair, exchange_numerators, BlockPair, RunningSoftmax},
     mma_kernel::{BlockRun, ChannelMmaGeometry},
-    mma_stage::{copy_keys, copy_values, pair_at, pair_stage, KEY_BARRIER, VALUE_BARRIER},
+    mma_stage::{copy_keys, copy_values, pair_at, PairStage, KEY_BARRIER, VALUE_BARRIER},
 };
 
 /// Where lane `4g + t` sits in a product step: the block of its operand column (`side`) and of
@@ -47,7 +47,7 @@ pub(super) fn direct_run(
     k_params: &Array<u32>,
     v_words: &Array<u32>,
     v_params: &Array<u32>,
-    tile: &mut SharedMemory<f32>,
+    stage: &mut PairStage,
     run: &BlockRun,
     state: &mut RunningSoftmax,
     lanes: &RunLanes,
@@ -57,8 +57,9 @@ pub(super) fn direct_run(
     for step in 0..run_steps(run, geo) {
         let pair = step_pair(run, lanes, step, geo);
         let at = pair_at(pair.first, pair.second, pair.own, geo);
-        let numerators =
-            attend_keys::<Array<u32>>(own_q, k_words, k_params, &at, &pair, tile, state, run, side, g, t, geo);
+        let scored = attend_keys::<Array<u32>>(own_q, k_words, k_params, &at, &pair, state, run, side, g, t, geo);
+        let tile_base = (UNIT_POS / WARP) * comptime!(geo.warp_key_words());
+        let numerators = exchange_numerators(&mut stage.key_words, tile_base, scored, g, t, geo);
         attend_values::<Array<u32>>(v_words, v_params, &at, &numerators, state, side, g, t, geo);
     }
 }
@@ -73,14 +74,13 @@ pub(super) fn steps_run(
     k_params: &Array<u32>,
     v_words: &Array<u32>,
     v_params: &Array<u32>,
-    tile: &mut SharedMemory<f32>,
+    stage: &mut PairStage,
     run: &BlockRun,
     state: &mut RunningSoftmax,
     lanes: &RunLanes,
     #[comptime] geo: ChannelMmaGeometry,
 ) {
     let (side, g, t, per) = (lanes.side, lanes.g, lanes.t, comptime!(geo.blocks_per_step()));
-    let mut stage = pair_stage(geo);
     // The warp's own pair of barriers (initializing them synchronizes the cube).
     let split = comptime!(CopyGroups { groups: geo.warps, units: WARP });
     let copies = copy_barriers(split);
@@ -88,8 +88,8 @@ pub(super) fn steps_run(
     let steps = run_steps(run, geo);
     if steps > 0 {
         let pair = step_pair(run, lanes, 0u32, geo);
-        copy_keys(k_words, k_params, &mut stage, first_region, pair.first, pair.second, geo);
-        copy_values(v_words, v_params, &mut stage, first_region, pair.first, pair.second, geo);
+        copy_keys(k_words, k_params, stage, first_region, pair.first, pair.second, geo);
+        copy_values(v_words, v_params, stage, first_region, pair.first, pair.second, geo);
         copies.commit(false, split);
     }
     for step in 0..steps {
@@ -99,21 +99,20 @@ pub(super) fn steps_run(
         if step + 1 < steps {
             let next = step_pair(run, lanes, step + 1, geo);
             let next_region = first_region + (step + 1) % 2;
-            copy_keys(k_words, k_params, &mut stage, next_region, next.first, next.second, geo);
-            copy_values(v_words, v_params, &mut stage, next_region, next.first, next.second, geo);
+            copy_keys(k_words, k_params, stage, next_region, next.first, next.second, geo);
+            copy_values(v_words, v_params, stage, next_region, next.first, next.second, geo);
             copies.commit(!second, split);
         }
         copies.wait(second, split);
         let pair = step_pair(run, lanes, step, geo);
         let staged = per * (first_region + step % 2);
         let at = pair_at(staged, staged + per - 1, staged + side, geo);
-        let numerators = attend_keys::<SharedMemory<u32>>(
+        let scored = attend_keys::<SharedMemory<u32>>(
             own_q,
             &stage.key_words,
             &stage.key_params,
             &at,
             &pair,
-            tile,
             state,
             run,
             side,
@@ -121,6 +120,8 @@ pub(super) fn steps_run(
             t,
             geo,
         );
+        let tile_base = (first_region + step % 2) * comptime!(geo.step_key_words());
+        let numerators = exchange_numerators(&mut stage.key_words, tile_base, scored, g, t, geo);
         attend_values::<SharedMemory<u32>>(
             &stage.value_words,
             &stage.value_params,
@@ -146,14 +147,13 @@ pub(super) fn halves_run(
     k_params: &Array<u32>,
     v_words: &Array<u32>,
     v_params: &Array<u32>,
-    tile: &mut SharedMemory<f32>,
+    stage: &mut PairStage,
     run: &BlockRun,
     state: &mut RunningSoftmax,
     lanes: &RunLanes,
     #[comptime] geo: ChannelMmaGeometry,
 ) {
     let (side, g, t, per) = (lanes.side, lanes.g, lanes.t, comptime!(geo.blocks_per_step()));
-    let mut stage = pair_stage(geo);
     // The warp's own pair of barriers (initializing them synchronizes the cube).
     let split = comptime!(CopyGroups { groups: geo.warps, units: WARP });
     let copies = copy_barriers(split);
@@ -163,9 +163,9 @@ pub(super) fn halves_run(
     let steps = run_steps(run, geo);
     if steps > 0 {
         let pair = step_pair(run, lanes, 0u32, geo);
-        copy_keys(k_words, k_params, &mut stage, region, pair.first, pair.second, geo);
+        copy_keys(k_words, k_params, stage, region, pair.first, pair.second, geo);
         copies.commit(KEY_BARRIER, split);
-        copy_values(v_words, v_params, &mut stage, region, pair.first, pair.second, geo);
+        copy_values(v_words, v_params, stage, region, pair.first, pair.second, geo);
         copies.commit(VALUE_BARRIER, split);
     }
     for step in 0..steps {
@@ -173,14 +173,12 @@ pub(super) fn halves_run(
         let next = step_pair(run, lanes, step + 1, geo);
         let more = step + 1 < steps;
         copies.wait(KEY_BARRIER, split);
-        // Returns once every lane has read the key region.
-        let numerators = attend_keys::<SharedMemory<u32>>(
+        let scored = attend_keys::<SharedMemory<u32>>(
             own_q,
             &stage.key_words,
             &stage.key_params,
             &at,
             &pair,
-            tile,
             state,
             run,
             side,
@@ -188,8 +186,11 @@ pub(super) fn halves_run(
             t,
             geo,
         );
+        // Returns once every lane has read the key region (the step's keys, then its tile).
+        let numerators =
+            exchange_numerators(&mut stage.key_words, region * comptime!(geo.step_key_words()), scored, g, t, geo);
         if more {
-            copy_keys(k_words, k_params, &mut stage, region, next.first, next.second, geo);
+            copy_keys(k_words, k_params, stage, region, next.first, next.second, geo);
             copies.commit(KEY_BARRIER, split);
         }
         copies.wait(VALUE_BARRIER, split);
@@ -207,7 +208,7 @@ pub(super) fn halves_run(
         // Every lane has read the value region before the next copies overwrite it.
         sync_plane();
         if more {
-            copy_values(v_words, v_params, &mut stage, region, next.first, next.second, geo);
+            copy_values(v_words, v_params, stage, region, next.first, next.second, geo);
             copies.commit(VALUE_BARRIER, split);
         }
     }

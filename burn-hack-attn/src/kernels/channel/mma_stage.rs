@@ -32,7 +32,9 @@ pub(super) const VALUE_BARRIER: bool = true;
 const COPY_WORDS: u32 = 4;
 
 /// The cube's stage, every region's buffers side by side (warp `w`'s regions from
-/// `w · regions`).
+/// `w · regions`). The key rows also hold each warp's tile (at `w ·`
+/// [`ChannelMmaGeometry::warp_key_words`]); unstaged, they hold only the tiles, and the other
+/// buffers one copy's words each.
 #[derive(CubeType)]
 pub(super) struct PairStage {
     pub key_words: SharedMemory<u32>,
@@ -46,11 +48,17 @@ pub(super) struct PairStage {
 pub(super) fn pair_stage(#[comptime] geo: ChannelMmaGeometry) -> PairStage {
     let regions = comptime!(geo.stage.regions() * geo.warps);
     PairStage {
-        key_words: SharedMemory::new_aligned(comptime!((regions * geo.step_key_words()) as usize), 16usize),
-        key_params: SharedMemory::new_aligned(comptime!((regions * geo.step_key_params()) as usize), 16usize),
-        value_words: SharedMemory::new_aligned(comptime!((regions * geo.step_value_words()) as usize), 16usize),
-        value_params: SharedMemory::new_aligned(comptime!((regions * geo.step_value_params()) as usize), 16usize),
+        key_words: SharedMemory::new_aligned(comptime!((geo.warps * geo.warp_key_words()) as usize), 16usize),
+        key_params: SharedMemory::new_aligned(comptime!(buffer_words(regions, geo.step_key_params())), 16usize),
+        value_words: SharedMemory::new_aligned(comptime!(buffer_words(regions, geo.step_value_words())), 16usize),
+        value_params: SharedMemory::new_aligned(comptime!(buffer_words(regions, geo.step_value_params())), 16usize),
     }
+}
+
+/// Words of a stage buffer of `regions` regions of `words` each: at least one copy's, so that an
+/// unstaged cube's unused buffers are not empty.
+fn buffer_words(regions: u32, words: u32) -> usize {
+    (regions * words).max(COPY_WORDS) as usize
 }
 
 /// Where a step's blocks lie in the buffers it reads (the caches, or a region of the stage), as
@@ -215,22 +223,30 @@ mod tests {
         // Key rows: 2 blocks × 128 slots × 8 words; value rows: 2 × 128 channels × 8; metadata:
         // 2 × 128 key words, 2 × 128 slots × 1 value group.
         assert_eq!(step, [2048, 2048, 256, 256]);
-        // Tiles 32 KiB; per warp one region of 18 KiB (keys and values 9 KiB each) and 16 bytes
-        // of barriers. Two regions a warp would not fit.
-        assert_eq!(hack2.shared_bytes(), 32 * 1024 + 8 * (18 * 1024 + 16));
-        assert!(hack2.shared_bytes() <= HOPPER_SHARED_BYTES);
+        // Per warp one region of 18 KiB (keys and values 9 KiB each, the key rows holding its
+        // 4 KiB tile) and 16 bytes of barriers: 12 warps fit. Two regions a warp would not.
+        assert!(hack2.tile_fits_keys());
+        assert_eq!(hack2.shared_bytes(), 8 * (18 * 1024 + 16));
+        let twelve = ChannelMmaGeometry { warps: 12, ..hack2 };
+        assert!(twelve.shared_bytes() <= HOPPER_SHARED_BYTES);
         assert!(ChannelMmaGeometry { stage: StagePlan::Steps, ..hack2 }.shared_bytes() > HOPPER_SHARED_BYTES);
-        // 64-slot blocks: tiles 16 KiB, two regions of 10 KiB a warp.
+        // 64-slot blocks: two regions of 10 KiB a warp.
         let narrow = geometry(64, 2, 2, StagePlan::Steps);
-        assert_eq!(narrow.shared_bytes(), 16 * 1024 + 8 * (2 * 10 * 1024 + 16));
+        assert!(narrow.tile_fits_keys());
+        assert_eq!(narrow.shared_bytes(), 8 * (2 * 10 * 1024 + 16));
         assert!(narrow.shared_bytes() <= HOPPER_SHARED_BYTES);
-        // hack3 and hack4 (Π = 128, 4-bit keys) do not fit at 8 warps; they load from the caches.
-        for (kb, vb) in [(4, 2), (4, 4)] {
-            let staged = geometry(128, kb, vb, StagePlan::Halves);
-            assert!(staged.shared_bytes() > HOPPER_SHARED_BYTES);
-            let direct = ChannelMmaGeometry { stage: StagePlan::Direct, ..staged };
-            assert_eq!(direct.shared_bytes(), 4 * 8 * 8 * 128);
-        }
+        // hack3 (4-bit keys, 2-bit values): one region of 26 KiB a warp fits 8 warps.
+        assert!(geometry(128, 4, 2, StagePlan::Halves).shared_bytes() <= HOPPER_SHARED_BYTES);
+        // hack4 (34 KiB a region) does not: it loads from the caches, each warp's tile in shared
+        // memory (and one 16-byte copy's words of each unused buffer).
+        let staged = geometry(128, 4, 4, StagePlan::Halves);
+        assert!(staged.shared_bytes() > HOPPER_SHARED_BYTES);
+        let direct = ChannelMmaGeometry { stage: StagePlan::Direct, ..staged };
+        assert_eq!(direct.shared_bytes(), 4 * 8 * 8 * 128 + 3 * 16);
+        // One block a step (more than 4 query heads a KV head) at Π = 64: the step's 512 key row
+        // words cannot hold the 8 heads' float slots outputs (1024 floats).
+        let unpaired = ChannelMmaGeometry { group: 8, ..geometry(64, 2, 2, StagePlan::Halves) };
+        assert!(!unpaired.tile_fits_keys());
     }
 
     #[test]
