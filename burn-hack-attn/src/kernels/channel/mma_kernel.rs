@@ -74,7 +74,7 @@ use super::{
     mma_block::RunningSoftmax,
     mma_operands::{position, PackedDepth, PRODUCT_COLUMNS, PRODUCT_ROWS},
     mma_runs::{direct_run, halves_run, steps_run, RunLanes},
-    mma_stage::{pair_stage, PairStage},
+    mma_stage::{pair_stage, warp_key_start, PairStage},
 };
 
 /// Shapes fixed at compile time.
@@ -360,7 +360,7 @@ fn float_start<F: Float>(
             group,
             d,
         );
-        let tile_base = (UNIT_POS / WARP) * comptime!(geo.warp_key_words());
+        let tile_base = warp_key_start(geo);
         let per_lane = comptime!(d / WARP);
         #[unroll]
         for h in 0..group {

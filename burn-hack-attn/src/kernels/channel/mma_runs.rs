@@ -11,7 +11,7 @@ use crate::kernels::copy_barriers::{copy_barriers, CopyGroups};
 use super::{
     mma_block::{attend_keys, attend_values, block_pair, exchange_numerators, BlockPair, RunningSoftmax},
     mma_kernel::{BlockRun, ChannelMmaGeometry},
-    mma_stage::{copy_keys, copy_values, pair_at, PairStage, KEY_BARRIER, VALUE_BARRIER},
+    mma_stage::{copy_keys, copy_values, pair_at, warp_key_start, PairStage, KEY_BARRIER, VALUE_BARRIER},
 };
 
 /// Where lane `4g + t` sits in a product step: the block of its operand column (`side`) and of
@@ -54,11 +54,11 @@ pub(super) fn direct_run(
     #[comptime] geo: ChannelMmaGeometry,
 ) {
     let (side, g, t) = (lanes.side, lanes.g, lanes.t);
+    let tile_base = warp_key_start(geo);
     for step in 0..run_steps(run, geo) {
         let pair = step_pair(run, lanes, step, geo);
         let at = pair_at(pair.first, pair.second, pair.own, geo);
         let scored = attend_keys::<Array<u32>>(own_q, k_words, k_params, &at, &pair, state, run, side, g, t, geo);
-        let tile_base = (UNIT_POS / WARP) * comptime!(geo.warp_key_words());
         let numerators = exchange_numerators(&mut stage.key_words, tile_base, scored, g, t, geo);
         attend_values::<Array<u32>>(v_words, v_params, &at, &numerators, state, side, g, t, geo);
     }
@@ -85,6 +85,7 @@ pub(super) fn steps_run(
     let split = comptime!(CopyGroups { groups: geo.warps, units: WARP });
     let copies = copy_barriers(split);
     let first_region = 2 * (UNIT_POS / WARP);
+    let first_keys = warp_key_start(geo);
     let steps = run_steps(run, geo);
     if steps > 0 {
         let pair = step_pair(run, lanes, 0u32, geo);
@@ -120,7 +121,7 @@ pub(super) fn steps_run(
             t,
             geo,
         );
-        let tile_base = (first_region + step % 2) * comptime!(geo.step_key_words());
+        let tile_base = first_keys + (step % 2) * comptime!(geo.step_key_words());
         let numerators = exchange_numerators(&mut stage.key_words, tile_base, scored, g, t, geo);
         attend_values::<SharedMemory<u32>>(
             &stage.value_words,
@@ -158,6 +159,7 @@ pub(super) fn halves_run(
     let split = comptime!(CopyGroups { groups: geo.warps, units: WARP });
     let copies = copy_barriers(split);
     let region = UNIT_POS / WARP;
+    let tile_base = warp_key_start(geo);
     let staged = per * region;
     let at = pair_at(staged, staged + per - 1, staged + side, geo);
     let steps = run_steps(run, geo);
@@ -187,8 +189,7 @@ pub(super) fn halves_run(
             geo,
         );
         // Returns once every lane has read the key region (the step's keys, then its tile).
-        let numerators =
-            exchange_numerators(&mut stage.key_words, region * comptime!(geo.step_key_words()), scored, g, t, geo);
+        let numerators = exchange_numerators(&mut stage.key_words, tile_base, scored, g, t, geo);
         if more {
             copy_keys(k_words, k_params, stage, region, next.first, next.second, geo);
             copies.commit(KEY_BARRIER, split);

@@ -55,6 +55,13 @@ pub(super) fn pair_stage(#[comptime] geo: ChannelMmaGeometry) -> PairStage {
     }
 }
 
+/// The first word of the calling warp's part of the stage's key rows buffer: its first region's
+/// key rows, where its tile lies until its first copies land (unstaged, its tile).
+#[cube]
+pub(super) fn warp_key_start(#[comptime] geo: ChannelMmaGeometry) -> u32 {
+    (UNIT_POS / WARP) * comptime!(geo.warp_key_words())
+}
+
 /// Words of a stage buffer of `regions` regions of `words` each: at least one copy's, so that an
 /// unstaged cube's unused buffers are not empty.
 fn buffer_words(regions: u32, words: u32) -> usize {
