@@ -9,8 +9,8 @@ use super::{
     mma_chains::{chain, chains, chains_max, chains_sum},
     mma_kernel::{BlockRun, ChannelMmaGeometry},
     mma_operands::{
-        column_max, column_registers, column_sum, heads_of_lane, lane_position, lane_rows, product_rows, tile_products,
-        WordList, PRODUCT_COLUMNS, PRODUCT_ROWS,
+        column_max, column_registers, column_sum, heads_of_lane, lane_position, lane_rows, position_words,
+        product_rows, tile_products, WordList, PRODUCT_COLUMNS, PRODUCT_ROWS,
     },
     mma_stage::PairAt,
 };
@@ -93,9 +93,11 @@ pub(super) fn attend_keys<W: WordList>(
 }
 
 /// The `scored` step's numerators to column `g`'s lanes through the warp's tile (from `tile_base`
-/// of `tile`, f32 bits): head `2t + e`'s slot `16i + g + 8r` at `(2t + e) · Π + slot` (indices in
-/// 64 bits, as for `LaneRows`). Staged, the tile lies in the key rows the step has scored: it
-/// first waits for every lane to have read them. When it returns, every lane has read the tile.
+/// of `tile`, f32 bits): head `2t + e`'s slot `16i + g + 8r` at `(2t + e) · stride + slot`
+/// ([`ChannelMmaGeometry::tile_stride`]; indices in 64 bits, as for `LaneRows`), read back as
+/// 16-byte vectors of 4 consecutive slots (a word's codes lie at consecutive slots). Staged, the
+/// tile lies in the key rows the step has scored: it first waits for every lane to have read them.
+/// When it returns, every lane has read the tile.
 #[cube]
 pub(super) fn exchange_numerators(
     tile: &mut SharedMemory<u32>,
@@ -105,17 +107,17 @@ pub(super) fn exchange_numerators(
     t: u32,
     #[comptime] geo: ChannelMmaGeometry,
 ) -> StepNumerators {
-    let (pi, per) = comptime!((geo.partition, geo.blocks_per_step()));
+    let (pi, per, stride) = comptime!((geo.partition, geo.blocks_per_step(), geo.tile_stride()));
     let column_head = g % comptime!(PRODUCT_COLUMNS / per);
     sync_plane();
-    let written = (tile_base + 2 * t * pi + g) as usize;
+    let written = (tile_base + 2 * t * stride + g) as usize;
     #[unroll]
     for i in 0..comptime!(pi / PRODUCT_ROWS) {
         #[unroll]
         for r in 0..2u32 {
             #[unroll]
             for e in 0..2u32 {
-                let offset = comptime!((e * pi + PRODUCT_ROWS * i + 8 * r) as usize);
+                let offset = comptime!((e * stride + PRODUCT_ROWS * i + 8 * r) as usize);
                 tile[written + offset] = u32::reinterpret(scored.s[comptime!(((2 * i + r) * 2 + e) as usize)]);
             }
         }
@@ -123,10 +125,11 @@ pub(super) fn exchange_numerators(
     sync_plane();
     let values = comptime!(geo.value_depth());
     let mut own_p = Array::<f32>::new(comptime!(values.lane_codes() as usize));
-    let read = (tile_base + g * pi + lane_position(t, values)) as usize;
+    let read = (tile_base + g * stride + lane_position(t, values)) as usize;
+    let words = position_words(tile, read, values);
     #[unroll]
     for i in 0..comptime!(values.lane_codes()) {
-        let p = f32::reinterpret(tile[read + comptime!(values.code_position(0, i) as usize)]);
+        let p = f32::reinterpret(words[i as usize]);
         own_p[i as usize] = select(column_head < comptime!(geo.group), p, 0.0);
     }
     sync_plane();
@@ -451,6 +454,64 @@ pub(super) fn block_outputs<W: WordList>(
                 let at = comptime!((4 * c + 2 * r + e) as usize);
                 let meta = comptime!((2 * vg + e) as usize);
                 acc[at] += weights.factor[meta] * f32::cast_from(dots[r as usize][e as usize]) + weights.offset[meta];
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{ChannelMmaGeometry, StagePlan};
+    use super::*;
+    use std::collections::{BTreeMap, BTreeSet};
+
+    /// Shared memory banks of 4 bytes.
+    const BANKS: u32 = 32;
+
+    /// The wavefronts of a warp's shared memory access of `width` words (1 or 4) at word `at(g, t)`
+    /// for lane `4g + t`: lanes go `32 / width` at a time, and each time the most distinct
+    /// addresses in one bank (lanes reading the same word share it).
+    fn wavefronts(width: u32, at: impl Fn(u32, u32) -> u32) -> usize {
+        let per_phase = 32 / width;
+        (0..width)
+            .map(|phase| {
+                let mut banks: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
+                for lane in phase * per_phase..(phase + 1) * per_phase {
+                    let word = at(lane / 4, lane % 4);
+                    for k in 0..width {
+                        banks.entry((word + k) % BANKS).or_default().insert(word);
+                    }
+                }
+                banks.values().map(BTreeSet::len).max().unwrap()
+            })
+            .sum()
+    }
+
+    #[test]
+    fn the_numerators_tile_takes_one_wavefront_a_write_and_at_most_two_a_vector_read() {
+        for (partition, value_bits) in [(32, 2), (64, 2), (128, 2), (64, 4), (128, 4)] {
+            let geo = ChannelMmaGeometry {
+                group: 4,
+                head_dim: 128,
+                partition,
+                key_bits: 4,
+                value_bits,
+                value_group: partition.min(128),
+                warps: 8,
+                stage: StagePlan::Halves,
+            };
+            let (stride, values) = (geo.tile_stride(), geo.value_depth());
+            // `exchange_numerators`: lane `4g + t` writes column `2t + e`, slot `16i + 8r + g`.
+            for (i, r, e) in [(0, 0, 0), (1, 1, 1), (partition / PRODUCT_ROWS - 1, 0, 1)] {
+                let written = |g: u32, t: u32| (2 * t + e) * stride + PRODUCT_ROWS * i + 8 * r + g;
+                assert_eq!(wavefronts(1, written), 1, "Π = {partition}");
+            }
+            // It reads column `g`'s slots from `lane_position(t)` in runs of 4.
+            let (least, most) = (4, if value_bits == 2 { 8 } else { 4 });
+            for q in 0..values.lane_codes() / 4 {
+                let read = |g: u32, t: u32| g * stride + values.code_position(t, 0) + values.quad_position(q);
+                let taken = wavefronts(4, read);
+                assert!((least..=most).contains(&taken), "Π = {partition}, {value_bits}-bit, run {q}: {taken}");
             }
         }
     }

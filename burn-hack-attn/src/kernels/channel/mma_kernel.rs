@@ -40,7 +40,8 @@
 //! running max, mass and outputs are those two heads', and the log-sum-exp merge of a block is
 //! lane-local. The second operands are per head `g` (the lane's column), so the lane quantizes
 //! head `g`'s query over its channels and head `g`'s weights over its slots; the numerators reach
-//! it through the warp's shared tile (`[8 heads × Π]`), and the heads' scales through shuffles.
+//! it through the warp's shared tile (8 heads × Π, padded: [`TILE_PAD`]), and the heads' scales
+//! through shuffles.
 //!
 //! **Two blocks a product** where a KV head has at most 4 query heads
 //! ([`ChannelMmaGeometry::paired`]; Llama's and SmolLM2's GQA): with one block a product, half the
@@ -76,6 +77,16 @@ use super::{
     mma_runs::{direct_run, halves_run, steps_run, RunLanes},
     mma_stage::{pair_stage, warp_key_start, PairStage},
 };
+
+/// Floats after each column's Π numerators in a warp's tile, so that few lanes meet in one shared
+/// memory bank (32 banks of 4 bytes). Lane `4g + t` writes column `2t + e` at slot `16i + 8r + g`:
+/// with a stride of Π + 4 (≡ 4 banks mod 32, Π a multiple of 32) column `2t` starts `8t` banks
+/// on, and the warp's 32 writes take 32 banks, where a stride of Π put 4 lanes in each of 8 banks.
+/// It reads column `g` at its slots in 16-byte vectors, 8 lanes at a time: for 2-bit values
+/// (slots `16t + 4m`) two of them share banks, four with a stride of Π; for 4-bit values (`8t +
+/// 4m`) none. On an H200 the padded tile and its vector reads took `hack2`'s step from 74–75 to
+/// 70–72 µs at 32K batch 8 (`results/hack-decode-channel-h200.md`, session 62).
+pub const TILE_PAD: u32 = 4;
 
 /// Shapes fixed at compile time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -196,10 +207,15 @@ impl ChannelMmaGeometry {
         self.blocks_per_step() * self.partition * self.value_groups()
     }
 
+    /// Floats between two columns' numerators in a warp's tile: Π and [`TILE_PAD`].
+    pub fn tile_stride(&self) -> u32 {
+        self.partition + TILE_PAD
+    }
+
     /// Floats of a warp's tile: its float slots' outputs, `[group × head_dim]`, then each block
-    /// step's numerators, `[8 × Π]`.
+    /// step's numerators, 8 columns of [`Self::tile_stride`].
     pub fn tile_floats(&self) -> u32 {
-        (self.group * self.head_dim).max(PRODUCT_COLUMNS * self.partition)
+        (self.group * self.head_dim).max(PRODUCT_COLUMNS * self.tile_stride())
     }
 
     /// Whether a step's key rows can hold a warp's tile: staged, the tile lives in the key rows of

@@ -153,7 +153,7 @@ pub fn channel_mma_decode_launch<R: CubeRuntime, BT: BoolElement>(
     // metadata `(stream · blocks + b) · d + j`; value rows `(stream · blocks + b) · d + j` of
     // `value_row_words` words; value metadata `((stream · blocks + b) · Π + slot) · groups + vg`
     // (the tensors' own shapes, contiguous); queries of its stream's heads `< group`; its own
-    // tile (`tile_floats` words, at least `group · d` and `8 · Π`: unstaged its part of the key
+    // tile (`tile_floats` words, at least `group · d` and 8 columns of `Π + TILE_PAD`: unstaged its part of the key
     // rows buffer, staged the key rows of the region it reads, which `tile_fits_keys` holds).
     // Staged, it copies those blocks' key rows, value rows and metadata whole (16-byte copies
     // inside each block's contiguous parts, which are multiples of 16 bytes) into its own stage

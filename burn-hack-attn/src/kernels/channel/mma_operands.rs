@@ -145,6 +145,22 @@ impl PackedDepth {
         self.position(t, register / self.fields(), register % self.fields(), b)
     }
 
+    /// The first position (for `t = 0`) of the lane's `q`-th run of 4 consecutive positions: a
+    /// word's codes lie at consecutive positions.
+    pub fn quad_position(&self, q: u32) -> u32 {
+        let (word, within) = ((4 * q) / self.word_codes(), (4 * q) % self.word_codes());
+        self.word_codes() * QUAD * word + within
+    }
+
+    /// The lane's code (of [`Self::lane_codes`]) at `position` (for `t = 0`): the inverse of
+    /// [`Self::code_position`].
+    pub fn code_at(&self, position: u32) -> u32 {
+        let word = position / (self.word_codes() * QUAD);
+        let within = position % self.word_codes();
+        let (b, field) = (within / self.fields(), within % self.fields());
+        4 * self.register(word, field) + b
+    }
+
     /// The mask of field 0 in every byte.
     fn field_mask(&self) -> u32 {
         ((1u32 << self.bits) - 1) * 0x0101_0101
@@ -169,6 +185,25 @@ pub(super) fn position(t: u32, #[comptime] code: u32, #[comptime] depth: PackedD
 #[cube]
 pub(super) fn lane_position(t: u32, #[comptime] depth: PackedDepth) -> u32 {
     comptime!(depth.word_codes()) * t
+}
+
+/// The lane's words of a shared list with one word a depth position (the numerators tile), from
+/// `start` (the list's first word plus [`lane_position`]): `out[code]` is the word at the code's
+/// [`position`]. Each run of 4 consecutive positions ([`PackedDepth::quad_position`]) is one
+/// 16-byte read, `start` being a multiple of 4 words.
+#[cube]
+pub(super) fn position_words(list: &SharedMemory<u32>, start: usize, #[comptime] depth: PackedDepth) -> Array<u32> {
+    let mut out = Array::<u32>::new(comptime!(depth.lane_codes() as usize));
+    #[unroll]
+    for q in 0..comptime!(depth.lane_codes() / 4) {
+        let at = start + comptime!(depth.quad_position(q) as usize);
+        let quad = list.slice(at, at + 4).into_vectorized().with_vector_size::<Const<4>>()[0];
+        #[unroll]
+        for j in 0..4u32 {
+            out[comptime!(depth.code_at(depth.quad_position(q) + j) as usize)] = quad[j as usize];
+        }
+    }
+    out
 }
 
 /// Where lane `4g + t`'s words of a step's packed rows lie in the list it reads: the index of
@@ -466,6 +501,20 @@ mod tests {
                     }
                 }
             }
+        }
+        // The lane's runs of 4 consecutive positions hold each of its codes once.
+        for (bits, row_words) in [(2, 4), (2, 8), (4, 16), (4, 8)] {
+            let depth = PackedDepth { bits, row_words, paired: true };
+            let mut codes = vec![0; depth.lane_codes() as usize];
+            for q in 0..depth.lane_codes() / 4 {
+                for j in 0..4 {
+                    let position = depth.quad_position(q) + j;
+                    let code = depth.code_at(position);
+                    assert_eq!(depth.code_position(0, code), position, "{depth:?}");
+                    codes[code as usize] += 1;
+                }
+            }
+            assert!(codes.iter().all(|&n| n == 1), "{depth:?}");
         }
         assert_eq!(PackedDepth { bits: 2, row_words: 8, paired: true }.lift(), 64);
         assert_eq!(PackedDepth { bits: 4, row_words: 16, paired: true }.lift(), 16);

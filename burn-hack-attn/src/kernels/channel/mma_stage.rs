@@ -203,7 +203,10 @@ fn copy_run<E: CubePrimitive>(
 
 #[cfg(test)]
 mod tests {
-    use super::{super::StagePlan, *};
+    use super::{
+        super::{StagePlan, TILE_PAD},
+        *,
+    };
 
     /// Shared memory a cube may take on a Hopper GPU (227 KiB).
     const HOPPER_SHARED_BYTES: u32 = 227 * 1024;
@@ -249,7 +252,7 @@ mod tests {
         let staged = geometry(128, 4, 4, StagePlan::Halves);
         assert!(staged.shared_bytes() > HOPPER_SHARED_BYTES);
         let direct = ChannelMmaGeometry { stage: StagePlan::Direct, ..staged };
-        assert_eq!(direct.shared_bytes(), 4 * 8 * 8 * 128 + 3 * 16);
+        assert_eq!(direct.shared_bytes(), 4 * 8 * 8 * (128 + TILE_PAD) + 3 * 16);
         // One block a step (more than 4 query heads a KV head) at Π = 64: the step's 512 key row
         // words cannot hold the 8 heads' float slots outputs (1024 floats).
         let unpaired = ChannelMmaGeometry { group: 8, ..geometry(64, 2, 2, StagePlan::Halves) };
@@ -258,10 +261,10 @@ mod tests {
 
     #[test]
     fn a_warps_tile_holds_its_float_slots_outputs_and_a_blocks_numerators() {
-        // Π = 64: 4 heads × 128 channels and 8 columns × 64 slots are both 512 floats.
-        assert_eq!(geometry(64, 2, 2, StagePlan::Steps).tile_floats(), 512);
+        // Π = 64: 4 heads × 128 channels are 512 floats, 8 padded columns 544.
+        assert_eq!(geometry(64, 2, 2, StagePlan::Steps).tile_floats(), 8 * (64 + TILE_PAD));
         // Π = 32: the float slots' outputs are the larger; Π = 128: the numerators.
         assert_eq!(geometry(32, 2, 2, StagePlan::Steps).tile_floats(), 4 * 128);
-        assert_eq!(geometry(128, 4, 4, StagePlan::Direct).tile_floats(), 8 * 128);
+        assert_eq!(geometry(128, 4, 4, StagePlan::Direct).tile_floats(), 8 * (128 + TILE_PAD));
     }
 }

@@ -48,7 +48,7 @@ pub mod select;
 mod view;
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-pub use mma_kernel::{ChannelMmaGeometry, StagePlan};
+pub use mma_kernel::{ChannelMmaGeometry, StagePlan, TILE_PAD};
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub use mma_launch::{channel_mma_decode_launch, channel_mma_geometry};
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
