@@ -75,7 +75,7 @@ use super::{
     mma_block::RunningSoftmax,
     mma_operands::{position, PackedDepth, PRODUCT_COLUMNS, PRODUCT_ROWS},
     mma_runs::{direct_run, halves_run, steps_run, RunLanes},
-    mma_stage::{pair_stage, warp_key_start, PairStage},
+    mma_stage::{pair_stage, stage_buffer_words, warp_key_start, PairStage},
 };
 
 /// Floats after each column's Π numerators in a warp's tile, so that few lanes meet in one shared
@@ -235,16 +235,17 @@ impl ChannelMmaGeometry {
         }
     }
 
-    /// Bytes of shared memory: staged, each warp's stage regions ([`StagePlan::regions`], which
-    /// hold its tile) and their two copy barriers (8 bytes each); unstaged, each warp's tile
-    /// ([`Self::tile_floats`]) and one 16-byte copy's words of each other stage buffer (unused).
+    /// Bytes of shared memory: the stage's buffers as the kernel allocates them (staged, each
+    /// warp's regions, which hold its tile; unstaged, each warp's tile and one 16-byte copy's
+    /// words of each other buffer, unused) and, staged, each warp's two copy barriers (8 bytes
+    /// each).
     pub fn shared_bytes(&self) -> u32 {
-        let step =
-            4 * (self.step_key_words() + self.step_value_words() + self.step_key_params() + self.step_value_params());
-        match self.stage {
-            StagePlan::Direct => 4 * self.warps * self.tile_floats() + 3 * 16,
-            plan => self.warps * (plan.regions() * step + 16),
-        }
+        let buffers: u32 = stage_buffer_words(*self).iter().sum();
+        let barriers = match self.stage {
+            StagePlan::Direct => 0,
+            _ => 16 * self.warps,
+        };
+        4 * buffers + barriers
     }
 }
 

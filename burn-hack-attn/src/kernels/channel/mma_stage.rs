@@ -46,13 +46,27 @@ pub(super) struct PairStage {
 /// The cube's [`PairStage`].
 #[cube]
 pub(super) fn pair_stage(#[comptime] geo: ChannelMmaGeometry) -> PairStage {
-    let regions = comptime!(geo.stage.regions() * geo.warps);
+    let words = comptime!(stage_buffer_words(geo).map(|words| words as usize));
     PairStage {
-        key_words: SharedMemory::new_aligned(comptime!((geo.warps * geo.warp_key_words()) as usize), 16usize),
-        key_params: SharedMemory::new_aligned(comptime!(buffer_words(regions, geo.step_key_params())), 16usize),
-        value_words: SharedMemory::new_aligned(comptime!(buffer_words(regions, geo.step_value_words())), 16usize),
-        value_params: SharedMemory::new_aligned(comptime!(buffer_words(regions, geo.step_value_params())), 16usize),
+        key_words: SharedMemory::new_aligned(comptime!(words[0]), 16usize),
+        key_params: SharedMemory::new_aligned(comptime!(words[1]), 16usize),
+        value_words: SharedMemory::new_aligned(comptime!(words[2]), 16usize),
+        value_params: SharedMemory::new_aligned(comptime!(words[3]), 16usize),
     }
+}
+
+/// Words of the [`PairStage`]'s buffers, in its fields' order: every warp's part of the key rows
+/// ([`ChannelMmaGeometry::warp_key_words`]), and each other buffer's regions, at least one copy's
+/// words (so that an unstaged cube's unused buffers are not empty).
+pub(super) fn stage_buffer_words(geo: ChannelMmaGeometry) -> [u32; 4] {
+    let regions = geo.stage.regions() * geo.warps;
+    let buffer = |words: u32| (regions * words).max(COPY_WORDS);
+    [
+        geo.warps * geo.warp_key_words(),
+        buffer(geo.step_key_params()),
+        buffer(geo.step_value_words()),
+        buffer(geo.step_value_params()),
+    ]
 }
 
 /// The first word of the calling warp's part of the stage's key rows buffer: its first region's
@@ -60,12 +74,6 @@ pub(super) fn pair_stage(#[comptime] geo: ChannelMmaGeometry) -> PairStage {
 #[cube]
 pub(super) fn warp_key_start(#[comptime] geo: ChannelMmaGeometry) -> u32 {
     (UNIT_POS / WARP) * comptime!(geo.warp_key_words())
-}
-
-/// Words of a stage buffer of `regions` regions of `words` each: at least one copy's, so that an
-/// unstaged cube's unused buffers are not empty.
-fn buffer_words(regions: u32, words: u32) -> usize {
-    (regions * words).max(COPY_WORDS) as usize
 }
 
 /// Where a step's blocks lie in the buffers it reads (the caches, or a region of the stage), as
