@@ -84,8 +84,8 @@ use super::{
 /// on, and the warp's 32 writes take 32 banks, where a stride of Π put 4 lanes in each of 8 banks.
 /// It reads column `g` at its slots in 16-byte vectors, 8 lanes at a time: for 2-bit values
 /// (slots `16t + 4m`) two of them share banks, four with a stride of Π; for 4-bit values (`8t +
-/// 4m`) none. On an H200 the padded tile and its vector reads took `hack2`'s step from 74–75 to
-/// 70–72 µs at 32K batch 8 (`results/hack-decode-channel-h200.md`, session 62).
+/// 4m`) none. On an H200 the padded tile and its vector reads took `hack2`'s step from 73–79 to
+/// 68–70 µs at 32K batch 8 (`results/hack-decode-channel-h200.md`, session 62).
 pub const TILE_PAD: u32 = 4;
 
 /// Shapes fixed at compile time.

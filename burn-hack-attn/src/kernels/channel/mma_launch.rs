@@ -153,17 +153,17 @@ pub fn channel_mma_decode_launch<R: CubeRuntime, BT: BoolElement>(
     // metadata `(stream · blocks + b) · d + j`; value rows `(stream · blocks + b) · d + j` of
     // `value_row_words` words; value metadata `((stream · blocks + b) · Π + slot) · groups + vg`
     // (the tensors' own shapes, contiguous); queries of its stream's heads `< group`; its own
-    // tile (`tile_floats` words, at least `group · d` and 8 columns of `Π + TILE_PAD`: unstaged its part of the key
-    // rows buffer, staged the key rows of the region it reads, which `tile_fits_keys` holds).
-    // Staged, it copies those blocks' key rows, value rows and metadata whole (16-byte copies
-    // inside each block's contiguous parts, which are multiples of 16 bytes) into its own stage
-    // regions, each sized for one step's blocks, and reads them there at the same offsets within
-    // a block. Its
-    // float slots are `i < sinks + tail` of its stream (the share is clamped to that count), a
-    // sink's row only for `i < sinks` and a tail row's otherwise (branches; row `stream · rows +
-    // i` of a buffer of `streams · rows` rows, `i` below its filled ones). Partial outputs go to
-    // heads `< group` of the stream and splits `< cubes · warps`, which `partials` holds. Bounds
-    // validated on CUDA: `burn_kvcompress::kernels`.
+    // tile (`tile_floats` words, at least `group · d` and 8 columns of `Π + TILE_PAD`: unstaged
+    // its part of the key rows buffer, staged the key rows of the region it reads, which
+    // `tile_fits_keys` holds). Staged, it copies those blocks' key rows, value rows and metadata
+    // whole (16-byte copies inside each block's contiguous parts, which are multiples of 16
+    // bytes) into its own stage regions, each sized for one step's blocks, and reads them there
+    // at the same offsets within a block. Its float slots are `i < sinks + tail` of its stream
+    // (the share is clamped to that count), a sink's row only for `i < sinks` and a tail row's
+    // otherwise (branches; row `stream · rows + i` of a buffer of `streams · rows` rows, `i`
+    // below its filled ones). Partial outputs go to heads `< group` of the stream and splits
+    // `< cubes · warps`, which `partials` holds. Bounds validated on CUDA:
+    // `burn_kvcompress::kernels`.
     unsafe {
         channel_mma_decode_kernel::launch_unchecked::<R>(
             &client,
