@@ -36,6 +36,7 @@ pub(super) struct RunningSoftmax {
 pub(super) struct StepNumerators {
     own_p: Array<f32>,
     join: Array<f32>,
+    rescale: Array<f32>,
 }
 
 /// A scored step: the lane's numerators in the products' layout (`s[(2i + r) · 2 + e]` for slot
@@ -45,6 +46,7 @@ pub(super) struct StepNumerators {
 pub(super) struct ScoredStep {
     s: Array<f32>,
     join: Array<f32>,
+    rescale: Array<f32>,
 }
 
 /// The first half of a product step: scores the step's blocks (`pair`, lying `at` in the key
@@ -68,28 +70,23 @@ pub(super) fn attend_keys<W: WordList>(
     t: u32,
     #[comptime] geo: ChannelMmaGeometry,
 ) -> ScoredStep {
-    let d = comptime!(geo.head_dim);
     let query = block_query::<W>(own_q, k_params, at.key_params, run.scale, side, t, geo);
     let mut s = block_scores::<W>(k_words, &query, pair, at, run.visible_from, g, t, geo);
     let numerators = block_softmax(&mut s, geo);
-    // `weights.first` rescales the running outputs and mass, `join` weighs the block's (folded
-    // into its weight factors).
+    // `weights.first` rescales the running mass here and the running outputs as the step adds
+    // its own (`rescale`, one multiply-add an output in `block_outputs`); `join` weighs the
+    // block's (folded into its weight factors).
     let mut join = Array::<f32>::new(2usize);
+    let mut rescale = Array::<f32>::new(2usize);
     #[unroll]
     for e in 0..2u32 {
         let weights = join_tops(state.top[e as usize], numerators.top[e as usize]);
         join[e as usize] = weights.second;
+        rescale[e as usize] = weights.first;
         state.mass[e as usize] = state.mass[e as usize] * weights.first + numerators.mass[e as usize] * weights.second;
         state.top[e as usize] = weights.max;
-        #[unroll]
-        for c in 0..comptime!(d / PRODUCT_ROWS) {
-            #[unroll]
-            for r in 0..2u32 {
-                state.acc[comptime!((4 * c + 2 * r + e) as usize)] *= weights.first;
-            }
-        }
     }
-    ScoredStep { s, join }
+    ScoredStep { s, join, rescale }
 }
 
 /// The `scored` step's numerators to column `g`'s lanes through the warp's tile (from `tile_base`
@@ -133,7 +130,7 @@ pub(super) fn exchange_numerators(
         own_p[i as usize] = select(column_head < comptime!(geo.group), p, 0.0);
     }
     sync_plane();
-    StepNumerators { own_p, join: scored.join }
+    StepNumerators { own_p, join: scored.join, rescale: scored.rescale }
 }
 
 /// The second half of a product step: quantizes the step's `numerators` and adds the outputs of
@@ -153,7 +150,7 @@ pub(super) fn attend_values<W: WordList>(
     #[comptime] geo: ChannelMmaGeometry,
 ) {
     let weights = block_weights::<W>(&numerators.own_p, v_params, at.value_params, &numerators.join, side, t, geo);
-    block_outputs::<W>(v_words, &weights, &mut state.acc, at, g, t, geo);
+    block_outputs::<W>(v_words, &weights, &numerators.rescale, &mut state.acc, at, g, t, geo);
 }
 
 /// `1.5 · 2²³`: for `|x| < 2²²`, the bits of `x + ROUND_SIGNED` are those of `0x4B40_0000` plus
@@ -177,7 +174,10 @@ pub(super) struct BlockQuery {
 /// [`position`](super::mma_operands::position) gives its key code `i`), the scale
 /// `σ = max |q′| / 127` and `q · m_b` reduced over the quad. The codes are `q′ · (1/σ)` rounded to
 /// the nearest, ties to even (the reference divides and rounds ties away from zero: the two differ
-/// by one code where a quotient falls within an ulp of a half).
+/// by one code where a quotient falls within an ulp of a half). `max |q′|` is floored at 1e-30 so
+/// that the kernel's approximate reciprocal of `σ` stays finite: an all-zero `q′` gets zero codes,
+/// as in the reference, and one below the floor codes smaller than the reference's (scores of
+/// such a query are its offsets to within 1e-30).
 #[cube]
 pub(super) fn block_query<P: WordList>(
     own_q: &Array<f32>,
@@ -204,7 +204,7 @@ pub(super) fn block_query<P: WordList>(
     }
     let amax = quad_max(chains_max(&amax));
     let offset = quad_sum(chains_sum(&offset));
-    let sigma = select(amax > 0.0, amax / 127.0, 1.0);
+    let sigma = f32::max(amax, 1e-30) * comptime!(1.0f32 / 127.0);
     let inverse = 1.0 / sigma;
     let mut codes = Array::<u32>::new(comptime!(keys.registers() as usize));
     #[unroll]
@@ -272,7 +272,8 @@ pub(super) fn block_pair(
 /// The scores of `pair`'s blocks (their key rows in `k_words` `at`) for the lane's slots and
 /// columns, scaled: `s[(2i + r) · 2 + e]`
 /// for slot `16i + g + 8r` of its result block, column `2t + e`; [`masked_score`] at positions
-/// before `visible_from` and where the block is not `live`.
+/// before `visible_from` and where the block is not `live` (tested only where the lane's block is
+/// not wholly visible, so that most steps skip it).
 #[allow(clippy::too_many_arguments)]
 #[cube]
 pub(super) fn block_scores<W: WordList>(
@@ -295,20 +296,35 @@ pub(super) fn block_scores<W: WordList>(
         let dots = tile_products::<i8>(&rows, &query.codes, 0u32, keys);
         #[unroll]
         for r in 0..2u32 {
-            let seen = pair.live && pair.first_slot + PRODUCT_ROWS * i + g + 8 * r >= visible_from;
             #[unroll]
             for e in 0..2u32 {
                 let dot = f32::cast_from(dots[r as usize][e as usize]);
-                let score = query.factor[e as usize] * dot + query.offset[e as usize];
-                s[comptime!(((2 * i + r) * 2 + e) as usize)] = select(seen, score, masked_score());
+                s[comptime!(((2 * i + r) * 2 + e) as usize)] =
+                    query.factor[e as usize] * dot + query.offset[e as usize];
+            }
+        }
+    }
+    if !(pair.live && pair.first_slot >= visible_from) {
+        #[unroll]
+        for i in 0..tiles {
+            #[unroll]
+            for r in 0..2u32 {
+                let seen = pair.live && pair.first_slot + PRODUCT_ROWS * i + g + 8 * r >= visible_from;
+                #[unroll]
+                for e in 0..2u32 {
+                    let at = comptime!(((2 * i + r) * 2 + e) as usize);
+                    s[at] = select(seen, s[at], masked_score());
+                }
             }
         }
     }
     s
 }
 
-/// A block's softmax for the lane's heads: the max `top[e]` over the block's slots, and its
-/// scores turned into numerators `exp(s − top)` (0 where masked) with their mass `mass[e]`.
+/// A block's softmax for the lane's heads: the max `top[e]` over the block's slots (at least
+/// [`VISIBLE_FLOOR`]), and its scores turned into numerators `exp(s − top)` with their mass
+/// `mass[e]`. A masked score is 0 with no test: `s − top` is about −2e38 at most, finite, whose
+/// `exp` is 0; a wholly masked block's top is the floor, whose weight [`join_tops`] makes 0.
 #[derive(CubeType)]
 pub(super) struct BlockSoftmax {
     pub top: Array<f32>,
@@ -322,7 +338,7 @@ pub(super) fn block_softmax(s: &mut Array<f32>, #[comptime] geo: ChannelMmaGeome
     let mut mass = Array::<f32>::new(2usize);
     #[unroll]
     for e in 0..2u32 {
-        let mut m = chains(masked_score());
+        let mut m = chains(VISIBLE_FLOOR);
         #[unroll]
         for x in 0..comptime!(count / 2) {
             let c = comptime!(chain(x));
@@ -333,7 +349,7 @@ pub(super) fn block_softmax(s: &mut Array<f32>, #[comptime] geo: ChannelMmaGeome
         #[unroll]
         for x in 0..comptime!(count / 2) {
             let at = comptime!((2 * x + e) as usize);
-            let p = select(s[at] > VISIBLE_FLOOR, f32::exp(s[at] - m), 0.0);
+            let p = f32::exp(s[at] - m);
             s[at] = p;
             let c = comptime!(chain(x));
             l[c] += p;
@@ -359,8 +375,9 @@ pub(super) struct BlockWeights {
 /// Head `g`'s numerators at the lane's slots (`own_p[i]`, [`StepNumerators`]) scaled by
 /// the slots' value scales per group (the own block's value metadata from `params_at` of
 /// `v_params`; the pair's `side`) and quantized to 8-bit codes from
-/// 0 (`τ = max p′ / 255` per group, reduced over the quad; `p′ · (1/τ)` rounded to the nearest,
-/// ties to even, as for the query codes).
+/// 0 (`τ = max p′ / 255` per group, reduced over the quad, floored as `σ` is in [`block_query`];
+/// `p′ · (1/τ)` rounded to the nearest, ties to even, as for the query codes: no clamp, as
+/// `p′ · (1/τ)` exceeds 255 by a few ulps at most, which rounds to 255).
 #[allow(clippy::too_many_arguments)]
 #[cube]
 pub(super) fn block_weights<P: WordList>(
@@ -398,7 +415,7 @@ pub(super) fn block_weights<P: WordList>(
         }
         let max = quad_max(chains_max(&max));
         let offset = heads_of_lane(quad_sum(chains_sum(&offset)), t);
-        let tau = select(max > 0.0, max / 255.0, 1.0);
+        let tau = f32::max(max, 1e-30) * comptime!(1.0f32 / 255.0);
         let inverse = 1.0 / tau;
         let factor = heads_of_lane(tau / comptime!(values.lift() as f32), t);
         #[unroll]
@@ -412,7 +429,7 @@ pub(super) fn block_weights<P: WordList>(
             let mut word = 0u32;
             #[unroll]
             for b in 0..4u32 {
-                let x = f32::min(scaled[comptime!((4 * reg + b) as usize)] * inverse, 255.0);
+                let x = scaled[comptime!((4 * reg + b) as usize)] * inverse;
                 word |= (u32::reinterpret(x + ROUNDER) & 0xFF) << comptime!(8 * b);
             }
             codes[reg as usize] = word;
@@ -434,6 +451,7 @@ pub(super) fn block_weights<P: WordList>(
 pub(super) fn block_outputs<W: WordList>(
     v_words: &W,
     weights: &BlockWeights,
+    rescale: &Array<f32>,
     acc: &mut Array<f32>,
     at: &PairAt,
     g: u32,
@@ -453,7 +471,8 @@ pub(super) fn block_outputs<W: WordList>(
             for e in 0..2u32 {
                 let at = comptime!((4 * c + 2 * r + e) as usize);
                 let meta = comptime!((2 * vg + e) as usize);
-                acc[at] += weights.factor[meta] * f32::cast_from(dots[r as usize][e as usize]) + weights.offset[meta];
+                let step = weights.factor[meta] * f32::cast_from(dots[r as usize][e as usize]) + weights.offset[meta];
+                acc[at] = acc[at] * rescale[e as usize] + step;
             }
         }
     }

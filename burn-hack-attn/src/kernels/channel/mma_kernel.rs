@@ -261,10 +261,18 @@ impl ChannelMmaGeometry {
 ///   even share of the stream's float slots ([`float_warp`]), then closed blocks `split ·
 ///   warp_blocks ..` (at most `warp_blocks`), and writes its split.
 #[allow(clippy::too_many_arguments)]
+// `AllowReciprocal` and `UnsignedZero` with the others make CUDA's float divisions approximate
+// (`__fdividef`, a reciprocal and a multiply) instead of IEEE divisions with a range check and a
+// slow path on every step's quantization chain; the scales they divide by are floored to normal
+// floats (`block_query`, `block_weights`).
 #[cube(
     launch_unchecked,
     address_type = "u64",
-    fast_math = FastMath::ReducedPrecision | FastMath::NotNaN | FastMath::NotInf
+    fast_math = FastMath::ReducedPrecision
+        | FastMath::NotNaN
+        | FastMath::NotInf
+        | FastMath::AllowReciprocal
+        | FastMath::UnsignedZero
 )]
 pub fn channel_mma_decode_kernel<F: Float>(
     q: &Array<f32>,
