@@ -45,7 +45,7 @@ struct Case {
     window: Option<usize>,
 }
 
-const CASES: [Case; 10] = [
+const CASES: [Case; 11] = [
     // SmolLM2's heads: 3 query heads per KV head, 64 channels; the hack2-like format.
     Case { config: "hack2", batch: 2, kv_heads: 3, group: 3, head_dim: 64, len: 300, window: None },
     // Llama-3's heads: 4 per KV head, 128 channels (two value groups at Π = 64); a sliding
@@ -74,6 +74,9 @@ const CASES: [Case; 10] = [
     Case { config: "hack3", batch: 1, kv_heads: 2, group: 4, head_dim: 128, len: 700, window: None },
     // 4-bit Π = 128, no sinks or window: the tail is only the newest slots.
     Case { config: "hack4", batch: 2, kv_heads: 1, group: 2, head_dim: 64, len: 257, window: None },
+    // hack4 on Llama-3's heads: on CUDA a step's two 128-slot blocks (34 KiB) stage in key and
+    // value halves at 6 warps a cube.
+    Case { config: "hack4", batch: 1, kv_heads: 2, group: 4, head_dim: 128, len: 1500, window: None },
     // Keys and values at different widths, Π = 32; a sliding window that cuts blocks.
     Case {
         config: "kbits=4,vbits=2,pi=32,round=nearest,axes=channel,sinks=2,window=8",

@@ -38,9 +38,16 @@ use super::{
 /// at 8 warps, 88–90 at 10 and 85–89 at 12; at 64K about the same at 8 and 12 (fewer steps a
 /// warp, each slower: the SM's issue, not the warps' latency, bounds a staged step).
 const STAGED_WARPS: u32 = 8;
-/// The most warps per cube that load their blocks from the caches (where no stage fits): more
-/// warps keep more loads in flight. 12 is the most whose launch bound (170 registers) holds the
-/// kernel without spills; `hack4` (session 61): 102 µs at 32K batch 8 against 111 at 8 warps.
+/// The fewest warps per cube that stage in key and value halves where 8 warps' stages do not
+/// fit. `hack4` on Llama's heads (34 KiB a warp's step) stages at 6 warps: on an H200 at 32K batch
+/// 8, 91–103 µs against 105–107 loading from the caches at 12 warps, 160–175 against 181–184 at
+/// 64K (`results/hack-decode-channel-h200.md`, session 63).
+const MIN_STAGED_WARPS: u32 = 6;
+
+/// The most warps per cube that load their blocks from the caches (where no stage fits
+/// `MIN_STAGED_WARPS`): more warps keep more loads in flight. 12 is the most whose launch bound
+/// (170 registers) holds the kernel without spills; `hack4`, which loaded so before session 63:
+/// 102 µs at 32K batch 8 against 111 at 8 warps (session 61).
 const DIRECT_WARPS: u32 = 12;
 /// Registers a lane of the kernel takes without a launch bound (246 at Llama's heads and 64-slot
 /// 2-bit blocks on CUDA).
@@ -84,14 +91,19 @@ pub fn channel_mma_geometry(
         warps: STAGED_WARPS,
         stage: StagePlan::Steps,
     };
-    // The largest stage that `STAGED_WARPS` warps fit (each warp's tile in its key rows);
-    // otherwise up to `DIRECT_WARPS` warps, as many as their tiles allow, each loading from the
-    // caches.
+    // The largest stage that `STAGED_WARPS` warps fit (each warp's tile in its key rows); else
+    // key and value halves at as many warps as fit, if at least `MIN_STAGED_WARPS`; otherwise up
+    // to `DIRECT_WARPS` warps, as many as their tiles allow, each loading from the caches.
     let device_bytes = properties.hardware.max_shared_memory_size as u32;
     let staged = [StagePlan::Steps, StagePlan::Halves]
         .map(|stage| ChannelMmaGeometry { stage, ..geo })
         .into_iter()
-        .find(|staged| staged.tile_fits_keys() && staged.shared_bytes() <= device_bytes);
+        .find(|staged| staged.tile_fits_keys() && staged.shared_bytes() <= device_bytes)
+        .or_else(|| {
+            let one = ChannelMmaGeometry { stage: StagePlan::Halves, warps: 1, ..geo };
+            let halves = ChannelMmaGeometry { warps: (device_bytes / one.shared_bytes()).min(STAGED_WARPS), ..one };
+            (halves.warps >= MIN_STAGED_WARPS && halves.tile_fits_keys()).then_some(halves)
+        });
     let geo = staged.unwrap_or_else(|| {
         let direct = ChannelMmaGeometry { stage: StagePlan::Direct, warps: 1, ..geo };
         ChannelMmaGeometry { warps: (device_bytes / direct.shared_bytes()).min(DIRECT_WARPS), ..direct }

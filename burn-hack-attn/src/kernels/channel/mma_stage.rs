@@ -255,10 +255,14 @@ mod tests {
         assert!(narrow.shared_bytes() <= HOPPER_SHARED_BYTES);
         // hack3 (4-bit keys, 2-bit values): one region of 26 KiB a warp fits 8 warps.
         assert!(geometry(128, 4, 2, StagePlan::Halves).shared_bytes() <= HOPPER_SHARED_BYTES);
-        // hack4 (34 KiB a region) does not: it loads from the caches, each warp's tile in shared
-        // memory (and one 16-byte copy's words of each unused buffer).
+        // hack4 (34 KiB a region) does not: it stages at 6 warps a cube (7 do not fit), or where
+        // fewer fit loads from the caches, each warp's tile in shared memory (and one 16-byte
+        // copy's words of each unused buffer).
         let staged = geometry(128, 4, 4, StagePlan::Halves);
         assert!(staged.shared_bytes() > HOPPER_SHARED_BYTES);
+        assert_eq!(staged.shared_bytes(), 8 * (34 * 1024 + 16));
+        assert!(ChannelMmaGeometry { warps: 6, ..staged }.shared_bytes() <= HOPPER_SHARED_BYTES);
+        assert!(ChannelMmaGeometry { warps: 7, ..staged }.shared_bytes() > HOPPER_SHARED_BYTES);
         let direct = ChannelMmaGeometry { stage: StagePlan::Direct, ..staged };
         assert_eq!(direct.shared_bytes(), 4 * 8 * 8 * (128 + TILE_PAD) + 3 * 16);
         // One block a step (more than 4 query heads a KV head) at Π = 64: the step's 512 key row
