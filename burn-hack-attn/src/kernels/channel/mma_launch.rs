@@ -40,8 +40,9 @@ use super::{
 const STAGED_WARPS: u32 = 8;
 /// The fewest warps per cube that stage in key and value halves where 8 warps' stages do not
 /// fit. `hack4` on Llama's heads (34 KiB a warp's step) stages at 6 warps: on an H200 at 32K batch
-/// 8, 91–103 µs against 105–107 loading from the caches at 12 warps, 160–175 against 181–184 at
-/// 64K (`results/hack-decode-channel-h200.md`, session 63).
+/// 8, 91–103 µs against 105–107 loading from the caches at 12 warps in the same calls, 160–175
+/// against 181–184 at 64K; one later call of the committed build took 110–111 with no unstaged
+/// run beside it, so the gain wants a rerun (`results/hack-decode-channel-h200.md`, session 63).
 const MIN_STAGED_WARPS: u32 = 6;
 
 /// The most warps per cube that load their blocks from the caches (where no stage fits
