@@ -47,23 +47,23 @@ impl CopyBarriers {
     /// Makes the calling unit's copies issued since its last commit arrive on its group's barrier
     /// of the first (`second` false) or the second region once they have landed.
     pub fn commit(&self, second: bool, #[comptime] split: CopyGroups) {
-        let group = UNIT_POS / split.units;
-        if second {
-            group_barrier(&self.second, group, 0u32, split.groups, true);
-        } else {
-            group_barrier(&self.first, group, 0u32, split.groups, true);
-        }
+        self.on_group(second, split, true);
     }
 
     /// Arrives on the calling unit's group's barrier of the first (`second` false) or the second
     /// region and waits for its phase to complete: every copy its group committed there has
     /// landed.
     pub fn wait(&self, second: bool, #[comptime] split: CopyGroups) {
+        self.on_group(second, split, false);
+    }
+
+    /// [`group_barrier`] on the calling unit's group's barrier of the first or second region.
+    fn on_group(&self, second: bool, #[comptime] split: CopyGroups, #[comptime] commit: bool) {
         let group = UNIT_POS / split.units;
         if second {
-            group_barrier(&self.second, group, 0u32, split.groups, false);
+            group_barrier(&self.second, group, 0u32, split.groups, commit);
         } else {
-            group_barrier(&self.first, group, 0u32, split.groups, false);
+            group_barrier(&self.first, group, 0u32, split.groups, commit);
         }
     }
 }

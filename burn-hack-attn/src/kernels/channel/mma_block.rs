@@ -158,6 +158,10 @@ pub(super) fn attend_values<W: WordList>(
 /// two's complement byte, with no conversion.
 const ROUND_SIGNED: f32 = 12_582_912.0;
 
+/// The least max a query or weight scale is taken from: the kernel's approximate reciprocal of
+/// the scale then stays finite, and an all-zero block's codes are 0 as in the reference.
+const SCALE_FLOOR: f32 = 1e-30;
+
 /// One block's query operand: head `g`'s codes as the products take them
 /// ([`column_registers`]), and for the lane's heads `2t + e` the score factor `σ · scale / lift`
 /// and the offset `q · m_b · scale`.
@@ -174,10 +178,9 @@ pub(super) struct BlockQuery {
 /// [`position`](super::mma_operands::position) gives its key code `i`), the scale
 /// `σ = max |q′| / 127` and `q · m_b` reduced over the quad. The codes are `q′ · (1/σ)` rounded to
 /// the nearest, ties to even (the reference divides and rounds ties away from zero: the two differ
-/// by one code where a quotient falls within an ulp of a half). `max |q′|` is floored at 1e-30 so
-/// that the kernel's approximate reciprocal of `σ` stays finite: an all-zero `q′` gets zero codes,
-/// as in the reference, and one below the floor codes smaller than the reference's (scores of
-/// such a query are its offsets to within 1e-30).
+/// by one code where a quotient falls within an ulp of a half). `max |q′|` is floored at
+/// [`SCALE_FLOOR`]: a `q′` below it codes smaller than the reference's (its scores are its
+/// offsets to within the floor).
 #[cube]
 pub(super) fn block_query<P: WordList>(
     own_q: &Array<f32>,
@@ -204,7 +207,7 @@ pub(super) fn block_query<P: WordList>(
     }
     let amax = quad_max(chains_max(&amax));
     let offset = quad_sum(chains_sum(&offset));
-    let sigma = f32::max(amax, 1e-30) * comptime!(1.0f32 / 127.0);
+    let sigma = f32::max(amax, SCALE_FLOOR) * comptime!(1.0f32 / 127.0);
     let inverse = 1.0 / sigma;
     let mut codes = Array::<u32>::new(comptime!(keys.registers() as usize));
     #[unroll]
@@ -375,7 +378,7 @@ pub(super) struct BlockWeights {
 /// Head `g`'s numerators at the lane's slots (`own_p[i]`, [`StepNumerators`]) scaled by
 /// the slots' value scales per group (the own block's value metadata from `params_at` of
 /// `v_params`; the pair's `side`) and quantized to 8-bit codes from
-/// 0 (`τ = max p′ / 255` per group, reduced over the quad, floored as `σ` is in [`block_query`];
+/// 0 (`τ = max p′ / 255` per group, reduced over the quad, `max p′` floored at [`SCALE_FLOOR`];
 /// `p′ · (1/τ)` rounded to the nearest, ties to even, as for the query codes: no clamp, as
 /// `p′ · (1/τ)` exceeds 255 by a few ulps at most, which rounds to 255).
 #[allow(clippy::too_many_arguments)]
@@ -415,7 +418,7 @@ pub(super) fn block_weights<P: WordList>(
         }
         let max = quad_max(chains_max(&max));
         let offset = heads_of_lane(quad_sum(chains_sum(&offset)), t);
-        let tau = f32::max(max, 1e-30) * comptime!(1.0f32 / 255.0);
+        let tau = f32::max(max, SCALE_FLOOR) * comptime!(1.0f32 / 255.0);
         let inverse = 1.0 / tau;
         let factor = heads_of_lane(tau / comptime!(values.lift() as f32), t);
         #[unroll]

@@ -101,13 +101,11 @@ pub fn channel_mma_geometry(
         .into_iter()
         .find(|staged| staged.tile_fits_keys() && staged.shared_bytes() <= device_bytes)
         .or_else(|| {
-            let one = ChannelMmaGeometry { stage: StagePlan::Halves, warps: 1, ..geo };
-            let halves = ChannelMmaGeometry { warps: (device_bytes / one.shared_bytes()).min(STAGED_WARPS), ..one };
+            let halves = most_warps(ChannelMmaGeometry { stage: StagePlan::Halves, ..geo }, STAGED_WARPS, device_bytes);
             (halves.warps >= MIN_STAGED_WARPS && halves.tile_fits_keys()).then_some(halves)
         });
     let geo = staged.unwrap_or_else(|| {
-        let direct = ChannelMmaGeometry { stage: StagePlan::Direct, warps: 1, ..geo };
-        ChannelMmaGeometry { warps: (device_bytes / direct.shared_bytes()).min(DIRECT_WARPS), ..direct }
+        most_warps(ChannelMmaGeometry { stage: StagePlan::Direct, ..geo }, DIRECT_WARPS, device_bytes)
     });
     let warps = geo.warps;
     let applies = mma.contains(&product(ElemType::Int(IntKind::I8)))
@@ -127,6 +125,13 @@ pub fn channel_mma_geometry(
         && (geo.paired() || geo.key_row_words().min(geo.value_row_words()) >= 8)
         && warps > 0;
     applies.then_some(geo)
+}
+
+/// `geo` with as many warps a cube as `device_bytes` of shared memory hold, at most `most` (a
+/// cube's shared memory grows by one warp's share a warp).
+fn most_warps(geo: ChannelMmaGeometry, most: u32, device_bytes: u32) -> ChannelMmaGeometry {
+    let one = ChannelMmaGeometry { warps: 1, ..geo };
+    ChannelMmaGeometry { warps: (device_bytes / one.shared_bytes()).min(most), ..one }
 }
 
 /// Decode attention of `q: [batch, heads, 1, head_dim]` (rotated; the last slot) over `view`
